@@ -1,0 +1,154 @@
+#pragma once
+// One typed struct tree for a whole run, read from TOML. Every key, its default and its range
+// are documented in config/reference.toml; the parser (src/config/) rejects unknown keys, wrong
+// types and out-of-range values with "FILE:LINE:COL: [table] key: what is allowed".
+//
+// Derived sizes (bytes per token, slot bytes, slot count, ring bytes) are computed in one place,
+// derive(), from the config and the target model's shape.
+#include "hsring/model_shape.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hsring {
+
+enum class HugePages { Auto, Require, Off };
+enum class Restart { OnFailure, Always, Never };
+enum class DType { BF16, F16, F32 };
+enum class OnBadLine { Skip, Fail };
+
+std::size_t dtype_bytes(DType t);
+const char* to_string(DType t);
+const char* to_string(HugePages h);
+const char* to_string(Restart r);
+
+// Where a worker runs: a GPU index or the CPU ("cpu" in TOML).
+struct Place {
+    int gpu = -1;  // -1 = CPU
+    bool is_cpu() const { return gpu < 0; }
+    std::string str() const;
+    bool operator==(const Place&) const = default;
+};
+
+struct RunConfig {
+    std::string name = "hsring";
+    std::filesystem::path run_dir;  // default runs/<name>, relative to the current directory
+    std::uint64_t seed = 1234;
+    bool keep_ring = false;
+};
+
+struct TopologyConfig {
+    std::vector<Place> targets;
+    std::vector<Place> drafters;
+    bool allow_shared_gpus = false;  // several targets on one GPU (squeezed topologies)
+};
+
+struct RingConfig {
+    std::string name;                // shm object name; default "hsring-<run.name>"
+    std::uint64_t size = 0;          // payload budget in bytes; 0 = slots x slot bytes
+    std::uint32_t slots = 0;         // 0 = as many as `size` holds
+    std::uint64_t slot_tokens = 4096;
+    std::uint32_t max_samples_per_slot = 0;  // 0 = derived (slot_tokens / 16, at least 16)
+    HugePages huge_pages = HugePages::Auto;
+    DType dtype = DType::BF16;       // hidden states as stored in the ring
+};
+
+struct TargetConfig {
+    std::string model;               // "preset:NAME" or a HF model directory (required)
+    std::vector<int> layer_ids;      // empty = DFlash default for drafter.num_layers
+    DType dtype = DType::BF16;       // compute dtype on GPU (CPU computes in fp32)
+};
+
+struct DrafterConfig {
+    std::uint32_t num_layers = 5;
+    std::uint32_t block_size = 16;
+    std::int64_t mask_token_id = -1;  // -1 = the model's known mask token
+    std::uint32_t inflight_slots = 2;
+    std::string init;                 // optional HF DFlash directory to start from
+    std::filesystem::path export_dir; // default RUN_DIR/drafter
+};
+
+struct DataConfig {
+    std::filesystem::path path;       // pre-tokenized JSONL (required)
+    std::uint32_t epochs = 1;
+    OnBadLine on_bad_line = OnBadLine::Fail;
+    std::uint64_t max_seq_len = 0;    // 0 = slot_tokens; longer samples are truncated
+    bool shuffle = true;
+};
+
+struct TrainConfig {
+    double lr = 6e-4;
+    double min_lr_ratio = 0.1;
+    std::uint64_t warmup_steps = 20;
+    std::uint64_t max_steps = 0;      // 0 = until the data's epochs are done
+    double weight_decay = 0.0;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double grad_clip = 1.0;
+    std::uint64_t tokens_per_step = 0;  // 0 = one slot per optimizer step
+    std::uint32_t num_anchors = 512;
+    double loss_decay_gamma = 7.0;    // 0 = no decay weighting
+    std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
+    std::uint64_t checkpoint_every = 200;
+    std::uint32_t log_every = 1;
+};
+
+struct SupervisorConfig {
+    Restart restart = Restart::OnFailure;
+    std::uint32_t max_restarts = 5;
+    double restart_window_s = 300.0;
+    double backoff_initial_s = 0.5;
+    double backoff_max_s = 30.0;
+    double status_interval_s = 2.0;
+};
+
+struct Config {
+    std::filesystem::path file;       // where it was read from (for messages and relative paths)
+    RunConfig run;
+    TopologyConfig topology;
+    RingConfig ring;
+    TargetConfig target;
+    DrafterConfig drafter;
+    DataConfig data;
+    TrainConfig train;
+    SupervisorConfig supervisor;
+
+    // A path from the config, resolved against the config file's directory.
+    std::filesystem::path resolve(const std::filesystem::path& p) const;
+};
+
+// Parses and validates everything that needs no model shape. Throws hsring::Error.
+Config parse_config(const std::string& toml_text, const std::string& source_name);
+Config load_config(const std::filesystem::path& file);
+
+// Sizes that follow from the config and the target model; one place computes them.
+struct Derived {
+    ModelShape target;
+    std::vector<int> layer_ids;       // captured target layers (HF hidden_states[k+1])
+    std::int64_t mask_token_id = -1;
+    std::uint64_t bytes_per_token = 0;   // layers x hidden x dtype
+    std::uint64_t slot_payload_bytes = 0;// slot_tokens x bytes_per_token
+    std::uint64_t slot_stride = 0;       // payload rounded up to 2 MiB
+    std::uint32_t slots = 0;
+    std::uint32_t max_samples_per_slot = 0;
+    std::uint64_t ring_payload_bytes = 0;// slots x slot_stride
+    std::uint64_t max_seq_len = 0;
+    std::uint64_t tokens_per_step = 0;
+    std::string ring_name;
+    std::filesystem::path run_dir;
+    std::filesystem::path export_dir;
+};
+
+// Validates what needs the model shape (layer ids, slot vs ring size, mask token) and computes
+// the sizes. Throws hsring::Error naming the key and the fix.
+Derived derive(const Config& cfg);
+Derived derive(const Config& cfg, const ModelShape& target);
+
+// Human-readable report for `hsring config check`.
+std::string describe(const Config& cfg, const Derived& d);
+
+} // namespace hsring

@@ -1,0 +1,55 @@
+#pragma once
+// The shape of a target model, without torch: enough to size ring slots, validate a config and
+// build the model later. Comes from a named preset ("preset:tiny") or a HF model directory's
+// config.json (Qwen3 / Llama architectures).
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsring {
+
+struct RopeScaling {
+    std::string type;  // "" (none) | "llama3" | "linear"
+    double factor = 1.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    std::int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelShape {
+    std::string arch;    // "qwen3" | "llama"
+    std::string source;  // "preset:NAME" or the model directory
+    std::int64_t hidden_size = 0;
+    std::int64_t num_layers = 0;
+    std::int64_t num_heads = 0;
+    std::int64_t num_kv_heads = 0;
+    std::int64_t head_dim = 0;
+    std::int64_t intermediate_size = 0;
+    std::int64_t vocab_size = 0;
+    std::int64_t max_position_embeddings = 0;
+    double rope_theta = 10000.0;
+    double rms_norm_eps = 1e-6;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;
+    std::optional<std::int64_t> mask_token_id;  // a known reserved token for DFlash, if any
+
+    bool qk_norm() const { return arch == "qwen3"; }
+};
+
+const std::vector<std::string>& preset_names();
+// Throws hsring::Error naming the preset and the known ones.
+ModelShape preset_shape(std::string_view name);
+// Parses a HF config.json (Qwen3ForCausalLM, LlamaForCausalLM); errors name the file and key.
+ModelShape parse_hf_config(const std::filesystem::path& config_json);
+// "preset:NAME" or a directory holding config.json (relative to base_dir).
+ModelShape resolve_model_shape(std::string_view spec, const std::filesystem::path& base_dir = {});
+bool is_preset_spec(std::string_view spec);
+
+// DFlash's default target layers for a drafter of num_draft_layers layers:
+// round(1 + i*(N-4)/(n-1)) (Python rounding), or [N/2] for a single draft layer.
+std::vector<int> dflash_layer_ids(int num_target_layers, int num_draft_layers);
+
+} // namespace hsring

@@ -1,0 +1,51 @@
+// The `hsring` command. It links neither torch nor CUDA (DESIGN.md invariant 5): commands that
+// need a model exec the matching worker program instead.
+#include "cli/commands.hpp"
+#include "hsring/error.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+namespace {
+
+struct Command {
+    const char* name;
+    int (*run)(hsring::cli::Args);
+    const char* help;
+};
+
+const Command kCommands[] = {
+    {"config", hsring::cli::config_check, "config check FILE      validate a config, print derived sizes"},
+};
+
+void usage() {
+    fmt::print(stderr, "usage: hsring COMMAND ...\n\ncommands:\n");
+    for (const auto& c : kCommands) fmt::print(stderr, "  {}\n", c.help);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    for (const auto& c : kCommands) {
+        if (std::string_view(argv[1]) != c.name) continue;
+        try {
+            return c.run(hsring::cli::Args(argv + 1, static_cast<std::size_t>(argc - 1)));
+        } catch (const hsring::Error& e) {
+            fmt::print(stderr, "hsring: {}\n", e.what());
+            return 2;
+        } catch (const std::exception& e) {
+            fmt::print(stderr, "hsring: unexpected error: {}\n", e.what());
+            return 3;
+        }
+    }
+    fmt::print(stderr, "hsring: unknown command '{}'\n", argv[1]);
+    usage();
+    return 2;
+}

@@ -1,0 +1,253 @@
+// TOML -> Config. Defaults live in the struct definitions (hsring/config.hpp) and are documented
+// key by key in config/reference.toml; ranges live here.
+#include "config/toml_section.hpp"
+#include "hsring/config.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace hsring {
+
+std::size_t dtype_bytes(DType t) {
+    switch (t) {
+    case DType::BF16:
+    case DType::F16: return 2;
+    case DType::F32: return 4;
+    }
+    return 0;
+}
+const char* to_string(DType t) {
+    switch (t) {
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::F32: return "fp32";
+    }
+    return "?";
+}
+const char* to_string(HugePages h) {
+    switch (h) {
+    case HugePages::Auto: return "auto";
+    case HugePages::Require: return "require";
+    case HugePages::Off: return "off";
+    }
+    return "?";
+}
+const char* to_string(Restart r) {
+    switch (r) {
+    case Restart::OnFailure: return "on-failure";
+    case Restart::Always: return "always";
+    case Restart::Never: return "never";
+    }
+    return "?";
+}
+
+std::string Place::str() const { return is_cpu() ? "cpu" : fmt::format("gpu{}", gpu); }
+
+std::filesystem::path Config::resolve(const std::filesystem::path& p) const {
+    if (p.empty() || p.is_absolute()) return p;
+    return file.parent_path() / p;
+}
+
+namespace {
+
+using config_detail::Section;
+constexpr std::uint64_t kU64Max = std::numeric_limits<std::int64_t>::max();
+
+const std::vector<std::pair<const char*, DType>> kDTypes{
+    {"bf16", DType::BF16}, {"fp16", DType::F16}, {"fp32", DType::F32}};
+
+Section section(const toml::table& root, const char* name, const std::string& file) {
+    const toml::node* n = root.get(name);
+    if (!n) return Section(nullptr, name, file, {});
+    if (!n->is_table())
+        fail("{}:{}:{}: [{}] must be a table (write [{}] on its own line, then its keys)", file,
+             n->source().begin.line, n->source().begin.column, name, name);
+    return Section(n->as_table(), name, file, n->source());
+}
+
+std::vector<Place> to_places(const std::vector<int>& v) {
+    std::vector<Place> out;
+    for (int g : v) out.push_back(Place{g});
+    return out;
+}
+
+void read_run(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "run", file);
+    s.string("name", c.run.name, false);
+    for (char ch : c.run.name)
+        if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+            s.bad("name", fmt::format("\"{}\" may hold only letters, digits, '-', '_' and '.' (it names the ring and files)", c.run.name));
+    std::string dir;
+    s.string("run_dir", dir, false);
+    c.run.run_dir = dir;
+    s.integer("seed", c.run.seed, 0, kU64Max);
+    s.boolean("keep_ring", c.run.keep_ring);
+    s.finish();
+}
+
+void read_topology(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "topology", file);
+    s.require("targets", "the target workers' places, e.g. targets = [0, 1, 2] (GPU indices) or [\"cpu\"]");
+    s.require("drafters", "the drafter workers' places, e.g. drafters = [3] or [\"cpu\"]");
+    std::vector<int> t, d;
+    s.places("targets", t);
+    s.places("drafters", d);
+    if (t.empty()) s.bad("targets", "must name at least one place (a GPU index or \"cpu\")");
+    if (d.empty()) s.bad("drafters", "must name at least one place: a run without a drafter trains nothing");
+    if (d.size() > 1)
+        s.bad("drafters", "one drafter per run for now (data-parallel drafters are not implemented); "
+                          "give a single place");
+    s.boolean("allow_shared_gpus", c.topology.allow_shared_gpus);
+    std::set<int> seen;
+    for (int g : t) {
+        if (g >= 0 && !seen.insert(g).second && !c.topology.allow_shared_gpus)
+            s.bad("targets", fmt::format("GPU {} appears twice: give each target its own GPU, or set "
+                                         "allow_shared_gpus = true to run several targets on one GPU", g));
+    }
+    for (int g : d) {
+        if (g >= 0 && !seen.insert(g).second)
+            s.bad("drafters", fmt::format("GPU {} is already taken by a target: the drafter needs a GPU of its own", g));
+    }
+    c.topology.targets = to_places(t);
+    c.topology.drafters = to_places(d);
+    s.finish();
+}
+
+void read_ring(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "ring", file);
+    s.string("name", c.ring.name, false);
+    s.bytes("size", c.ring.size, 0, 1ull << 50);
+    s.integer("slots", c.ring.slots, 0, 1u << 16);
+    s.integer("slot_tokens", c.ring.slot_tokens, 16, 1ull << 24);
+    s.integer("max_samples_per_slot", c.ring.max_samples_per_slot, 0, 1u << 20);
+    s.choice("huge_pages", c.ring.huge_pages,
+             {{"auto", HugePages::Auto}, {"require", HugePages::Require}, {"off", HugePages::Off}});
+    s.choice("dtype", c.ring.dtype, kDTypes);
+    if (!c.ring.name.empty()) {
+        for (char ch : c.ring.name)
+            if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+                s.bad("name", "may hold only letters, digits, '-', '_' and '.' (a POSIX shm name)");
+    }
+    if (c.ring.slots == 1) s.bad("slots", "a ring of one slot cannot overlap writing and reading: use 2 or more (0 = from size)");
+    if (c.ring.size == 0 && c.ring.slots == 0)
+        fail("{}: [ring] needs size (e.g. size = \"16GiB\") or slots (e.g. slots = 8)", s.at(nullptr));
+    s.finish();
+}
+
+void read_target(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "target", file);
+    s.require("model", "\"preset:tiny\" (or another preset) or a HF model directory");
+    s.string("model", c.target.model, false);
+    s.int_list("layer_ids", c.target.layer_ids, 0, 4096);
+    s.choice("dtype", c.target.dtype, kDTypes);
+    s.finish();
+}
+
+void read_drafter(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "drafter", file);
+    s.integer("num_layers", c.drafter.num_layers, 1, 64);
+    s.integer("block_size", c.drafter.block_size, 2, 256);
+    s.integer("mask_token_id", c.drafter.mask_token_id, -1, std::numeric_limits<std::int32_t>::max());
+    s.integer("inflight_slots", c.drafter.inflight_slots, 1, 16);
+    s.string("init", c.drafter.init);
+    std::string exp;
+    s.string("export_dir", exp);
+    c.drafter.export_dir = exp;
+    s.finish();
+}
+
+void read_data(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "data", file);
+    s.require("path", "the pre-tokenized JSONL file (one {\"input_ids\": [...], \"loss_mask\": [...]} per line)");
+    std::string p;
+    s.string("path", p, false);
+    c.data.path = p;
+    s.integer("epochs", c.data.epochs, 1, 100000);
+    s.choice("on_bad_line", c.data.on_bad_line, {{"fail", OnBadLine::Fail}, {"skip", OnBadLine::Skip}});
+    s.integer("max_seq_len", c.data.max_seq_len, 0, 1ull << 24);
+    s.boolean("shuffle", c.data.shuffle);
+    s.finish();
+}
+
+void read_train(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "train", file);
+    auto& t = c.train;
+    s.number("lr", t.lr, 0.0, 10.0);
+    s.number("min_lr_ratio", t.min_lr_ratio, 0.0, 1.0);
+    s.integer("warmup_steps", t.warmup_steps, 0, kU64Max);
+    s.integer("max_steps", t.max_steps, 0, kU64Max);
+    s.number("weight_decay", t.weight_decay, 0.0, 10.0);
+    s.number("beta1", t.beta1, 0.0, 0.999999);
+    s.number("beta2", t.beta2, 0.0, 0.999999);
+    s.number("eps", t.eps, 1e-30, 1.0);
+    s.number("grad_clip", t.grad_clip, 0.0, 1e9);
+    s.integer("tokens_per_step", t.tokens_per_step, 0, kU64Max);
+    s.integer("num_anchors", t.num_anchors, 1, 1u << 20);
+    s.number("loss_decay_gamma", t.loss_decay_gamma, 0.0, 1e9);
+    s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
+    s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
+    s.integer("log_every", t.log_every, 1, 1u << 30);
+    s.finish();
+}
+
+void read_supervisor(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "supervisor", file);
+    auto& v = c.supervisor;
+    s.choice("restart", v.restart,
+             {{"on-failure", Restart::OnFailure}, {"always", Restart::Always}, {"never", Restart::Never}});
+    s.integer("max_restarts", v.max_restarts, 0, 1000000);
+    s.number("restart_window_s", v.restart_window_s, 0.0, 1e9);
+    s.number("backoff_initial_s", v.backoff_initial_s, 0.0, 3600.0);
+    s.number("backoff_max_s", v.backoff_max_s, 0.0, 86400.0);
+    s.number("status_interval_s", v.status_interval_s, 0.05, 3600.0);
+    if (v.backoff_max_s < v.backoff_initial_s)
+        s.bad("backoff_max_s", fmt::format("{} is below backoff_initial_s {}", v.backoff_max_s, v.backoff_initial_s));
+    s.finish();
+}
+
+} // namespace
+
+Config parse_config(const std::string& text, const std::string& source_name) {
+    toml::table root;
+    try {
+        root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& e) {
+        const auto& b = e.source().begin;
+        fail("{}:{}:{}: not valid TOML: {}", source_name, b.line, b.column, e.description());
+    }
+    static const std::set<std::string, std::less<>> kTables{
+        "run", "topology", "ring", "target", "drafter", "data", "train", "supervisor"};
+    for (auto&& [k, v] : root) {
+        if (!kTables.count(k.str())) {
+            const auto& r = k.source();
+            fail("{}:{}:{}: unknown table or key '{}' at the top level (allowed tables: [run], "
+                 "[topology], [ring], [target], [drafter], [data], [train], [supervisor])",
+                 source_name, r.begin.line, r.begin.column, k.str());
+        }
+    }
+    Config c;
+    c.file = source_name;
+    read_run(c, root, source_name);
+    read_topology(c, root, source_name);
+    read_ring(c, root, source_name);
+    read_target(c, root, source_name);
+    read_drafter(c, root, source_name);
+    read_data(c, root, source_name);
+    read_train(c, root, source_name);
+    read_supervisor(c, root, source_name);
+    return c;
+}
+
+Config load_config(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in) fail("{}: cannot read the config file: {}", file.string(), errno_text(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_config(ss.str(), file.string());
+}
+
+} // namespace hsring

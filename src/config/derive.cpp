@@ -1,0 +1,113 @@
+// Sizes that follow from the config and the target model's shape: computed here and nowhere else.
+#include "hsring/config.hpp"
+#include "hsring/error.hpp"
+#include "hsring/units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace hsring {
+
+Derived derive(const Config& cfg) {
+    std::filesystem::path base = cfg.file.parent_path();
+    return derive(cfg, resolve_model_shape(cfg.target.model, base));
+}
+
+Derived derive(const Config& cfg, const ModelShape& shape) {
+    const std::string file = cfg.file.string();
+    Derived d;
+    d.target = shape;
+
+    // Captured layers: explicit, or DFlash's spread for the drafter's depth.
+    d.layer_ids = cfg.target.layer_ids.empty()
+                      ? dflash_layer_ids(static_cast<int>(shape.num_layers), static_cast<int>(cfg.drafter.num_layers))
+                      : cfg.target.layer_ids;
+    std::set<int> seen;
+    for (int id : d.layer_ids) {
+        if (id < 0 || id >= shape.num_layers)
+            fail("{}: [target] layer_ids: layer {} does not exist: {} has layers 0..{}", file, id,
+                 shape.source, shape.num_layers - 1);
+        if (!seen.insert(id).second) fail("{}: [target] layer_ids: layer {} is listed twice", file, id);
+    }
+
+    d.mask_token_id = cfg.drafter.mask_token_id >= 0 ? cfg.drafter.mask_token_id : shape.mask_token_id.value_or(-1);
+    if (d.mask_token_id < 0)
+        fail("{}: [drafter] mask_token_id is required for {}: give an existing, otherwise unused "
+             "token id (Qwen3: 151669)", file, shape.source);
+    if (d.mask_token_id >= shape.vocab_size)
+        fail("{}: [drafter] mask_token_id {} is not a row of the target's embedding (vocab {})", file,
+             d.mask_token_id, shape.vocab_size);
+
+    d.bytes_per_token = d.layer_ids.size() * static_cast<std::uint64_t>(shape.hidden_size) * dtype_bytes(cfg.ring.dtype);
+    d.slot_payload_bytes = cfg.ring.slot_tokens * d.bytes_per_token;
+    d.slot_stride = align_up(d.slot_payload_bytes, kHugePage);
+    d.max_samples_per_slot = cfg.ring.max_samples_per_slot
+                                 ? cfg.ring.max_samples_per_slot
+                                 : static_cast<std::uint32_t>(std::max<std::uint64_t>(16, cfg.ring.slot_tokens / 16));
+    if (d.max_samples_per_slot > cfg.ring.slot_tokens)
+        fail("{}: [ring] max_samples_per_slot {} exceeds slot_tokens {} (every sample has at least one token)",
+             file, d.max_samples_per_slot, cfg.ring.slot_tokens);
+
+    const std::string slot_desc =
+        fmt::format("{} ({} tokens x {} layers x {} hidden x {})", format_bytes(d.slot_stride),
+                    cfg.ring.slot_tokens, d.layer_ids.size(), shape.hidden_size, to_string(cfg.ring.dtype));
+    if (cfg.ring.slots) {
+        d.slots = cfg.ring.slots;
+        if (cfg.ring.size && static_cast<std::uint64_t>(d.slots) * d.slot_stride > cfg.ring.size)
+            fail("{}: [ring] {} slots of {} need {}, more than [ring] size {}: raise size, lower slots or "
+                 "slot_tokens", file, d.slots, slot_desc, format_bytes(d.slots * d.slot_stride), format_bytes(cfg.ring.size));
+    } else {
+        if (d.slot_stride > cfg.ring.size)
+            fail("{}: [ring] one slot is {}, larger than the ring ([ring] size = {}): raise size or lower "
+                 "slot_tokens", file, slot_desc, format_bytes(cfg.ring.size));
+        std::uint64_t n = cfg.ring.size / d.slot_stride;
+        if (n < 2)
+            fail("{}: [ring] size {} holds only one slot of {}: a ring needs at least 2 slots; raise size "
+                 "or lower slot_tokens", file, format_bytes(cfg.ring.size), slot_desc);
+        d.slots = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, 1u << 16));
+    }
+    d.ring_payload_bytes = static_cast<std::uint64_t>(d.slots) * d.slot_stride;
+    if (cfg.drafter.inflight_slots > d.slots)
+        fail("{}: [drafter] inflight_slots {} exceeds the ring's {} slots", file, cfg.drafter.inflight_slots, d.slots);
+
+    d.max_seq_len = cfg.data.max_seq_len ? cfg.data.max_seq_len : cfg.ring.slot_tokens;
+    if (d.max_seq_len > cfg.ring.slot_tokens)
+        fail("{}: [data] max_seq_len {} exceeds [ring] slot_tokens {}: a sample must fit in one slot", file,
+             d.max_seq_len, cfg.ring.slot_tokens);
+    d.tokens_per_step = cfg.train.tokens_per_step ? cfg.train.tokens_per_step : cfg.ring.slot_tokens;
+
+    d.ring_name = cfg.ring.name.empty() ? "hsring-" + cfg.run.name : cfg.ring.name;
+    d.run_dir = cfg.run.run_dir.empty() ? std::filesystem::path("runs") / cfg.run.name : cfg.run.run_dir;
+    d.export_dir = cfg.drafter.export_dir.empty() ? d.run_dir / "drafter" : cfg.drafter.export_dir;
+    return d;
+}
+
+std::string describe(const Config& cfg, const Derived& d) {
+    std::string ids;
+    for (int id : d.layer_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    std::string targets, drafters;
+    for (const auto& p : cfg.topology.targets) targets += (targets.empty() ? "" : ", ") + p.str();
+    for (const auto& p : cfg.topology.drafters) drafters += (drafters.empty() ? "" : ", ") + p.str();
+    return fmt::format(
+        "config {} is valid\n"
+        "  run           {} (seed {}), run dir {}\n"
+        "  topology      targets [{}], drafters [{}]\n"
+        "  target        {} ({}: {} layers, hidden {}, vocab {})\n"
+        "  captured      layers [{}] -> {} per token ({})\n"
+        "  slot          {} tokens -> {} payload, {} with 2 MiB alignment, <= {} samples\n"
+        "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
+        "  drafter       {} layers, block {}, mask token {}, {} in-flight slots -> <= {} of hidden states on its device\n"
+        "  train         {} tokens per optimizer step, {} anchors per sequence, lr {}\n",
+        cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
+        d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size, ids,
+        format_bytes(d.bytes_per_token), to_string(cfg.ring.dtype), cfg.ring.slot_tokens,
+        format_bytes(d.slot_payload_bytes), format_bytes(d.slot_stride), d.max_samples_per_slot, d.ring_name,
+        d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), cfg.drafter.num_layers,
+        cfg.drafter.block_size, d.mask_token_id, cfg.drafter.inflight_slots,
+        format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.tokens_per_step,
+        cfg.train.num_anchors, cfg.train.lr);
+}
+
+} // namespace hsring

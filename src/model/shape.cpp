@@ -1,0 +1,174 @@
+// Model shapes without torch (see hsring/model_shape.hpp).
+#include "hsring/error.hpp"
+#include "hsring/model_shape.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+namespace hsring {
+namespace {
+
+ModelShape tiny() {
+    ModelShape s;
+    s.arch = "qwen3";
+    s.hidden_size = 64;
+    s.num_layers = 8;
+    s.num_heads = 4;
+    s.num_kv_heads = 2;
+    s.head_dim = 16;
+    s.intermediate_size = 192;
+    s.vocab_size = 512;
+    s.max_position_embeddings = 4096;
+    s.rope_theta = 1e6;
+    s.rms_norm_eps = 1e-6;
+    s.mask_token_id = 511;  // the last row: never produced by the demo data
+    return s;
+}
+
+ModelShape qwen3_8b() {
+    ModelShape s;
+    s.arch = "qwen3";
+    s.hidden_size = 4096;
+    s.num_layers = 36;
+    s.num_heads = 32;
+    s.num_kv_heads = 8;
+    s.head_dim = 128;
+    s.intermediate_size = 12288;
+    s.vocab_size = 151936;
+    s.max_position_embeddings = 40960;
+    s.rope_theta = 1e6;
+    s.rms_norm_eps = 1e-6;
+    s.mask_token_id = 151669;
+    return s;
+}
+
+ModelShape llama3_8b() {
+    ModelShape s;
+    s.arch = "llama";
+    s.hidden_size = 4096;
+    s.num_layers = 32;
+    s.num_heads = 32;
+    s.num_kv_heads = 8;
+    s.head_dim = 128;
+    s.intermediate_size = 14336;
+    s.vocab_size = 128256;
+    s.max_position_embeddings = 131072;
+    s.rope_theta = 500000.0;
+    s.rms_norm_eps = 1e-5;
+    s.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
+    s.mask_token_id = 128002;  // <|reserved_special_token_0|>
+    return s;
+}
+
+} // namespace
+
+const std::vector<std::string>& preset_names() {
+    static const std::vector<std::string> names{"tiny", "qwen3-8b", "llama3-8b"};
+    return names;
+}
+
+ModelShape preset_shape(std::string_view name) {
+    ModelShape s;
+    if (name == "tiny") s = tiny();
+    else if (name == "qwen3-8b") s = qwen3_8b();
+    else if (name == "llama3-8b") s = llama3_8b();
+    else {
+        std::string known;
+        for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+        fail("unknown model preset '{}': known presets are {} (write model = \"preset:NAME\"), "
+             "or give a HF model directory",
+             name, known);
+    }
+    s.source = "preset:" + std::string(name);
+    return s;
+}
+
+bool is_preset_spec(std::string_view spec) { return spec.starts_with("preset:"); }
+
+ModelShape parse_hf_config(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in) fail("{}: cannot open the model's config.json: {}", file.string(), errno_text(errno));
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON: {}", file.string(), e.what());
+    }
+    auto need = [&](const char* key) -> const nlohmann::json& {
+        if (!j.contains(key)) fail("{}: missing key \"{}\" (is this a HF causal-LM config.json?)", file.string(), key);
+        return j.at(key);
+    };
+    auto as_int = [&](const char* key) -> std::int64_t {
+        const auto& v = need(key);
+        if (!v.is_number_integer()) fail("{}: \"{}\" must be an integer", file.string(), key);
+        return v.get<std::int64_t>();
+    };
+    ModelShape s;
+    std::string mt = j.value("model_type", "");
+    if (mt == "qwen3") s.arch = "qwen3";
+    else if (mt == "llama") s.arch = "llama";
+    else fail("{}: model_type \"{}\" is not supported: hsring runs qwen3 and llama targets", file.string(), mt);
+    s.source = file.parent_path().string();
+    s.hidden_size = as_int("hidden_size");
+    s.num_layers = as_int("num_hidden_layers");
+    s.num_heads = as_int("num_attention_heads");
+    s.num_kv_heads = j.contains("num_key_value_heads") ? as_int("num_key_value_heads") : s.num_heads;
+    s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? as_int("head_dim") : s.hidden_size / s.num_heads;
+    s.intermediate_size = as_int("intermediate_size");
+    s.vocab_size = as_int("vocab_size");
+    s.max_position_embeddings = j.value("max_position_embeddings", std::int64_t{4096});
+    s.rope_theta = j.value("rope_theta", 10000.0);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object())  // transformers >= 5
+        s.rope_theta = j["rope_parameters"].value("rope_theta", s.rope_theta);
+    s.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+    s.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    const nlohmann::json* rs = nullptr;
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rs = &j["rope_scaling"];
+    else if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+    if (rs) {
+        std::string type = rs->value("rope_type", rs->value("type", std::string("default")));
+        if (type == "llama3" || type == "linear") {
+            s.rope_scaling.type = type;
+            s.rope_scaling.factor = rs->value("factor", 1.0);
+            s.rope_scaling.low_freq_factor = rs->value("low_freq_factor", 1.0);
+            s.rope_scaling.high_freq_factor = rs->value("high_freq_factor", 4.0);
+            s.rope_scaling.original_max_position_embeddings =
+                rs->value("original_max_position_embeddings", std::int64_t{8192});
+        } else if (type != "default") {
+            fail("{}: rope scaling type \"{}\" is not supported (supported: llama3, linear)", file.string(), type);
+        }
+    }
+    if (s.num_heads <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
+        fail("{}: num_attention_heads {} must be a positive multiple of num_key_value_heads {}",
+             file.string(), s.num_heads, s.num_kv_heads);
+    if (s.arch == "qwen3") s.mask_token_id = s.vocab_size > 151669 ? std::optional<std::int64_t>(151669) : std::nullopt;
+    return s;
+}
+
+ModelShape resolve_model_shape(std::string_view spec, const std::filesystem::path& base_dir) {
+    if (is_preset_spec(spec)) return preset_shape(spec.substr(7));
+    std::filesystem::path dir(spec);
+    if (dir.is_relative() && !base_dir.empty()) dir = base_dir / dir;
+    if (!std::filesystem::is_directory(dir))
+        fail("model '{}': no such directory (give a HF model directory with config.json and "
+             "*.safetensors, or \"preset:NAME\")",
+             dir.string());
+    auto cfg = dir / "config.json";
+    if (!std::filesystem::exists(cfg))
+        fail("model directory {} has no config.json (is it a HF model directory?)", dir.string());
+    return parse_hf_config(cfg);
+}
+
+std::vector<int> dflash_layer_ids(int n, int draft) {
+    if (draft <= 0) fail("the drafter needs at least one layer");
+    if (draft == 1) return {n / 2};
+    std::vector<int> ids;
+    const double span = n - 4;
+    for (int i = 0; i < draft; ++i)  // nearbyint: ties to even, like Python's round()
+        ids.push_back(static_cast<int>(std::nearbyint(1.0 + i * span / (draft - 1))));
+    return ids;
+}
+
+} // namespace hsring

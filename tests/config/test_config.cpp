@@ -1,0 +1,208 @@
+// Config parsing: valid examples parse; every class of bad input names file, line, key and fix.
+#include "hsring/config.hpp"
+#include "hsring/error.hpp"
+#include "hsring/units.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+using namespace hsring;
+
+namespace {
+
+std::filesystem::path source_root() {
+    const char* r = std::getenv("HSRING_SOURCE_ROOT");
+    REQUIRE_MESSAGE(r, "HSRING_SOURCE_ROOT is set by meson test");
+    return r;
+}
+
+const char* kMinimal = R"(
+[topology]
+targets = ["cpu", "cpu"]
+drafters = ["cpu"]
+[ring]
+slots = 4
+slot_tokens = 512
+[target]
+model = "preset:tiny"
+[drafter]
+num_layers = 1
+[data]
+path = "data/demo.jsonl"
+)";
+
+// The message of the hsring::Error thrown by parsing (and deriving) `text`.
+std::string error_of(const std::string& text) {
+    try {
+        Config c = parse_config(text, "t.toml");
+        derive(c, resolve_model_shape(c.target.model));
+    } catch (const Error& e) {
+        return e.what();
+    }
+    FAIL("expected an error for:\n" << text);
+    return {};
+}
+
+std::string with(const std::string& extra_before_data) {
+    std::string s = kMinimal;
+    return s.insert(s.find("[data]"), extra_before_data);
+}
+
+} // namespace
+
+TEST_CASE("the shipped example configs parse and derive") {
+    for (const char* name : {"reference.toml", "demo.toml"}) {
+        CAPTURE(name);
+        auto path = source_root() / "config" / name;
+        Config c = load_config(path);
+        Derived d = derive(c);
+        CHECK(d.slots >= 2);
+        CHECK(d.slot_stride % (2 * MiB) == 0);
+        CHECK(!describe(c, d).empty());
+    }
+}
+
+TEST_CASE("defaults and derived sizes are computed in one place") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.run.name == "hsring");
+    CHECK(c.topology.targets.size() == 2);
+    CHECK(c.topology.targets[0].is_cpu());
+    CHECK(c.drafter.inflight_slots == 2);
+    Derived d = derive(c, preset_shape("tiny"));
+    CHECK(d.layer_ids == std::vector<int>{4});  // one draft layer: N/2 of 8
+    CHECK(d.bytes_per_token == 1 * 64 * 2);
+    CHECK(d.slot_payload_bytes == 512 * 64 * 2);
+    CHECK(d.slot_stride == 2 * MiB);
+    CHECK(d.slots == 4);
+    CHECK(d.ring_name == "hsring-hsring");
+    CHECK(d.mask_token_id == 511);
+}
+
+TEST_CASE("Qwen3-8B DFlash layer spread and slot size match DESIGN.md") {
+    CHECK(dflash_layer_ids(36, 5) == std::vector<int>{1, 9, 17, 25, 33});
+    Config c = parse_config(R"(
+[topology]
+targets = [0, 1, 2]
+drafters = [3]
+[ring]
+size = "64GiB"
+slot_tokens = 65536
+[target]
+model = "preset:qwen3-8b"
+[data]
+path = "x.jsonl"
+)", "q.toml");
+    Derived d = derive(c, preset_shape("qwen3-8b"));
+    CHECK(d.bytes_per_token == 40 * KiB);
+    CHECK(d.slot_payload_bytes == 2560ull * MiB);  // 2.5 GiB
+    CHECK(d.slots == 25);
+    CHECK(d.mask_token_id == 151669);
+}
+
+TEST_CASE("sizes parse like people write them") {
+    CHECK(parse_bytes("64GiB") == 64 * GiB);
+    CHECK(parse_bytes("1.5 GiB") == 3 * GiB / 2);
+    CHECK(parse_bytes("2MB") == 2000000u);
+    CHECK(parse_bytes("17") == 17u);
+    CHECK(!parse_bytes("-3GiB"));
+    CHECK(!parse_bytes("lots"));
+    CHECK(!parse_bytes("12 parsecs"));
+}
+
+TEST_CASE("an unknown key names file, line, key and the allowed keys") {
+    std::string e = error_of(with("[ring]\n"));  // duplicate table is a TOML error
+    CHECK(e.find("t.toml:") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[train]\nlearning_rate = 3\n");
+    CHECK(e.find("t.toml:15:1") != std::string::npos);
+    CHECK(e.find("unknown key [train] learning_rate") != std::string::npos);
+    CHECK(e.find("lr") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[trian]\nlr = 3\n");
+    CHECK(e.find("unknown table or key 'trian'") != std::string::npos);
+}
+
+TEST_CASE("a wrong type names the key and what was expected") {
+    std::string e = error_of(std::string(kMinimal) + "[train]\nnum_anchors = \"many\"\n");
+    CHECK(e.find("t.toml:15:15: [train] num_anchors: expected an integer") != std::string::npos);
+    CHECK(e.find("got a string") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[supervisor]\nrestart = \"sometimes\"\n");
+    CHECK(e.find("[supervisor] restart: \"sometimes\" is not allowed: use one of \"on-failure\"") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[train]\n[train.sub]\n");
+    CHECK(e.find("unknown key [train] sub") != std::string::npos);
+}
+
+TEST_CASE("negative and out-of-range values say what is allowed") {
+    std::string s = kMinimal;
+    s.replace(s.find("slot_tokens = 512"), 17, "slot_tokens = -5");
+    std::string e = error_of(s);
+    CHECK(e.find("[ring] slot_tokens: -5 is out of range: allowed 16..") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[train]\nlr = -1.0\n");
+    CHECK(e.find("[train] lr: -1 is out of range") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("slots = 4"), 9, "size = \"-2GiB\"");
+    e = error_of(s);
+    CHECK(e.find("[ring] size") != std::string::npos);
+}
+
+TEST_CASE("a slot larger than the ring is refused with both sizes") {
+    std::string s = kMinimal;
+    s.replace(s.find("slots = 4"), 9, "size = \"1MiB\"");
+    std::string e = error_of(s);
+    CHECK(e.find("one slot is 2.00 MiB") != std::string::npos);
+    CHECK(e.find("larger than the ring") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("slots = 4"), 9, "slots = 4\nsize = \"4MiB\"");
+    e = error_of(s);
+    CHECK(e.find("4 slots of") != std::string::npos);
+}
+
+TEST_CASE("a missing required key says what to write") {
+    std::string s = kMinimal;
+    s.erase(s.find("[data]"));
+    std::string e = error_of(s);
+    CHECK(e.find("[data] path is required") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("model = \"preset:tiny\""), 21, "");
+    e = error_of(s);
+    CHECK(e.find("[target] model is required") != std::string::npos);
+}
+
+TEST_CASE("bad topologies are refused") {
+    auto topo = [](const char* t) {
+        std::string s = kMinimal;
+        auto b = s.find("[topology]");
+        auto end = s.find("[ring]");
+        return s.replace(b, end - b, t);
+    };
+    CHECK(error_of(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\n")).find("GPU 0 appears twice") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = []\n")).find("[topology] drafters: must name at least one") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [0]\n")).find("already taken") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [\"gpu\"]\ndrafters = [1]\n")).find("GPU indices or \"cpu\"") != std::string::npos);
+    // Sharing is allowed when asked for.
+    Config c = parse_config(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\nallow_shared_gpus = true\n"), "t.toml");
+    CHECK(c.topology.targets.size() == 2);
+}
+
+TEST_CASE("model-dependent checks name the key") {
+    CHECK(error_of(with("[target]\n")).find("t.toml") != std::string::npos);  // duplicate [target]
+    std::string s = kMinimal;
+    s.replace(s.find("model = \"preset:tiny\""), 21, "model = \"preset:tiny\"\nlayer_ids = [1, 9]");
+    CHECK(error_of(s).find("[target] layer_ids: layer 9 does not exist") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("model = \"preset:tiny\""), 21, "model = \"preset:huge\"");
+    CHECK(error_of(s).find("unknown model preset 'huge'") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("num_layers = 1"), 14, "num_layers = 1\ninflight_slots = 9");
+    CHECK(error_of(s).find("inflight_slots 9 exceeds the ring's 4 slots") != std::string::npos);
+    s = kMinimal;
+    s.replace(s.find("num_layers = 1"), 14, "num_layers = 1\nmask_token_id = 600");
+    CHECK(error_of(s).find("mask_token_id 600 is not a row") != std::string::npos);
+}
+
+TEST_CASE("invalid TOML reports line and column") {
+    std::string e = error_of("[run]\nname = \"x\nseed = 1\n");
+    CHECK(e.find("t.toml:2:") != std::string::npos);
+    CHECK(e.find("not valid TOML") != std::string::npos);
+}
