@@ -1,0 +1,104 @@
+#pragma once
+// The training data: pre-tokenized JSONL, one sample per line (no torch, no Python):
+//
+//   {"input_ids": [151644, 872, 198, ...], "loss_mask": [0, 0, 0, ..., 1, 1]}
+//
+// `loss_mask` is optional (absent = all ones: every token is trained); other keys are ignored.
+// This is the shape of preprocessed SpecForge / ModelOpt data sets; bin/prepare-data writes it
+// from chat JSONL.
+//
+// A loaded data set is immutable and lives in three flat arrays, so millions of samples cost
+// no per-sample allocation:
+//
+//   tokens_  | s0 tok ... | s1 tok ...... | s2 ... |     int32, all samples back to back
+//   mask_    | s0 0/1 ... | s1 0/1 ...... | s2 ... |     uint8, same positions as tokens_
+//   offsets_ 0           o1              o2       o3   sample i = [offsets_[i], offsets_[i+1])
+//
+// Thread safety: load() is a pure function; a loaded Dataset is read-only and safe to share
+// between threads.
+#include "hsring/config.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsring::data {
+
+struct DatasetOptions {
+    OnBadLine on_bad_line = OnBadLine::Fail;
+    std::uint64_t max_seq_len = 0;  // longer samples are truncated; 0 = no limit
+    std::int64_t vocab_size = 0;    // tokens must be < vocab_size; 0 = only "fits in int32"
+};
+
+// The options a run uses: [data] on_bad_line, the derived max_seq_len, the target's vocabulary.
+inline DatasetOptions dataset_options(const Config& cfg, const Derived& d) {
+    return {cfg.data.on_bad_line, d.max_seq_len, d.target.vocab_size};
+}
+
+// What loading left out or changed, for the log and `hsring` reports.
+struct LoadReport {
+    static constexpr std::size_t kMaxReasons = 10;
+
+    std::uint64_t lines = 0;                // lines read (blank lines included, not samples)
+    std::uint64_t skipped = 0;              // bad lines skipped (on_bad_line = skip)
+    std::vector<std::string> skip_reasons;  // the first kMaxReasons: "FILE:LINE: reason"
+    std::uint64_t truncated = 0;            // samples cut to max_seq_len
+    std::uint64_t no_loss = 0;              // samples without any loss-masked token (train nothing)
+};
+
+class Dataset {
+public:
+    // Reads and validates a JSONL file. A bad line throws hsring::Error "FILE:LINE: reason" (fail)
+    // or is logged, counted and left out (skip); a data set with no sample left is an error.
+    static Dataset load(const std::filesystem::path& file, const DatasetOptions& options);
+    // The same from text in memory; `source` names it in messages (tests, tools).
+    static Dataset parse(std::string_view text, std::string_view source, const DatasetOptions& options);
+
+    Dataset(Dataset&&) noexcept = default;
+    Dataset& operator=(Dataset&&) noexcept = default;
+    Dataset(const Dataset&) = delete;  // gigabytes: copy only on purpose
+    Dataset& operator=(const Dataset&) = delete;
+
+    std::size_t size() const { return offsets_.size() - 1; }
+    std::size_t length(std::size_t i) const { return offsets_[i + 1] - offsets_[i]; }
+    std::span<const std::int32_t> tokens(std::size_t i) const {
+        return {tokens_.data() + offsets_[i], length(i)};
+    }
+    std::span<const std::uint8_t> loss_mask(std::size_t i) const {
+        return {mask_.data() + offsets_[i], length(i)};
+    }
+    std::uint64_t total_tokens() const { return tokens_.size(); }
+    std::uint64_t loss_tokens() const { return loss_tokens_; }
+    std::size_t max_length() const { return max_length_; }
+
+    // 64-bit hash of the samples (tokens, masks, boundaries) and the options; the same on every
+    // machine. A run records it so that re-attaching to a different data set is refused.
+    // The file's path and name do not enter it: a moved file is still the same data.
+    std::uint64_t fingerprint() const { return fingerprint_; }
+
+    const std::string& source() const { return source_; }
+    const LoadReport& report() const { return report_; }
+
+private:
+    Dataset() = default;
+
+    std::string source_;
+    std::vector<std::int32_t> tokens_;
+    std::vector<std::uint8_t> mask_;
+    std::vector<std::uint64_t> offsets_{0};
+    std::uint64_t loss_tokens_ = 0;
+    std::size_t max_length_ = 0;
+    std::uint64_t fingerprint_ = 0;
+    LoadReport report_;
+};
+
+// The order in which an epoch visits samples 0..n-1: a permutation that depends only on
+// (n, seed, epoch) — the same on every machine, compiler and process (own splitmix64 +
+// Fisher-Yates; std::shuffle differs between standard libraries). shuffle = false: 0, 1, ...
+std::vector<std::uint32_t> epoch_order(std::size_t n, std::uint64_t seed, std::uint32_t epoch,
+                                       bool shuffle);
+
+} // namespace hsring::data
