@@ -266,6 +266,7 @@ std::unique_ptr<Region> Region::open(std::string_view name) {
 }
 
 bool Region::remove(std::string_view name) {
+    ::unlink((shm_dir() + "/." + std::string(name) + ".cuda-register.lock").c_str());
     bool removed = false;
     for (std::string path = find(name); !path.empty(); path = find(name)) {
         if (::unlink(path.c_str()) != 0) fail("cannot remove ring {}: {}", path, errno_text(errno));
