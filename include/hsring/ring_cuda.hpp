@@ -13,8 +13,9 @@ namespace hsring {
 #ifdef HSRING_HAVE_CUDA
 class CudaRegistration {
 public:
-    // cudaHostRegister(portable) of the payload area in chunks of at most `chunk_bytes` (one call
-    // over 512 GiB fails on r580 drivers), serialised across processes with a file lock next to
+    // cudaHostRegister(portable) of the payload area in chunks of whole slots, at most
+    // `chunk_bytes` unless one slot is larger (one call over 512 GiB fails on r580 drivers),
+    // serialised across processes with a file lock next to
     // the ring (concurrent registration of the same pages is flaky). On failure every chunk
     // registered so far is unregistered, the CUDA error cleared, and hsring::Error thrown.
     explicit CudaRegistration(const Ring& ring, std::size_t chunk_bytes = kDefaultChunk);

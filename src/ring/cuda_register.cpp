@@ -32,8 +32,12 @@ CudaRegistration::CudaRegistration(const Ring& ring, std::size_t chunk_bytes) {
     bip::file_lock lock(lock_file.c_str());
     bip::scoped_lock<bip::file_lock> guard(lock);
     const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t off = 0; off < area.size(); off += chunk_bytes) {
-        const std::size_t n = std::min(chunk_bytes, area.size() - off);
+    // Chunks hold whole slots: one cudaMemcpy may not span two registrations (seen on the GPU
+    // machine: cudaErrorInvalidValue), and every copy covers (part of) one slot.
+    const std::size_t stride = area.size() / ring.geometry().slot_count;
+    const std::size_t step = std::max<std::size_t>(1, chunk_bytes / stride) * stride;
+    for (std::size_t off = 0; off < area.size(); off += step) {
+        const std::size_t n = std::min(step, area.size() - off);
         void* p = area.data() + off;
         cudaError_t err = cudaHostRegister(p, n, cudaHostRegisterPortable);
         if (err != cudaSuccess) {
