@@ -1,0 +1,264 @@
+#pragma once
+// The hidden-state ring: a named shared-memory region in host RAM holding `slot_count` slots.
+// Targets claim a FREE slot, write hidden states into it in place and commit it (READY);
+// drafters acquire the oldest READY slot, copy it out and release it (FREE).
+//
+//   FREE --claim--> WRITING(owner) --commit--> READY --acquire--> READING(owner) --release--> FREE
+//                        |  abort / writer died                      | put_back / reader died
+//                        v                                           v
+//                       FREE                                       READY (same ticket: first again)
+//
+// Every transition is one CAS on the slot's 64-bit control word, which carries the state and
+// the owner (pid + incarnation). No lock in shared memory guards the ring, so a process killed
+// at any instant wedges nothing: reclaim(owner) undoes its WRITING and READING slots.
+//
+// Thread-safety: a Ring may be shared by the threads of one process; WriteSlot/ReadSlot handles
+// belong to one thread at a time. The hot path (claim, commit, acquire, release) never throws:
+// it returns an optional or a bool.
+#include "hsring/config.hpp"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsring {
+
+namespace ring_detail {
+struct RingHeader;
+struct SlotControl;
+struct SlotMetaHeader;
+struct OwnerEntry;
+class Region;
+} // namespace ring_detail
+
+// Everything that fixes the shared layout. Two processes agree on the layout iff their
+// geometries hash equal (the hash also covers the layout version).
+struct RingGeometry {
+    std::uint32_t slot_count = 0;
+    std::uint64_t slot_bytes = 0;    // payload capacity per slot (rounded up to 2 MiB in the layout)
+    std::uint64_t slot_tokens = 0;   // token capacity per slot (metadata arrays)
+    std::uint32_t max_samples = 0;   // samples per slot (metadata arrays)
+    std::uint32_t n_layers = 0;      // payload = [n_layers][slot_tokens][hidden] of dtype_bytes
+    std::uint32_t hidden = 0;
+    std::uint32_t dtype_bytes = 0;
+
+    std::uint64_t layout_hash() const;
+    std::string str() const;
+    // The geometry a run's config asks for.
+    static RingGeometry from(const Config& cfg, const Derived& d);
+};
+
+enum class SlotState : std::uint8_t { Free = 0, Writing = 1, Ready = 2, Reading = 3 };
+const char* to_string(SlotState s);
+
+// A process that holds slots: its pid and the incarnation the supervisor gave it.
+struct Owner {
+    pid_t pid = 0;
+    std::uint32_t incarnation = 0;  // 28 bits are stored
+    bool operator==(const Owner&) const = default;
+};
+
+enum class Role : std::uint32_t { Writer = 1, Reader = 2, Observer = 3 };
+
+struct Occupancy {
+    std::uint32_t free = 0, writing = 0, ready = 0, reading = 0;
+};
+
+// Running totals kept in the shared header (monotonic, for status and tests).
+struct RingCounters {
+    std::uint64_t commits = 0, releases = 0, aborts = 0, put_backs = 0;
+    std::uint64_t reclaimed_writing = 0, reclaimed_reading = 0, redeliveries = 0;
+};
+
+// Per-slot metadata in shared memory: written by the slot's writer between claim and commit,
+// read by its reader between acquire and release.
+class SlotMeta {
+public:
+    SlotMeta(ring_detail::SlotMetaHeader* h, const RingGeometry& g);
+    std::uint64_t ticket() const;          // claim order; readers take the lowest READY ticket
+    std::uint32_t writer_rank() const;
+    std::uint32_t n_samples() const;
+    std::uint64_t n_tokens() const;
+    std::uint64_t checksum() const;
+    void set_writer_rank(std::uint32_t r);
+    void set_counts(std::uint32_t n_samples, std::uint64_t n_tokens);
+    void set_checksum(std::uint64_t c);
+    std::span<std::uint64_t> sample_ids();   // max_samples entries
+    std::span<std::uint32_t> seq_lens();     // max_samples entries
+    std::span<std::int32_t> token_ids();     // slot_tokens entries
+    std::span<std::uint8_t> loss_mask();     // slot_tokens entries
+    std::span<std::uint64_t> user();         // 8 words for the application
+
+private:
+    ring_detail::SlotMetaHeader* h_;
+    const RingGeometry* g_;
+};
+
+class Ring;
+
+// A claimed slot (WRITING by this process). Destroying it without commit() aborts it.
+class WriteSlot {
+public:
+    WriteSlot(WriteSlot&& o) noexcept;
+    WriteSlot& operator=(WriteSlot&&) = delete;
+    ~WriteSlot();
+    std::uint32_t index() const { return index_; }
+    std::uint64_t ticket() const;
+    std::span<std::byte> payload();
+    SlotMeta meta();
+    // WRITING(me) -> READY. False if the slot was reclaimed under us (we were presumed dead).
+    bool commit();
+    // WRITING(me) -> FREE.
+    bool abort();
+
+private:
+    friend class Ring;
+    WriteSlot(Ring* r, std::uint32_t i) : ring_(r), index_(i) {}
+    Ring* ring_;
+    std::uint32_t index_;
+};
+
+// An acquired slot (READING by this process). Destroying it without release() puts it back
+// (READY again, delivered first): the data is never lost.
+class ReadSlot {
+public:
+    ReadSlot(ReadSlot&& o) noexcept;
+    ReadSlot& operator=(ReadSlot&&) = delete;
+    ~ReadSlot();
+    std::uint32_t index() const { return index_; }
+    std::uint64_t ticket() const;
+    std::span<const std::byte> payload() const;
+    SlotMeta meta() const;
+    // Times a reader acquired this commit: 1 = first delivery, more = redelivered after a
+    // reader died or put it back.
+    std::uint32_t deliveries() const;
+    // READING(me) -> FREE.
+    bool release();
+    // READING(me) -> READY (same ticket).
+    bool put_back();
+
+private:
+    friend class Ring;
+    ReadSlot(Ring* r, std::uint32_t i) : ring_(r), index_(i) {}
+    Ring* ring_;
+    std::uint32_t index_;
+};
+
+struct RingOptions {
+    std::string name;         // POSIX-style name, no slashes ("hsring-demo")
+    RingGeometry geometry;
+    HugePages huge_pages = HugePages::Auto;
+    bool prefault = true;     // touch every page at creation (reservation failures surface now)
+};
+
+// Where the region lives and what backs it (for messages and status).
+struct RegionInfo {
+    std::string path;         // /dev/hugepages/NAME or /dev/shm/NAME
+    bool huge_pages = false;
+    std::uint64_t bytes = 0;
+};
+
+// What reclaim() undid.
+struct ReclaimResult {
+    std::vector<std::uint32_t> writing_freed;   // slots WRITING(owner) -> FREE
+    std::vector<std::uint64_t> tickets_freed;   // their tickets (samples to produce again)
+    std::vector<std::uint32_t> reading_returned;// slots READING(owner) -> READY
+    bool empty() const { return writing_freed.empty() && reading_returned.empty(); }
+};
+
+class Ring {
+public:
+    // Creates the named region (fails if it exists). The region appears under its name only
+    // once fully initialised: a crash during creation leaves nothing behind.
+    static Ring create(const RingOptions& opts);
+    // Attaches to an existing ring. With `expected`, a different layout is an error naming
+    // both layouts; a non-hsring object or another version is an error too.
+    static Ring attach(std::string_view name, const RingGeometry* expected = nullptr);
+    static bool exists(std::string_view name);
+    // Unlinks the name (mappings stay valid until unmapped). True if something was removed.
+    static bool remove(std::string_view name);
+
+    Ring(Ring&&) noexcept;
+    Ring& operator=(Ring&&) noexcept;
+    ~Ring();  // leaves the owner table if joined; unmaps; never unlinks
+
+    // Registers this process (pid, incarnation) in the owner table; needed before claim/acquire.
+    void join(Role role, std::uint32_t incarnation, std::string_view name);
+    void leave();
+    Owner self() const { return self_; }
+
+    // FREE -> WRITING(me). Waits up to `timeout` (futex; wakes on release/abort/reclaim) for a
+    // free slot; nullopt on timeout or when the ring is stopping.
+    std::optional<WriteSlot> claim(std::chrono::milliseconds timeout);
+    // oldest READY -> READING(me); nullopt on timeout, or when stopping and nothing is READY.
+    std::optional<ReadSlot> acquire(std::chrono::milliseconds timeout);
+
+    // Undoes `owner`'s slots. For each WRITING slot, `before_free(ticket)` runs before the slot
+    // turns FREE (so the samples it held are re-issued even if the reclaimer dies midway).
+    // Safe to call concurrently and repeatedly (idempotent).
+    ReclaimResult reclaim(Owner owner, const std::function<void(std::uint64_t ticket)>& before_free = {});
+    // Reclaims every owner whose process is gone (pid gone, or reused: start time differs).
+    ReclaimResult reclaim_dead(const std::function<void(std::uint64_t ticket)>& before_free = {});
+    // Called by waits that time out, to reclaim dead owners without the supervisor.
+    void set_reclaim_hook(std::function<void(std::uint64_t ticket)> before_free);
+
+    // Writers stop claiming; readers drain what is READY. Shared: every process sees it.
+    void set_stopping(bool stopping);
+    bool stopping() const;
+
+    Occupancy occupancy() const;
+    RingCounters counters() const;
+    SlotState state(std::uint32_t slot) const;
+    std::optional<Owner> owner_of(std::uint32_t slot) const;
+    const RingGeometry& geometry() const { return geometry_; }
+    const RegionInfo& region() const;
+    const std::string& name() const { return name_; }
+    pid_t creator_pid() const;
+
+    std::byte* payload(std::uint32_t slot) const;
+    SlotMeta meta(std::uint32_t slot) const;
+    // The payload area (all slots, 2 MiB aligned) for CUDA registration.
+    std::span<std::byte> payload_area() const;
+
+private:
+    friend class WriteSlot;
+    friend class ReadSlot;
+    Ring() = default;
+    void bind(std::unique_ptr<ring_detail::Region> region);
+    ring_detail::SlotControl& control(std::uint32_t slot) const;
+    ring_detail::SlotMetaHeader* meta_header(std::uint32_t slot) const;
+    bool transition(std::uint32_t slot, std::uint64_t from, std::uint64_t to);
+    bool finish_write(std::uint32_t slot, bool commit);
+    bool finish_read(std::uint32_t slot, bool release);
+    void maybe_reclaim_on_timeout();
+
+    std::string name_;
+    std::unique_ptr<ring_detail::Region> region_;
+    ring_detail::RingHeader* header_ = nullptr;
+    RingGeometry geometry_;
+    Owner self_;
+    int owner_index_ = -1;
+    std::uint32_t claim_hint_ = 0;
+    std::function<void(std::uint64_t)> reclaim_hook_;
+    std::chrono::steady_clock::time_point last_reclaim_check_{};
+};
+
+// Fault injection for tests: called at each transition point ("claim", "commit.before",
+// "commit.after", "acquire", "release.before", "release.after", "abort.before"). Default: none.
+using RingTestHook = void (*)(const char* point);
+void set_ring_test_hook(RingTestHook hook);
+
+// Liveness of a process as the ring sees it: exists and (if known) started at `start_ticks`.
+bool process_alive(pid_t pid, std::uint64_t start_ticks = 0);
+std::uint64_t process_start_ticks(pid_t pid);  // 0 if unknown
+
+} // namespace hsring

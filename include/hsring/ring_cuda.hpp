@@ -1,0 +1,37 @@
+#pragma once
+// Registering a ring's payload area with CUDA, so device<->slot copies are DMA straight from
+// and to shared memory (no staging copy; DESIGN.md invariant 2). Writers and readers both
+// register. Only in builds with the CUDA runtime (HSRING_HAVE_CUDA).
+#include "hsring/ring.hpp"
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace hsring {
+
+#ifdef HSRING_HAVE_CUDA
+class CudaRegistration {
+public:
+    // cudaHostRegister(portable) of the payload area in chunks of whole slots, at most
+    // `chunk_bytes` unless one slot is larger (one call over 512 GiB fails on r580 drivers),
+    // serialised across processes with a file lock next to
+    // the ring (concurrent registration of the same pages is flaky). On failure every chunk
+    // registered so far is unregistered, the CUDA error cleared, and hsring::Error thrown.
+    explicit CudaRegistration(const Ring& ring, std::size_t chunk_bytes = kDefaultChunk);
+    ~CudaRegistration();
+    CudaRegistration(const CudaRegistration&) = delete;
+    CudaRegistration& operator=(const CudaRegistration&) = delete;
+
+    double seconds() const { return seconds_; }  // how long registration took
+    std::size_t chunks() const { return chunks_.size(); }
+
+    static constexpr std::size_t kDefaultChunk = std::size_t(64) << 30;
+
+private:
+    std::vector<std::pair<void*, std::size_t>> chunks_;
+    double seconds_ = 0;
+};
+#endif
+
+} // namespace hsring
