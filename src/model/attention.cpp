@@ -1,0 +1,140 @@
+#include "model/attention.hpp"
+
+#include "hsring/error.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace hsring::model {
+
+PackedSequences PackedSequences::make(const std::vector<std::int64_t>& cu, std::int64_t total, at::Device device,
+                                      const std::string& what) {
+    if (cu.size() < 2 || cu.front() != 0 || cu.back() != total)
+        fail("{}: cu_seqlens must start at 0 and end at the token count {} (got {} offsets, last {})", what, total,
+             cu.size(), cu.empty() ? -1 : cu.back());
+    PackedSequences p;
+    p.cu = cu;
+    for (std::size_t i = 1; i < cu.size(); ++i) {
+        if (cu[i] < cu[i - 1]) fail("{}: cu_seqlens must not decrease (offset {} < {})", what, cu[i], cu[i - 1]);
+        p.max_len = std::max(p.max_len, cu[i] - cu[i - 1]);
+    }
+    if (device.is_cuda()) {
+        std::vector<std::int32_t> c32(cu.begin(), cu.end());
+        p.cu_device = at::tensor(c32, at::TensorOptions().dtype(at::kInt)).to(device);
+    }
+    return p;
+}
+
+at::Tensor PackedSequences::positions(at::Device device) const {
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(total()));
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s)
+        for (std::int64_t t = cu[s]; t < cu[s + 1]; ++t) pos[static_cast<std::size_t>(t)] = t - cu[s];
+    return at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+namespace {
+
+bool flash_varlen_ok(const at::Tensor& q) {
+    const auto d = q.size(-1);
+    return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && d % 8 == 0 &&
+           d <= 256;
+}
+
+} // namespace
+
+at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const PackedSequences& seqs, double scale) {
+    if (flash_varlen_ok(q)) {
+        auto out = at::_flash_attention_forward(q, k, v, seqs.cu_device, seqs.cu_device, seqs.max_len, seqs.max_len,
+                                                /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
+                                                scale);
+        return std::get<0>(out);
+    }
+    // One causal SDPA per sequence (CPU, fp32 on GPU).
+    std::vector<at::Tensor> outs;
+    outs.reserve(seqs.cu.size());
+    for (std::int64_t s = 0; s < seqs.count(); ++s) {
+        const std::int64_t a = seqs.cu[s], len = seqs.cu[s + 1] - seqs.cu[s];
+        if (len == 0) continue;
+        auto part = [&](const at::Tensor& x) { return x.narrow(0, a, len).transpose(0, 1).unsqueeze(0); };
+        at::Tensor o = at::scaled_dot_product_attention(part(q), part(k), part(v), {}, 0.0, /*is_causal=*/true, scale,
+                                                        /*enable_gqa=*/true);
+        outs.push_back(o.squeeze(0).transpose(0, 1));
+    }
+    if (outs.empty()) return at::empty_like(q);
+    return at::cat(outs, 0);
+}
+
+BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
+                                    const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
+                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
+                                    at::ScalarType dtype) {
+    HSRING_ASSERT(anchors.size() == seq_begin_of_block.size());
+    HSRING_ASSERT(group_blocks > 0 && block_size > 0 && kv_repeat > 0);
+    BlockAttention plan;
+    plan.block_size = block_size;
+    plan.kv_repeat = kv_repeat;
+    const auto n = static_cast<std::int64_t>(anchors.size());
+    auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    for (std::int64_t b0 = 0; b0 < n;) {
+        std::int64_t b1 = b0 + 1;
+        while (b1 < n && b1 - b0 < group_blocks && seq_begin_of_block[b1] == seq_begin_of_block[b0]) ++b1;
+        BlockGroup g;
+        g.ctx_begin = seq_begin_of_block[b0];
+        std::vector<std::int64_t> local(anchors.begin() + b0, anchors.begin() + b1);
+        for (auto& a : local) {
+            a -= g.ctx_begin;
+            HSRING_ASSERT(a >= 0);
+        }
+        HSRING_ASSERT(std::is_sorted(local.begin(), local.end()), "blocks must be sorted by anchor");
+        g.ctx_len = local.back();
+        g.row_begin = b0 * block_size;
+        g.rows = (b1 - b0) * block_size;
+        g.key_len = (g.ctx_len + g.rows + 15) / 16 * 16;
+
+        // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
+        at::Tensor thr = at::tensor(local, cpu_long).to(device).repeat_interleave(block_size);  // [rows]
+        at::Tensor blk = at::arange(g.rows, cpu_long.device(device)).div(block_size, "floor");
+        at::Tensor cols = at::arange(g.key_len, cpu_long.device(device)).unsqueeze(0);
+        at::Tensor in_ctx = cols < thr.unsqueeze(1);
+        at::Tensor in_own = (cols >= g.ctx_len) & (cols < g.ctx_len + g.rows) &
+                            ((cols - g.ctx_len).div(block_size, "floor") == blk.unsqueeze(1));
+        at::Tensor bias = at::zeros({g.rows, g.key_len}, at::TensorOptions().device(device).dtype(dtype));
+        bias.masked_fill_(at::logical_not(in_ctx | in_own), -std::numeric_limits<double>::infinity());
+        // Query rows are laid out [kv head][repeat][row] (see block_attention): repeat the mask.
+        g.bias = bias.repeat({kv_repeat, 1}).view({1, 1, kv_repeat * g.rows, g.key_len});
+        plan.groups.push_back(std::move(g));
+        b0 = b1;
+    }
+    return plan;
+}
+
+at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const at::Tensor& v_ctx,
+                           const at::Tensor& k_blk, const at::Tensor& v_blk, const BlockAttention& plan,
+                           double scale) {
+    const std::int64_t hq = q.size(1), hkv = k_blk.size(1), d = q.size(2), r = plan.kv_repeat;
+    HSRING_ASSERT(hq == hkv * r, "query heads {} != kv heads {} x {}", hq, hkv, r);
+    std::vector<at::Tensor> outs;
+    outs.reserve(plan.groups.size());
+    for (const auto& g : plan.groups) {
+        auto keys = [&](const at::Tensor& ctx, const at::Tensor& blk) {
+            std::vector<at::Tensor> parts{ctx.narrow(0, g.ctx_begin, g.ctx_len), blk.narrow(0, g.row_begin, g.rows)};
+            const std::int64_t pad = g.key_len - g.ctx_len - g.rows;
+            if (pad > 0) parts.push_back(at::zeros({pad, hkv, d}, blk.options()));
+            return at::cat(parts, 0).permute({1, 0, 2}).unsqueeze(0);  // [1, Hkv, key_len, D]
+        };
+        // GQA without repeating K/V: the r query heads of one kv head become r x rows query rows.
+        at::Tensor qg = q.narrow(0, g.row_begin, g.rows)
+                            .view({g.rows, hkv, r, d})
+                            .permute({1, 2, 0, 3})
+                            .reshape({1, hkv, r * g.rows, d});
+        at::Tensor o = at::scaled_dot_product_attention(qg, keys(k_ctx, k_blk), keys(v_ctx, v_blk), g.bias, 0.0,
+                                                        /*is_causal=*/false, scale);
+        outs.push_back(o.view({hkv, r, g.rows, d}).permute({2, 0, 1, 3}).reshape({g.rows, hq, d}));
+    }
+    return at::cat(outs, 0);
+}
+
+} // namespace hsring::model

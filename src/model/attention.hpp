@@ -1,0 +1,67 @@
+#pragma once
+// The two attention patterns hsring needs, each routed to the fastest kernel LibTorch offers:
+//  - the target's block-diagonal causal attention over a packed batch (positions restart per
+//    sequence): the varlen flash kernel on CUDA (bf16/fp16), one causal SDPA per sequence else;
+//  - the DFlash drafter's block attention: block i sees its sequence's context strictly before
+//    its anchor plus its own block (non-causal). Blocks are processed in groups of consecutive
+//    blocks of one sequence, so a group's keys are [context prefix | the group's blocks] and
+//    the masked-out part of the context is never computed (see BlockAttention).
+// GQA everywhere: q [rows, Hq, D], k/v [rows, Hkv, D], Hq a multiple of Hkv (HF repeat_kv
+// order: query head h uses kv head h / (Hq/Hkv)).
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hsring::model {
+
+// A packed batch: S sequences back to back, cu = [0, len0, len0+len1, ..., T].
+struct PackedSequences {
+    std::vector<std::int64_t> cu;
+    std::int64_t max_len = 0;
+    at::Tensor cu_device;  // int32 copy on the compute device (CUDA only; the varlen kernel)
+
+    // Validates cu against `total` tokens; `what` names the caller in errors.
+    static PackedSequences make(const std::vector<std::int64_t>& cu, std::int64_t total, at::Device device,
+                                const std::string& what);
+    std::int64_t count() const { return static_cast<std::int64_t>(cu.size()) - 1; }
+    std::int64_t total() const { return cu.back(); }
+    // Position of every token within its sequence, [T] int64 on `device`.
+    at::Tensor positions(at::Device device) const;
+};
+
+// Block-diagonal causal attention; returns [T, Hq, D] in q's dtype.
+at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const PackedSequences& seqs, double scale);
+
+// One group of consecutive blocks of one sequence: rows [row_begin, row_begin + rows) of the
+// block queries, context rows [ctx_begin, ctx_begin + ctx_len) (ctx_len = the group's largest
+// anchor relative to its sequence start), keys [context prefix | own blocks | padding].
+struct BlockGroup {
+    std::int64_t ctx_begin = 0, ctx_len = 0;
+    std::int64_t row_begin = 0, rows = 0;
+    std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of 16 (kernel alignment)
+    at::Tensor bias;           // [1, 1, kv_repeat * rows, key_len], 0 = visible, -inf = masked
+};
+
+struct BlockAttention {
+    std::int64_t block_size = 0;
+    std::int64_t kv_repeat = 1;  // Hq / Hkv
+    std::vector<BlockGroup> groups;
+};
+
+// Groups for blocks given by their anchors (global token index) and their sequence's first
+// token; blocks must be sorted by anchor within each sequence, sequences in order. Masks are
+// built once per batch on `device` in `dtype` and shared by every layer.
+BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
+                                    const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
+                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
+                                    at::ScalarType dtype);
+
+// q, k_blk, v_blk: [blocks * block_size, H, D]; k_ctx, v_ctx: [T, Hkv, D]. Returns [rows, Hq, D].
+at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const at::Tensor& v_ctx,
+                           const at::Tensor& k_blk, const at::Tensor& v_blk, const BlockAttention& plan,
+                           double scale);
+
+} // namespace hsring::model

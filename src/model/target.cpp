@@ -1,0 +1,279 @@
+#include "model/target.hpp"
+
+#include "hsring/error.hpp"
+#include "model/tensor_init.hpp"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <optional>
+
+namespace hsring::model {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // transformers' initializer_range default
+
+using Shape = std::vector<std::int64_t>;
+// Gives the tensor `name` of `shape` (from a checkpoint, a map, or drawn at random).
+using Getter = std::function<at::Tensor(const std::string& name, const Shape& shape)>;
+
+std::string layer_prefix(std::int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+
+bool is_norm(const std::string& name) { return name.size() >= 11 && name.ends_with("norm.weight"); }
+
+// Every tensor of the model under its HF name, in load order.
+std::vector<std::pair<std::string, Shape>> tensor_specs(const ModelShape& s) {
+    const std::int64_t h = s.hidden_size, d = s.head_dim, q = s.num_heads * d, kv = s.num_kv_heads * d,
+                       inter = s.intermediate_size;
+    std::vector<std::pair<std::string, Shape>> out{{"model.embed_tokens.weight", {s.vocab_size, h}}};
+    for (std::int64_t i = 0; i < s.num_layers; ++i) {
+        const std::string p = layer_prefix(i);
+        out.push_back({p + "input_layernorm.weight", {h}});
+        out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+        out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+        out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+        if (s.qk_norm()) {
+            out.push_back({p + "self_attn.q_norm.weight", {d}});
+            out.push_back({p + "self_attn.k_norm.weight", {d}});
+        }
+        out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+        out.push_back({p + "post_attention_layernorm.weight", {h}});
+        out.push_back({p + "mlp.gate_proj.weight", {inter, h}});
+        out.push_back({p + "mlp.up_proj.weight", {inter, h}});
+        out.push_back({p + "mlp.down_proj.weight", {h, inter}});
+    }
+    out.push_back({"model.norm.weight", {h}});
+    if (!s.tie_word_embeddings) out.push_back({"lm_head.weight", {s.vocab_size, h}});
+    return out;
+}
+
+Getter random_getter(std::uint64_t seed, at::Device device, at::ScalarType dtype) {
+    return [=](const std::string& name, const Shape& shape) {
+        if (is_norm(name)) return at::ones(shape, at::TensorOptions().device(device).dtype(dtype));
+        return seeded_normal(seed, name, shape, kInitStd, device, dtype);
+    };
+}
+
+Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device, at::ScalarType dtype) {
+    return [=](const std::string& name, const Shape& shape) {
+        return archive->get(name, shape).to(device, dtype);
+    };
+}
+
+void check_shape(const ModelShape& s) {
+    if (s.arch != "qwen3" && s.arch != "llama")
+        fail("model {}: architecture \"{}\" is not supported (qwen3, llama)", s.source, s.arch);
+    if (s.hidden_size <= 0 || s.num_layers <= 0 || s.head_dim <= 0 || s.vocab_size <= 0 ||
+        s.intermediate_size <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
+        fail("model {}: inconsistent shape (hidden {}, layers {}, heads {}/{}, head_dim {}, vocab {})", s.source,
+             s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.vocab_size);
+}
+
+std::shared_ptr<TensorArchive> open_checkpoint(const ModelShape& shape) {
+    auto archive = std::make_shared<TensorArchive>(TensorArchive::open(shape.source));
+    for (const char* bias : {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.mlp.gate_proj.bias"})
+        if (archive->contains(bias))
+            fail("{}: has {}: attention/MLP biases are not supported (Qwen3 and Llama-3 have none)",
+                 shape.source, bias);
+    return archive;
+}
+
+} // namespace
+
+TensorMap random_target_weights(const ModelShape& shape, std::uint64_t seed, at::Device device,
+                                at::ScalarType dtype) {
+    check_shape(shape);
+    auto get = random_getter(seed, device, dtype);
+    TensorMap out;
+    for (const auto& [name, s] : tensor_specs(shape)) out[name] = get(name, s);
+    return out;
+}
+
+void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap& weights) {
+    check_shape(s);
+    fs::create_directories(dir);
+    nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", s.rope_theta}};
+    if (!s.rope_scaling.type.empty()) {
+        rope["rope_type"] = s.rope_scaling.type;
+        rope["factor"] = s.rope_scaling.factor;
+        if (s.rope_scaling.type == "llama3") {
+            rope["low_freq_factor"] = s.rope_scaling.low_freq_factor;
+            rope["high_freq_factor"] = s.rope_scaling.high_freq_factor;
+            rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
+        }
+    }
+    const bool qwen = s.arch == "qwen3";
+    std::string dtype = "float32";
+    if (auto it = weights.find("model.embed_tokens.weight"); it != weights.end()) {
+        if (it->second.scalar_type() == at::kBFloat16) dtype = "bfloat16";
+        if (it->second.scalar_type() == at::kHalf) dtype = "float16";
+    }
+    nlohmann::json j = {
+        {"architectures", {qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+        {"model_type", s.arch},
+        {"hidden_size", s.hidden_size},
+        {"num_hidden_layers", s.num_layers},
+        {"num_attention_heads", s.num_heads},
+        {"num_key_value_heads", s.num_kv_heads},
+        {"head_dim", s.head_dim},
+        {"intermediate_size", s.intermediate_size},
+        {"vocab_size", s.vocab_size},
+        {"max_position_embeddings", s.max_position_embeddings},
+        {"rms_norm_eps", s.rms_norm_eps},
+        {"rope_theta", s.rope_theta},
+        {"rope_parameters", rope},
+        {"hidden_act", "silu"},
+        {"attention_bias", false},
+        {"attention_dropout", 0.0},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", s.tie_word_embeddings},
+        {"dtype", dtype},
+    };
+    std::ofstream out(dir / "config.json");
+    out << j.dump(2) << "\n";
+    if (!out) fail("{}: cannot write config.json", dir.string());
+    save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
+}
+
+TargetHead load_target_head(const ModelShape& shape, at::Device device, at::ScalarType dtype, std::uint64_t seed) {
+    check_shape(shape);
+    const Shape vh{shape.vocab_size, shape.hidden_size};
+    TargetHead head;
+    if (is_preset_spec(shape.source)) {
+        auto get = random_getter(seed, device, dtype);
+        head.embed = get("model.embed_tokens.weight", vh);
+        head.lm_head = shape.tie_word_embeddings ? head.embed : get("lm_head.weight", vh);
+        return head;
+    }
+    auto archive = open_checkpoint(shape);
+    head.embed = archive->get("model.embed_tokens.weight", vh).to(device, dtype);
+    head.lm_head = shape.tie_word_embeddings ? head.embed : archive->get("lm_head.weight", vh).to(device, dtype);
+    return head;
+}
+
+TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get, at::Device device,
+                               at::ScalarType dtype) {
+    check_shape(shape);
+    TargetModel m;
+    m.shape_ = shape;
+    m.device_ = device;
+    m.dtype_ = dtype;
+    at::NoGradGuard no_grad;
+    const auto specs = tensor_specs(shape);
+    auto take = [&](const std::string& name) {
+        for (const auto& [n, s] : specs)
+            if (n == name) return get(name, s);
+        HSRING_ASSERT(false, "no tensor spec for {}", name);
+        return at::Tensor();
+    };
+    m.embed_ = take("model.embed_tokens.weight");
+    for (std::int64_t i = 0; i < shape.num_layers; ++i) {
+        const std::string p = layer_prefix(i);
+        Layer l;
+        l.input_norm = take(p + "input_layernorm.weight");
+        // Fused projections: one GEMM for q|k|v and one for gate|up.
+        l.qkv = at::cat({take(p + "self_attn.q_proj.weight"), take(p + "self_attn.k_proj.weight"),
+                         take(p + "self_attn.v_proj.weight")}, 0);
+        if (shape.qk_norm()) {
+            l.q_norm = take(p + "self_attn.q_norm.weight");
+            l.k_norm = take(p + "self_attn.k_norm.weight");
+        }
+        l.o = take(p + "self_attn.o_proj.weight");
+        l.post_norm = take(p + "post_attention_layernorm.weight");
+        l.gate_up = at::cat({take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")}, 0);
+        l.down = take(p + "mlp.down_proj.weight");
+        m.layers_.push_back(std::move(l));
+    }
+    m.final_norm_ = take("model.norm.weight");
+    m.lm_head_ = shape.tie_word_embeddings ? m.embed_ : take("lm_head.weight");
+    m.inv_freq_ = rope_inv_freq(shape.head_dim, shape.rope_theta, shape.rope_scaling);
+    return m;
+}
+
+TargetModel TargetModel::from_weights(const ModelShape& shape, const TensorMap& weights, at::Device device,
+                                      at::ScalarType dtype, const std::string& where) {
+    return build(shape,
+                 [&](const std::string& name, const Shape& s) {
+                     auto it = weights.find(name);
+                     if (it == weights.end()) fail("{}: no tensor {}", where, name);
+                     if (it->second.sizes() != at::IntArrayRef(s))
+                         fail("{}: tensor {} has shape {}, expected {}", where, name,
+                              shape_str(it->second.sizes()), shape_str(s));
+                     return it->second.to(device, dtype);
+                 },
+                 device, dtype);
+}
+
+TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::ScalarType dtype, std::uint64_t seed) {
+    check_shape(shape);
+    // Presets are drawn tensor by tensor on the device; checkpoints are read tensor by tensor
+    // from the mapping: never a second full copy of the model.
+    if (is_preset_spec(shape.source)) return build(shape, random_getter(seed, device, dtype), device, dtype);
+    return build(shape, archive_getter(open_checkpoint(shape), device, dtype), device, dtype);
+}
+
+at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope,
+                                      const PackedSequences& seqs) const {
+    const std::int64_t t = h.size(0), hq = shape_.num_heads, hkv = shape_.num_kv_heads, d = shape_.head_dim;
+    const double eps = shape_.rms_norm_eps;
+    at::Tensor qkv = dense(rms_norm(h, l.input_norm, eps), l.qkv);
+    auto parts = qkv.split({hq * d, hkv * d, hkv * d}, 1);
+    at::Tensor q = parts[0].view({t, hq, d}), k = parts[1].view({t, hkv, d});
+    at::Tensor v = parts[2].reshape({t, hkv, d});
+    if (shape_.qk_norm()) {
+        q = rms_norm(q, l.q_norm, eps);
+        k = rms_norm(k, l.k_norm, eps);
+    }
+    q = apply_rope(q, rope);
+    k = apply_rope(k, rope);
+    at::Tensor attn = causal_packed_attention(q, k, v, seqs, 1.0 / std::sqrt(static_cast<double>(d)));
+    // Out of place on purpose: the tensor handed to a layer callback is never written again.
+    at::Tensor mid = h + dense(attn.reshape({t, hq * d}), l.o);
+    return mid + dense(swiglu(dense(rms_norm(mid, l.post_norm, eps), l.gate_up)), l.down);
+}
+
+at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<std::int64_t>& cu_seqlens,
+                                const std::vector<int>& layer_ids, const LayerCallback& on_layer, bool want_logits) {
+    const std::string what = "target forward (" + shape_.source + ")";
+    if (tokens_in.dim() != 1 || tokens_in.scalar_type() != at::kLong)
+        fail("{}: tokens must be a 1-D int64 tensor, got {} {}", what, c10::toString(tokens_in.scalar_type()),
+             shape_str(tokens_in.sizes()));
+    const std::int64_t t = tokens_in.size(0);
+    auto seqs = PackedSequences::make(cu_seqlens, t, device_, what);
+    int last = -1;
+    for (int k : layer_ids) {
+        if (k < 0 || k >= shape_.num_layers)
+            fail("{}: layer id {} is out of range: the model has layers 0..{}", what, k, shape_.num_layers - 1);
+        last = std::max(last, k);
+    }
+    if (t == 0) fail("{}: empty batch", what);
+    at::NoGradGuard no_grad;
+    at::Tensor tokens = tokens_in.to(device_);
+    // One sync, but an out-of-range id would otherwise be a device-side assert.
+    auto [lo, hi] = at::aminmax(tokens);
+    if (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= shape_.vocab_size)
+        fail("{}: token ids must lie in [0, {}), got [{}, {}]", what, shape_.vocab_size, lo.item<std::int64_t>(),
+             hi.item<std::int64_t>());
+
+    const RopeTables rope = rope_tables(inv_freq_, seqs.positions(device_), dtype_);
+    const int stop = want_logits ? static_cast<int>(shape_.num_layers) - 1 : last;
+    at::Tensor h = embed_.index_select(0, tokens);
+    for (int i = 0; i <= stop; ++i) {
+        h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope, seqs);
+        at::Tensor reported;
+        for (std::size_t idx = 0; idx < layer_ids.size(); ++idx) {
+            if (layer_ids[idx] != i) continue;
+            if (!reported.defined())  // HF ties the last hidden state to the final norm's output
+                reported = i == shape_.num_layers - 1 ? rms_norm(h, final_norm_, shape_.rms_norm_eps) : h;
+            if (on_layer) on_layer(idx, reported);
+        }
+    }
+    if (!want_logits) return {};
+    return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
+}
+
+} // namespace hsring::model

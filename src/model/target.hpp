@@ -1,0 +1,92 @@
+#pragma once
+// The frozen target: a Qwen3 or Llama-3 decoder-only model, loaded from a HF model directory
+// (config.json + safetensors, tied embeddings allowed) or random-initialised from a preset.
+// Forward runs a packed batch (no KV cache, no autograd) and hands out the hidden states of the
+// requested layers as soon as each is computed.
+//
+// Layer ids follow HF: layer id k = the output of decoder layer k = transformers'
+// output_hidden_states[k + 1]. For the LAST layer (k = N-1) transformers 5 returns the final
+// RMSNorm of that output (its capture hook ties hidden_states[-1] to last_hidden_state), and so
+// does this model; every other id is the un-normed residual stream.
+//
+// Random init (presets): every linear weight and the embedding ~ N(0, 0.02^2), norms = 1,
+// each tensor drawn with seeded_generator(seed, HF tensor name, device): the same values for
+// the same (seed, name, device type) in any process (see load_target_head).
+#include "hsring/model_shape.hpp"
+#include "model/attention.hpp"
+#include "model/ops.hpp"
+#include "model/safetensors.hpp"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace hsring::model {
+
+// The pieces of the target a drafter needs, frozen: [vocab, hidden] each, compute dtype.
+struct TargetHead {
+    at::Tensor embed;
+    at::Tensor lm_head;  // the same tensor as embed for tied embeddings
+};
+
+// The target's embedding and LM head alone (only those tensors are read from a HF directory),
+// with values identical to what TargetModel::load uses for the same arguments.
+TargetHead load_target_head(const ModelShape& shape, at::Device device, at::ScalarType compute_dtype,
+                            std::uint64_t seed);
+
+// A random preset's tensors under their HF names (e.g. to save them as a HF model directory).
+TensorMap random_target_weights(const ModelShape& shape, std::uint64_t seed, at::Device device,
+                                at::ScalarType dtype);
+
+// Writes `weights` and a HF config.json for `shape` into `dir` (model.safetensors): a model
+// directory transformers and TargetModel::load both read.
+void save_hf_model_dir(const std::filesystem::path& dir, const ModelShape& shape, const TensorMap& weights);
+
+class TargetModel {
+public:
+    using LayerCallback = std::function<void(std::size_t idx, const at::Tensor& hidden)>;
+
+    // HF directory from shape.source, or a random preset ("preset:NAME"); weights are converted
+    // to `compute_dtype` on `device` (bf16 on GPU, fp32 on CPU is the intended use).
+    static TargetModel load(const ModelShape& shape, at::Device device, at::ScalarType compute_dtype,
+                            std::uint64_t seed);
+    // From tensors under HF names (any device/dtype); errors name `where`.
+    static TargetModel from_weights(const ModelShape& shape, const TensorMap& weights, at::Device device,
+                                    at::ScalarType compute_dtype, const std::string& where);
+
+    // tokens [T] int64 (any device), cu_seqlens: S+1 host offsets of the packed sequences.
+    // For each k in layer_ids, on_layer(i, hidden [T, H]) is called right after decoder layer
+    // k = layer_ids[i] ran (in layer order, a layer listed twice is reported twice); `hidden`
+    // lives on the device in the compute dtype and is never modified afterwards, so a caller may
+    // start an asynchronous copy of it (keeping a reference, or record_stream, until it ends).
+    // Layers after the last requested one are skipped unless want_logits. Returns the logits
+    // [T, vocab] (compute dtype) when want_logits, else an undefined tensor.
+    at::Tensor forward(const at::Tensor& tokens, const std::vector<std::int64_t>& cu_seqlens,
+                       const std::vector<int>& layer_ids, const LayerCallback& on_layer, bool want_logits = false);
+
+    const ModelShape& shape() const { return shape_; }
+    at::Device device() const { return device_; }
+    at::ScalarType dtype() const { return dtype_; }
+    TargetHead head() const { return {embed_, lm_head_}; }
+
+private:
+    using TensorGetter =
+        std::function<at::Tensor(const std::string& name, const std::vector<std::int64_t>& shape)>;
+    static TargetModel build(const ModelShape& shape, const TensorGetter& get, at::Device device,
+                             at::ScalarType compute_dtype);
+    struct Layer {
+        at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm, gate_up, down;
+    };
+    at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope,
+                             const PackedSequences& seqs) const;
+
+    ModelShape shape_;
+    at::Device device_{at::kCPU};
+    at::ScalarType dtype_ = at::kFloat;
+    at::Tensor embed_, lm_head_, final_norm_, inv_freq_;
+    std::vector<Layer> layers_;
+};
+
+} // namespace hsring::model

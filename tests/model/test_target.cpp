@@ -1,0 +1,221 @@
+// The target model: equal to an independent naive implementation, packing-invariant, HF layer
+// numbering, deterministic random presets, HF directories (tied or not), clear input errors.
+#include "hsring/error.hpp"
+#include "model/target.hpp"
+#include "model/tensor_init.hpp"
+#include "model_test_util.hpp"
+#include "naive_reference.hpp"
+
+using namespace hsring;
+using namespace hsring::model;
+using hsring::test::error_of;
+using hsring::test::TempDir;
+
+namespace {
+
+// Random weights with sharper attention than N(0, 0.02) gives (so masking mistakes show) and
+// norm weights away from 1 (so a forgotten norm shows).
+TensorMap test_weights(const ModelShape& s, std::uint64_t seed) {
+    TensorMap w = random_target_weights(s, seed, at::kCPU, at::kFloat);
+    at::Generator g = cpu_generator(seed + 1);
+    for (auto& [name, t] : w) {
+        if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.0, g);
+        if (name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos)
+            t = at::empty(t.sizes()).uniform_(1.5, 3.0, g);
+        if (s.arch == "llama" && (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos))
+            t = t * 8;
+    }
+    return w;
+}
+
+ModelShape llama_tiny() {
+    ModelShape s = preset_shape("tiny");
+    s.arch = "llama";
+    s.source = "test:llama-tiny";
+    s.rope_theta = 10000.0;
+    // Small original context so positions of a short test cross all three frequency bands.
+    s.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+    return s;
+}
+
+struct Batch {
+    std::vector<std::vector<std::int64_t>> seqs;
+    at::Tensor tokens;
+    std::vector<std::int64_t> cu{0};
+};
+
+Batch make_batch(std::vector<std::int64_t> lengths, std::int64_t vocab, std::uint64_t seed) {
+    at::Generator g = cpu_generator(seed);
+    Batch b;
+    std::vector<at::Tensor> parts;
+    for (auto len : lengths) {
+        at::Tensor t = at::randint(vocab, {len}, g, at::kLong);
+        b.seqs.emplace_back(t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + len);
+        parts.push_back(t);
+        b.cu.push_back(b.cu.back() + len);
+    }
+    b.tokens = at::cat(parts);
+    return b;
+}
+
+std::vector<int> all_layers(const ModelShape& s) {
+    std::vector<int> ids;
+    for (int i = 0; i < s.num_layers; ++i) ids.push_back(i);
+    return ids;
+}
+
+std::vector<at::Tensor> capture(TargetModel& m, const Batch& b, const std::vector<int>& ids, at::Tensor* logits) {
+    std::vector<at::Tensor> out(ids.size());
+    at::Tensor l = m.forward(b.tokens, b.cu, ids, [&](std::size_t i, const at::Tensor& h) { out[i] = h; },
+                             logits != nullptr);
+    if (logits) *logits = l;
+    return out;
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+    at::Tensor r = ref.to(at::kDouble);
+    return (a.to(at::kDouble) - r).abs().max().item<double>() / r.abs().max().item<double>();
+}
+
+void check_against_naive(const ModelShape& s) {
+    auto w = test_weights(s, 7);
+    auto model = TargetModel::from_weights(s, w, at::kCPU, at::kFloat, "test weights");
+    Batch b = make_batch({9, 17, 1, 30}, s.vocab_size, 3);
+    at::Tensor logits;
+    auto hs = capture(model, b, all_layers(s), &logits);
+    auto ref = test::naive_forward(s, w, b.seqs);
+    for (std::size_t k = 0; k < hs.size(); ++k) {
+        INFO("layer " << k);
+        CHECK(hsring::test::dt(hs[k].scalar_type()) == "Float");
+        CHECK(rel_err(hs[k], ref.layers[k]) < 1e-4);
+    }
+    CHECK(rel_err(logits, ref.logits) < 1e-4);
+}
+
+} // namespace
+
+TEST_SUITE("target") {
+
+TEST_CASE("Qwen3 tiny equals the naive per-head fp64 reference, every layer and the logits") {
+    check_against_naive(preset_shape("tiny"));
+}
+
+TEST_CASE("Llama with Llama-3 rope scaling and GQA equals the naive reference") {
+    auto s = llama_tiny();
+    check_against_naive(s);
+}
+
+TEST_CASE("a packed batch gives each sequence what it gets alone") {
+    auto s = preset_shape("tiny");
+    auto model = TargetModel::from_weights(s, test_weights(s, 11), at::kCPU, at::kFloat, "test");
+    Batch b = make_batch({5, 23, 12}, s.vocab_size, 5);
+    const std::vector<int> ids{1, 4, 6};
+    at::Tensor packed_logits;
+    auto packed = capture(model, b, ids, &packed_logits);
+    for (std::size_t q = 0; q < b.seqs.size(); ++q) {
+        Batch one;
+        one.tokens = b.tokens.narrow(0, b.cu[q], b.cu[q + 1] - b.cu[q]);
+        one.cu = {0, one.tokens.size(0)};
+        at::Tensor alone_logits;
+        auto alone = capture(model, one, ids, &alone_logits);
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            CHECK(at::allclose(packed[i].narrow(0, b.cu[q], one.cu[1]), alone[i], 1e-5, 1e-6));
+        CHECK(at::allclose(packed_logits.narrow(0, b.cu[q], one.cu[1]), alone_logits, 1e-5, 1e-5));
+    }
+}
+
+TEST_CASE("layer ids follow HF hidden_states[k+1]: callbacks in layer order, the last layer final-normed") {
+    auto s = preset_shape("tiny");
+    auto w = test_weights(s, 13);
+    auto model = TargetModel::from_weights(s, w, at::kCPU, at::kFloat, "test");
+    Batch b = make_batch({6, 4}, s.vocab_size, 8);
+    auto ref = test::naive_forward(s, w, b.seqs);
+    const std::vector<int> ids{7, 0, 3, 3};
+    std::vector<std::pair<std::size_t, at::Tensor>> calls;
+    at::Tensor logits = model.forward(b.tokens, b.cu, ids, [&](std::size_t i, const at::Tensor& h) {
+        calls.emplace_back(i, h);
+    });
+    CHECK_FALSE(logits.defined());
+    REQUIRE(calls.size() == 4);
+    CHECK(calls[0].first == 1);  // layer 0 first
+    CHECK(calls[1].first == 2);
+    CHECK(calls[2].first == 3);
+    CHECK(calls[3].first == 0);  // layer 7 = N-1 last
+    for (auto& [i, h] : calls) CHECK(rel_err(h, ref.layers[static_cast<std::size_t>(ids[i])]) < 1e-4);
+    // Layer N-1 is reported after the final RMSNorm (transformers 5 ties hidden_states[-1] to
+    // last_hidden_state): its rows have the norm weight's scale, not the residual stream's.
+    const auto& last = calls[3].second;
+    at::Tensor normed = last / w.at("model.norm.weight");
+    CHECK(at::allclose(normed.pow(2).mean({1}), at::ones({b.tokens.size(0)}), 1e-3, 1e-3));
+}
+
+TEST_CASE("random presets are deterministic per (seed, name) and the head matches the model") {
+    auto s = preset_shape("tiny");
+    auto a = TargetModel::load(s, at::kCPU, at::kFloat, 42);
+    auto b = TargetModel::load(s, at::kCPU, at::kFloat, 42);
+    auto c = TargetModel::load(s, at::kCPU, at::kFloat, 43);
+    Batch batch = make_batch({8}, s.vocab_size, 1);
+    at::Tensor la = a.forward(batch.tokens, batch.cu, {}, {}, true);
+    CHECK(at::equal(la, b.forward(batch.tokens, batch.cu, {}, {}, true)));
+    CHECK_FALSE(at::equal(la, c.forward(batch.tokens, batch.cu, {}, {}, true)));
+    TargetHead head = load_target_head(s, at::kCPU, at::kFloat, 42);
+    CHECK(at::equal(head.embed, a.head().embed));
+    CHECK(at::equal(head.lm_head, a.head().lm_head));
+    CHECK_FALSE(at::equal(head.embed, head.lm_head));
+    // The same values random_target_weights gives (what a saved HF directory would hold).
+    auto w = random_target_weights(s, 42, at::kCPU, at::kFloat);
+    CHECK(at::equal(head.embed, w.at("model.embed_tokens.weight")));
+    CHECK(at::equal(seeded_normal(42, "lm_head.weight", {s.vocab_size, s.hidden_size}, 0.02, at::kCPU, at::kFloat),
+                    head.lm_head));
+}
+
+TEST_CASE("loads a HF directory (untied and tied embeddings) with the same outputs as its weights") {
+    for (bool tied : {false, true}) {
+        INFO("tied " << tied);
+        auto s = preset_shape("tiny");
+        s.tie_word_embeddings = tied;
+        auto w = test_weights(s, 21);
+        TempDir dir;
+        save_hf_model_dir(dir.path(), s, w);
+        ModelShape parsed = resolve_model_shape(dir.path().string());
+        CHECK(parsed.tie_word_embeddings == tied);
+        CHECK(parsed.head_dim == s.head_dim);
+        auto from_dir = TargetModel::load(parsed, at::kCPU, at::kFloat, 0);
+        auto direct = TargetModel::from_weights(s, w, at::kCPU, at::kFloat, "test");
+        Batch b = make_batch({10, 3}, s.vocab_size, 2);
+        CHECK(at::equal(from_dir.forward(b.tokens, b.cu, {}, {}, true), direct.forward(b.tokens, b.cu, {}, {}, true)));
+        TargetHead head = load_target_head(parsed, at::kCPU, at::kFloat, 0);
+        CHECK(at::equal(head.embed, w.at("model.embed_tokens.weight")));
+        CHECK(at::equal(head.lm_head, tied ? w.at("model.embed_tokens.weight") : w.at("lm_head.weight")));
+    }
+}
+
+TEST_CASE("a HF directory with a wrong tensor shape names the file and tensor") {
+    auto s = preset_shape("tiny");
+    auto w = test_weights(s, 1);
+    w["model.layers.2.mlp.up_proj.weight"] = at::zeros({5, 5});
+    TempDir dir;
+    save_hf_model_dir(dir.path(), s, w);
+    auto msg = error_of([&] { TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0); });
+    CHECK(msg.find("model.safetensors") != std::string::npos);
+    CHECK(msg.find("model.layers.2.mlp.up_proj.weight") != std::string::npos);
+    w.erase("model.layers.2.mlp.up_proj.weight");
+    save_hf_model_dir(dir.path(), s, w);
+    msg = error_of([&] { TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0); });
+    CHECK(msg.find("no tensor model.layers.2.mlp.up_proj.weight") != std::string::npos);
+}
+
+TEST_CASE("bad forward inputs are clear errors") {
+    auto s = preset_shape("tiny");
+    auto m = TargetModel::load(s, at::kCPU, at::kFloat, 1);
+    at::Tensor tok = at::zeros({6}, at::kLong);
+    CHECK(error_of([&] { m.forward(tok, {0, 6}, {8}, {}); }).find("layer id 8") != std::string::npos);
+    CHECK(error_of([&] { m.forward(tok, {0, 5}, {1}, {}); }).find("cu_seqlens") != std::string::npos);
+    CHECK(error_of([&] { m.forward(tok, {0, 4, 2, 6}, {1}, {}); }).find("decrease") != std::string::npos);
+    CHECK(error_of([&] { m.forward(tok.to(at::kInt), {0, 6}, {1}, {}); }).find("int64") != std::string::npos);
+    at::Tensor bad = tok.clone();
+    bad[3] = s.vocab_size;
+    CHECK(error_of([&] { m.forward(bad, {0, 6}, {1}, {}); }).find("token ids") != std::string::npos);
+}
+
+} // TEST_SUITE
