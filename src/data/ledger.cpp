@@ -1,0 +1,338 @@
+// The sample ledger (see hsring/ledger.hpp).
+//
+//  offset 0 ┌──────────────────────────────────────────────────────────────┐
+//           │ LedgerHeader: magic, version, info (fingerprint, N, epochs,  │
+//           │   seed, shuffle), cursor | low water | pending futex |        │
+//           │   counters | done   (each hot word on its own cache line)     │
+//  4 KiB    ├──────────────────────────────────────────────────────────────┤
+//           │ StatsEntry[64]  (128 B each, one writer each)                │
+//  12 KiB   ├──────────────────────────────────────────────────────────────┤
+//           │ entries: atomic u64 [epochs x N]                             │
+//           └──────────────────────────────────────────────────────────────┘
+// Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED payload = rank << 48 | step.
+#include "hsring/ledger.hpp"
+
+#include "hsring/error.hpp"
+#include "hsring/log.hpp"
+#include "hsring/units.hpp"
+#include "ring/futex.hpp"
+#include "ring/region.hpp"
+
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <ctime>
+#include <new>
+
+namespace hsring {
+
+namespace ledger_detail {
+
+inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint64_t kStatsOffset = 4096;
+inline constexpr std::uint64_t kEntriesOffset = kStatsOffset + Ledger::kMaxWorkers * 128;
+
+struct StatsEntry {
+    std::atomic<std::uint64_t> w[16];  // WorkerStats fields, see publish()
+};
+static_assert(sizeof(StatsEntry) == 128);
+
+struct LedgerHeader {
+    char magic[8];
+    std::uint32_t version;
+    std::uint32_t shuffle;
+    std::uint64_t fingerprint;
+    std::uint64_t samples;
+    std::uint64_t epochs;
+    std::uint64_t seed;
+    std::uint64_t total;
+    std::int64_t creator_pid;
+    // Next position never handed out yet.
+    alignas(64) std::atomic<std::uint64_t> cursor;
+    // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
+    alignas(64) std::atomic<std::uint64_t> low_water;
+    alignas(64) std::atomic<std::uint32_t> pending_seq;  // futex: bumped when entries go PENDING
+    std::atomic<std::uint32_t> pending_waiters;
+    alignas(64) std::atomic<std::uint64_t> consumed_or_durable;
+    std::atomic<std::uint32_t> done;
+};
+static_assert(sizeof(LedgerHeader) <= kStatsOffset);
+
+constexpr std::uint64_t kStateShift = 62;
+constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 62) - 1;
+constexpr std::uint64_t make(EntryState s, std::uint64_t payload = 0) {
+    return (static_cast<std::uint64_t>(s) << kStateShift) | (payload & kPayloadMask);
+}
+constexpr EntryState state_of(std::uint64_t e) { return static_cast<EntryState>(e >> kStateShift); }
+constexpr std::uint64_t consumed_payload(std::uint32_t rank, std::uint64_t step) {
+    return (std::uint64_t{rank} << 48) | (step & ((std::uint64_t{1} << 48) - 1));
+}
+constexpr std::uint32_t consumed_rank(std::uint64_t e) { return static_cast<std::uint32_t>((e & kPayloadMask) >> 48); }
+constexpr std::uint64_t consumed_step(std::uint64_t e) { return e & ((std::uint64_t{1} << 48) - 1); }
+
+constexpr std::uint64_t kPosMask = (std::uint64_t{1} << 40) - 1;
+constexpr std::uint64_t lw_pos(std::uint64_t v) { return v & kPosMask; }
+constexpr std::uint64_t lw_gen(std::uint64_t v) { return v >> 40; }
+constexpr std::uint64_t lw_make(std::uint64_t gen, std::uint64_t pos) { return (gen << 40) | (pos & kPosMask); }
+
+} // namespace ledger_detail
+
+using namespace ledger_detail;
+using std::memory_order_acq_rel;
+using std::memory_order_acquire;
+using std::memory_order_relaxed;
+using std::memory_order_release;
+using std::memory_order_seq_cst;
+
+std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ring) + "-ledger"; }
+
+Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
+    if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
+    if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
+    const std::uint64_t bytes = kEntriesOffset + info.total() * 8;
+    auto init = [&](std::byte* base) {
+        auto* h = new (base) LedgerHeader{};
+        h->version = kVersion;
+        h->shuffle = info.shuffle ? 1 : 0;
+        h->fingerprint = info.data_fingerprint;
+        h->samples = info.samples;
+        h->epochs = info.epochs;
+        h->seed = info.seed;
+        h->total = info.total();
+        h->creator_pid = ::getpid();
+        for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kStatsOffset + i * 128) StatsEntry{};
+        // Entries: a fresh file reads as zero = PENDING with payload 0.
+        std::memcpy(h->magic, kMagic, sizeof kMagic);
+    };
+    Ledger l;
+    l.region_ = ring_detail::Region::create(name, bytes, HugePages::Off, false, init);
+    l.header_ = reinterpret_cast<LedgerHeader*>(l.region_->base());
+    l.info_ = info;
+    return l;
+}
+
+Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
+    Ledger l;
+    l.region_ = ring_detail::Region::open(name);
+    auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
+    const std::string& path = l.region_->info().path;
+    if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0) fail("{} is not an hsring ledger (bad magic)", path);
+    if (h->version != kVersion) fail("ledger {} has version {}, this hsring uses {}: remove it (hsring ring rm)", path, h->version, kVersion);
+    if (kEntriesOffset + h->total * 8 > l.region_->size()) fail("ledger {} is truncated", path);
+    l.header_ = h;
+    l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0};
+    if (expected) {
+        const LedgerInfo& e = *expected;
+        if (e.data_fingerprint != l.info_.data_fingerprint || e.samples != l.info_.samples)
+            fail("ledger '{}' belongs to another data set ({} samples, fingerprint {:016x}; this run has {} samples, "
+                 "{:016x}): remove the run's ring (hsring ring rm, or hsring run --fresh) to start over",
+                 name, l.info_.samples, l.info_.data_fingerprint, e.samples, e.data_fingerprint);
+        if (e.epochs != l.info_.epochs || e.seed != l.info_.seed || e.shuffle != l.info_.shuffle)
+            fail("ledger '{}' was made for {} epochs, seed {}, shuffle {}; this run asks for {} epochs, seed {}, shuffle "
+                 "{}: use the same [data]/[run] settings, or start over with hsring run --fresh",
+                 name, l.info_.epochs, l.info_.seed, l.info_.shuffle, e.epochs, e.seed, e.shuffle);
+    }
+    return l;
+}
+
+bool Ledger::exists(std::string_view name) { return !ring_detail::Region::find(name).empty(); }
+bool Ledger::remove(std::string_view name) { return ring_detail::Region::remove(name); }
+
+Ledger::Ledger(Ledger&&) noexcept = default;
+Ledger& Ledger::operator=(Ledger&&) noexcept = default;
+Ledger::~Ledger() = default;
+
+std::atomic<std::uint64_t>& Ledger::entry(std::uint64_t pos) const {
+    HSRING_ASSERT(pos < info_.total(), "ledger position {} out of range {}", pos, info_.total());
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(region_->base() + kEntriesOffset)[pos];
+}
+
+// --- targets -------------------------------------------------------------------------------
+
+std::optional<std::uint64_t> Ledger::take(std::uint64_t ticket) {
+    const std::uint64_t in_slot = make(EntryState::InSlot, ticket);
+    auto try_take = [&](std::uint64_t p) {
+        std::uint64_t e = entry(p).load(memory_order_relaxed);
+        return state_of(e) == EntryState::Pending && entry(p).compare_exchange_strong(e, in_slot, memory_order_acq_rel);
+    };
+    const std::uint64_t total = info_.total();
+    for (;;) {
+        std::uint64_t lw = header_->low_water.load(memory_order_acquire);
+        std::uint64_t cur = header_->cursor.load(memory_order_acquire);
+        if (lw_pos(lw) < cur) {
+            // Positions below the cursor that went back to PENDING.
+            for (std::uint64_t p = lw_pos(lw); p < cur; ++p)
+                if (try_take(p)) return p;
+            // Nothing there: move the mark up, unless a re-pend changed it meanwhile (then its
+            // generation moved on, this CAS fails and the scan runs again from the new mark).
+            header_->low_water.compare_exchange_strong(lw, lw_make(lw_gen(lw), cur), memory_order_acq_rel);
+            continue;
+        }
+        if (cur >= total) return std::nullopt;
+        if (header_->cursor.compare_exchange_weak(cur, cur + 1, memory_order_acq_rel) && try_take(cur)) return cur;
+    }
+}
+
+void Ledger::lower_low_water(std::uint64_t pos) {
+    std::uint64_t lw = header_->low_water.load(memory_order_acquire);
+    while (!header_->low_water.compare_exchange_weak(lw, lw_make(lw_gen(lw) + 1, std::min(lw_pos(lw), pos)),
+                                                     memory_order_acq_rel)) {
+    }
+    header_->pending_seq.fetch_add(1, memory_order_seq_cst);
+    if (header_->pending_waiters.load(memory_order_seq_cst) > 0) ring_detail::futex_wake_all(header_->pending_seq);
+}
+
+bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
+    // Entry first, then the mark: a taker that sees the new mark also sees the PENDING entry.
+    if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Pending), memory_order_acq_rel)) return false;
+    lower_low_water(pos);
+    return true;
+}
+
+bool Ledger::untake(std::uint64_t pos, std::uint64_t ticket) { return to_pending(pos, make(EntryState::InSlot, ticket)); }
+
+void Ledger::wait_pending(std::chrono::milliseconds timeout) {
+    const std::uint32_t seen = header_->pending_seq.load(memory_order_seq_cst);
+    if (header_->done.load(memory_order_acquire)) return;
+    header_->pending_waiters.fetch_add(1, memory_order_seq_cst);
+    ring_detail::futex_wait(header_->pending_seq, seen, timeout);
+    header_->pending_waiters.fetch_sub(1, memory_order_relaxed);
+}
+
+// --- reclaim / drafter ---------------------------------------------------------------------
+
+std::uint64_t Ledger::repend_ticket(std::uint64_t ticket) {
+    if (ticket == 0) return 0;
+    const std::uint64_t in_slot = make(EntryState::InSlot, ticket);
+    std::uint64_t n = 0;
+    // Positions of one slot were taken close together, but a re-pended one can sit anywhere below
+    // the cursor: scan everything handed out so far (milliseconds for millions of entries).
+    const std::uint64_t cur = std::min(header_->cursor.load(memory_order_acquire), info_.total());
+    for (std::uint64_t p = 0; p < cur; ++p)
+        if (entry(p).load(memory_order_relaxed) == in_slot && to_pending(p, in_slot)) ++n;
+    if (n) log::info("ledger: {} samples of reclaimed slot ticket {} go back to PENDING", n, ticket);
+    return n;
+}
+
+bool Ledger::consume(std::uint64_t pos, std::uint64_t ticket, std::uint32_t rank, std::uint64_t step) {
+    std::uint64_t expected = make(EntryState::InSlot, ticket);
+    if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Consumed, consumed_payload(rank, step)),
+                                            memory_order_acq_rel))
+        return false;
+    header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
+    return true;
+}
+
+std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
+    std::uint64_t n = 0;
+    for (std::uint64_t p = 0; p < info_.total(); ++p) {
+        std::uint64_t e = entry(p).load(memory_order_relaxed);
+        if (state_of(e) == EntryState::Consumed && consumed_rank(e) == rank && consumed_step(e) <= step &&
+            entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel))
+            ++n;
+    }
+    return n;
+}
+
+Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
+    Recovery r;
+    for (std::uint64_t p = 0; p < info_.total(); ++p) {
+        std::uint64_t e = entry(p).load(memory_order_relaxed);
+        if (state_of(e) != EntryState::Consumed || consumed_rank(e) != rank) continue;
+        if (consumed_step(e) <= step) {
+            if (entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel)) ++r.durable;
+        } else if (to_pending(p, e)) {
+            header_->consumed_or_durable.fetch_sub(1, memory_order_relaxed);
+            ++r.repended;
+        }
+    }
+    return r;
+}
+
+void Ledger::mark_durable(const std::vector<std::uint64_t>& positions) {
+    for (std::uint64_t p : positions) {
+        std::uint64_t e = entry(p).load(memory_order_relaxed);
+        if (state_of(e) == EntryState::Durable) continue;
+        HSRING_ASSERT(state_of(e) == EntryState::Pending, "mark_durable on a position in use ({})", p);
+        if (entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel))
+            header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
+    }
+}
+
+// --- status --------------------------------------------------------------------------------
+
+EntryState Ledger::state(std::uint64_t pos) const { return state_of(entry(pos).load(memory_order_acquire)); }
+
+LedgerCounts Ledger::counts() const {
+    LedgerCounts c;
+    for (std::uint64_t p = 0; p < info_.total(); ++p) {
+        switch (state_of(entry(p).load(memory_order_relaxed))) {
+        case EntryState::Pending: ++c.pending; break;
+        case EntryState::InSlot: ++c.in_slot; break;
+        case EntryState::Consumed: ++c.consumed; break;
+        case EntryState::Durable: ++c.durable; break;
+        }
+    }
+    return c;
+}
+
+std::uint64_t Ledger::consumed_or_durable() const { return header_->consumed_or_durable.load(memory_order_acquire); }
+bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0; }
+void Ledger::set_done() {
+    header_->done.store(1, memory_order_release);
+    header_->pending_seq.fetch_add(1, memory_order_seq_cst);
+    ring_detail::futex_wake_all(header_->pending_seq);
+}
+
+static StatsEntry& stats_entry(std::byte* base, std::uint32_t i) {
+    return *reinterpret_cast<StatsEntry*>(base + kStatsOffset + i * 128);
+}
+
+void Ledger::publish(std::uint32_t index, const WorkerStats& s) {
+    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
+    StatsEntry& e = stats_entry(region_->base(), index);
+    auto put = [&](int i, std::uint64_t v) { e.w[i].store(v, memory_order_relaxed); };
+    put(0, (std::uint64_t{s.role} << 32) | s.rank);
+    put(1, (std::uint64_t(static_cast<std::uint32_t>(s.pid)) << 32) | s.incarnation);
+    put(2, s.slots);
+    put(3, s.samples);
+    put(4, s.tokens);
+    put(5, s.busy_ns);
+    put(6, s.wait_ns);
+    put(7, s.step);
+    put(8, std::bit_cast<std::uint64_t>(s.loss));
+    put(9, std::bit_cast<std::uint64_t>(s.accept_len));
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    put(10, static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec));
+}
+
+WorkerStats Ledger::stats(std::uint32_t index) const {
+    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
+    StatsEntry& e = stats_entry(region_->base(), index);
+    auto get = [&](int i) { return e.w[i].load(memory_order_relaxed); };
+    WorkerStats s;
+    s.role = static_cast<std::uint32_t>(get(0) >> 32);
+    s.rank = static_cast<std::uint32_t>(get(0));
+    s.pid = static_cast<std::int32_t>(get(1) >> 32);
+    s.incarnation = static_cast<std::uint32_t>(get(1));
+    s.slots = get(2);
+    s.samples = get(3);
+    s.tokens = get(4);
+    s.busy_ns = get(5);
+    s.wait_ns = get(6);
+    s.step = get(7);
+    s.loss = std::bit_cast<double>(get(8));
+    s.accept_len = std::bit_cast<double>(get(9));
+    s.heartbeat_ns = get(10);
+    return s;
+}
+
+void Ledger::clear_stats(std::uint32_t index) {
+    StatsEntry& e = stats_entry(region_->base(), index);
+    for (auto& w : e.w) w.store(0, memory_order_relaxed);
+}
+
+} // namespace hsring

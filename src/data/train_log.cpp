@@ -1,0 +1,133 @@
+#include "hsring/train_log.hpp"
+
+#include "hsring/error.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace hsring {
+
+TrainLog::TrainLog(const std::filesystem::path& file) : path_(file) {
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot open the train log {}: {}", file.string(), errno_text(errno));
+    const off_t size = ::lseek(fd_, 0, SEEK_END);
+    if (size > 0) {
+        char last = '\n';
+        if (::pread(fd_, &last, 1, size - 1) == 1 && last != '\n') buffer_ = "\n";  // end a torn line
+    }
+}
+
+TrainLog::~TrainLog() {
+    try {
+        flush();
+    } catch (...) {
+    }
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void TrainLog::resume(std::uint32_t inc, std::uint64_t step) {
+    buffer_ += fmt::format("R {} {}\n", inc, step);
+    sync();
+}
+
+void TrainLog::trained(std::uint32_t inc, std::uint64_t step, std::span<const std::uint64_t> positions) {
+    for (std::uint64_t p : positions) fmt::format_to(std::back_inserter(buffer_), "T {} {} {}\n", inc, step, p);
+    if (buffer_.size() > (1u << 20)) flush();
+}
+
+void TrainLog::checkpoint(std::uint32_t inc, std::uint64_t step) {
+    buffer_ += fmt::format("K {} {}\n", inc, step);
+    sync();
+}
+
+void TrainLog::flush() {
+    std::size_t off = 0;
+    while (off < buffer_.size()) {
+        ssize_t n = ::write(fd_, buffer_.data() + off, buffer_.size() - off);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail("cannot write the train log {}: {}", path_.string(), errno_text(errno));
+        }
+        off += static_cast<std::size_t>(n);
+    }
+    buffer_.clear();
+}
+
+void TrainLog::sync() {
+    flush();
+    if (::fdatasync(fd_) != 0) fail("cannot sync the train log {}: {}", path_.string(), errno_text(errno));
+}
+
+bool LineageReport::ok() const {
+    for (const auto& e : epochs)
+        if (e.missing || e.more_than_once) return false;
+    return !epochs.empty();
+}
+
+std::vector<std::uint64_t> surviving_positions(const std::filesystem::path& log, std::uint64_t final_step,
+                                               LineageReport* report) {
+    struct Line {
+        char kind;
+        std::uint64_t step, pos;
+    };
+    std::vector<Line> lines;
+    std::ifstream in(log);
+    if (!in && std::filesystem::exists(log)) fail("cannot read the train log {}", log.string());
+    std::string text;
+    std::uint32_t incarnations = 0;
+    while (std::getline(in, text)) {
+        std::istringstream ls(text);
+        char kind = 0;
+        std::uint64_t inc = 0, step = 0, pos = 0;
+        ls >> kind >> inc >> step;
+        if (!ls) continue;  // a torn line
+        if (kind == 'T' && !(ls >> pos)) continue;
+        if (kind == 'R') ++incarnations;
+        if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+    }
+    // Walk backwards: each resume bounds the steps of everything before it.
+    std::vector<std::uint64_t> out;
+    std::uint64_t bound = final_step, records = 0;
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+        if (it->kind == 'R') {
+            bound = std::min(bound, it->step);
+        } else {
+            ++records;
+            if (it->step <= bound) out.push_back(it->pos);
+        }
+    }
+    if (report) {
+        report->final_step = final_step;
+        report->incarnations = incarnations;
+        report->records = records;
+        report->surviving = out.size();
+    }
+    return out;
+}
+
+LineageReport verify_lineage(const std::filesystem::path& log, std::uint64_t final_step, const LedgerInfo& info) {
+    LineageReport r;
+    std::vector<std::uint64_t> pos = surviving_positions(log, final_step, &r);
+    std::vector<std::uint32_t> count(info.total(), 0);
+    for (std::uint64_t p : pos) {
+        if (p >= info.total()) fail("train log {}: position {} is outside the ledger ({} entries)", log.string(), p, info.total());
+        ++count[p];
+    }
+    r.epochs.resize(info.epochs);
+    for (std::uint64_t p = 0; p < info.total(); ++p) {
+        EpochReport& e = r.epochs[p / info.samples];
+        ++e.total;
+        if (count[p] == 0) ++e.missing;
+        else if (count[p] == 1) ++e.exactly_once;
+        else ++e.more_than_once;
+    }
+    return r;
+}
+
+} // namespace hsring

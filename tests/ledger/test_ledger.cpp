@@ -1,0 +1,229 @@
+// The sample ledger and the train log: state machine, re-issue, tickets that protect against
+// double training, recovery after a drafter death, concurrent takers, and lineage verification.
+#include "hsring/error.hpp"
+#include "hsring/ledger.hpp"
+#include "hsring/train_log.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+using namespace hsring;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempLedger {
+    std::string name;
+    Ledger l;
+    explicit TempLedger(LedgerInfo info)
+        : name("hsring-test-ledger-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++)),
+          l(Ledger::create(name, info)) {}
+    ~TempLedger() { Ledger::remove(name); }
+    static std::atomic<int>& counter() {
+        static std::atomic<int> c{0};
+        return c;
+    }
+};
+
+LedgerInfo info(std::uint64_t n, std::uint32_t epochs = 1) { return LedgerInfo{0xabc, n, epochs, 7, true}; }
+
+} // namespace
+
+TEST_CASE("targets take positions in order until the data is exhausted") {
+    TempLedger t(info(5, 2));
+    Ledger& l = t.l;
+    CHECK(l.total() == 10);
+    for (std::uint64_t p = 0; p < 10; ++p) CHECK(l.take(1) == p);
+    CHECK_FALSE(l.take(1));
+    CHECK(l.counts().in_slot == 10);
+    CHECK(l.epoch_of(7) == 1);
+}
+
+TEST_CASE("an untaken or re-issued position is handed out again before new ones") {
+    TempLedger t(info(10));
+    Ledger& l = t.l;
+    for (int i = 0; i < 6; ++i) l.take(i < 3 ? 1 : 2);
+    CHECK(l.untake(4, 2));
+    CHECK_FALSE(l.untake(4, 2));  // already PENDING
+    CHECK(l.take(3) == 4);
+    // A reclaimed slot's ticket sends exactly its positions back.
+    CHECK(l.repend_ticket(1) == 3);
+    CHECK(l.state(0) == EntryState::Pending);
+    CHECK(l.state(3) == EntryState::InSlot);
+    CHECK(l.take(4) == 0);
+    CHECK(l.take(4) == 1);
+    CHECK(l.take(4) == 2);
+    CHECK(l.take(4) == 6);
+}
+
+TEST_CASE("consume needs the ticket of the slot the sample came in") {
+    TempLedger t(info(4));
+    Ledger& l = t.l;
+    REQUIRE(l.take(10) == 0u);
+    REQUIRE(l.take(10) == 1u);
+    CHECK(l.consume(0, 10, 0, 1));
+    CHECK_FALSE(l.consume(0, 10, 0, 1));  // no double consumption
+    // Slot 10's writer died: its unconsumed sample is re-issued and taken by slot 11...
+    CHECK(l.repend_ticket(10) == 1);
+    REQUIRE(l.take(11) == 1u);
+    // ...so a late redelivery of slot 10 cannot train it again.
+    CHECK_FALSE(l.consume(1, 10, 0, 1));
+    CHECK(l.consume(1, 11, 0, 2));
+    CHECK(l.consumed_or_durable() == 2);
+}
+
+TEST_CASE("a checkpoint makes consumed samples durable; a drafter death re-issues the rest") {
+    TempLedger t(info(6));
+    Ledger& l = t.l;
+    for (std::uint64_t p = 0; p < 6; ++p) {
+        REQUIRE(l.take(p + 1) == p);
+        REQUIRE(l.consume(p, p + 1, 0, p / 2 + 1));  // steps 1,1,2,2,3,3
+    }
+    CHECK(l.make_durable(0, 1) == 2);
+    // The drafter dies; its checkpoint was step 2: step 3's samples are trained again.
+    auto r = l.recover(0, 2);
+    CHECK(r.durable == 2);
+    CHECK(r.repended == 2);
+    LedgerCounts c = l.counts();
+    CHECK(c.durable == 4);
+    CHECK(c.pending == 2);
+    CHECK(l.consumed_or_durable() == 4);
+    CHECK(l.take(9) == 4u);
+    CHECK(l.take(9) == 5u);
+    CHECK_FALSE(l.take(9));
+}
+
+TEST_CASE("concurrent takers, re-issues and consumers account for every position exactly once") {
+    constexpr std::uint64_t kN = 20000;
+    TempLedger t(info(kN));
+    Ledger& l = t.l;
+    std::atomic<std::uint64_t> next_ticket{1};
+    std::mutex m;
+    std::vector<int> consumed(kN, 0);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k) {
+        threads.emplace_back([&, k] {
+            std::mt19937 rng(static_cast<unsigned>(k));
+            for (;;) {
+                const std::uint64_t ticket = next_ticket++;
+                std::vector<std::uint64_t> got;
+                for (int i = 0; i < 8; ++i)
+                    if (auto p = l.take(ticket)) got.push_back(*p);
+                if (got.empty()) {
+                    if (l.consumed_or_durable() == kN) return;
+                    std::this_thread::yield();
+                    continue;
+                }
+                if (rng() % 5 == 0) {  // this "writer died": its slot is reclaimed
+                    CHECK(l.repend_ticket(ticket) == got.size());
+                    continue;
+                }
+                for (auto p : got) {
+                    REQUIRE(l.consume(p, ticket, 0, 1));
+                    std::lock_guard g(m);
+                    consumed[p]++;
+                }
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    for (std::uint64_t p = 0; p < kN; ++p) REQUIRE(consumed[p] == 1);
+    CHECK(l.counts().consumed == kN);
+}
+
+TEST_CASE("attach refuses another data set or settings") {
+    TempLedger t(info(5, 2));
+    LedgerInfo same = info(5, 2);
+    Ledger a = Ledger::attach(t.name, &same);
+    CHECK(a.total() == 10);
+    LedgerInfo other = same;
+    other.data_fingerprint = 1;
+    CHECK_THROWS_WITH_AS(Ledger::attach(t.name, &other), doctest::Contains("another data set"), Error);
+    other = same;
+    other.epochs = 3;
+    CHECK_THROWS_WITH_AS(Ledger::attach(t.name, &other), doctest::Contains("made for 2 epochs"), Error);
+}
+
+TEST_CASE("worker stats round-trip through shared memory") {
+    TempLedger t(info(1));
+    WorkerStats s;
+    s.role = 2;
+    s.rank = 0;
+    s.pid = 1234;
+    s.incarnation = 3;
+    s.tokens = 99;
+    s.step = 7;
+    s.loss = 2.5;
+    t.l.publish(Ledger::kDrafterStatsBase, s);
+    Ledger other = Ledger::attach(t.name);
+    WorkerStats r = other.stats(Ledger::kDrafterStatsBase);
+    CHECK(r.pid == 1234);
+    CHECK(r.tokens == 99);
+    CHECK(r.loss == 2.5);
+    CHECK(r.heartbeat_ns > 0);
+    CHECK_FALSE(other.done());
+    t.l.set_done();
+    CHECK(other.done());
+}
+
+TEST_CASE("train log lineage: weights that died are not counted, resumes bound earlier steps") {
+    fs::path dir = fs::temp_directory_path() / ("hsring-trainlog-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::path f = dir / "train-log.0.txt";
+    {
+        TrainLog log(f);
+        log.resume(1, 0);
+        std::vector<std::uint64_t> a{0, 1}, b{2, 3}, c{4};
+        log.trained(1, 1, a);
+        log.trained(1, 2, b);
+        log.checkpoint(1, 1);
+        log.trained(1, 3, c);  // incarnation 1 dies after step 3: steps 2 and 3 are lost
+        log.sync();
+    }
+    {
+        std::ofstream torn(f, std::ios::app);
+        torn << "T 1 3 ";  // a torn line from the dying writer
+    }
+    {
+        TrainLog log(f);
+        log.resume(2, 1);
+        std::vector<std::uint64_t> b{2, 3, 4, 5};
+        log.trained(2, 2, b);
+        log.checkpoint(2, 2);
+    }
+    LedgerInfo li = info(3, 2);
+    LineageReport r = verify_lineage(f, 2, li);
+    CHECK(r.incarnations == 2);
+    CHECK(r.surviving == 6);
+    CHECK(r.ok());
+    REQUIRE(r.epochs.size() == 2);
+    CHECK(r.epochs[0].exactly_once == 3);
+    CHECK(r.epochs[1].exactly_once == 3);
+    // Against an earlier final checkpoint (step 1), positions 2..5 are missing.
+    r = verify_lineage(f, 1, li);
+    CHECK_FALSE(r.ok());
+    CHECK(r.epochs[0].missing == 1);
+    CHECK(r.epochs[1].missing == 3);
+    // A doubled sample is reported.
+    {
+        TrainLog log(f);
+        std::vector<std::uint64_t> again{0};
+        log.trained(2, 2, again);
+        log.sync();
+    }
+    r = verify_lineage(f, 2, li);
+    CHECK(r.epochs[0].more_than_once == 1);
+    CHECK_FALSE(r.ok());
+    fs::remove_all(dir);
+}
