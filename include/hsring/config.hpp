@@ -19,6 +19,7 @@ enum class HugePages { Auto, Require, Off };
 enum class Restart { OnFailure, Always, Never };
 enum class DType { BF16, F16, F32 };
 enum class OnBadLine { Skip, Fail };
+enum class RunMode { Train, Synthetic };
 
 std::size_t dtype_bytes(DType t);
 const char* to_string(DType t);
@@ -38,6 +39,7 @@ struct RunConfig {
     std::filesystem::path run_dir;  // default runs/<name>, relative to the current directory
     std::uint64_t seed = 1234;
     bool keep_ring = false;
+    RunMode mode = RunMode::Train;  // synthetic: checksummed patterns instead of models
 };
 
 struct TopologyConfig {
@@ -104,6 +106,7 @@ struct SupervisorConfig {
     double backoff_initial_s = 0.5;
     double backoff_max_s = 30.0;
     double status_interval_s = 2.0;
+    double stop_timeout_s = 300.0;  // graceful stop: wait this long, then SIGKILL
 };
 
 struct Config {

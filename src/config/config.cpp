@@ -86,6 +86,7 @@ void read_run(Config& c, const toml::table& root, const std::string& file) {
     c.run.run_dir = dir;
     s.integer("seed", c.run.seed, 0, kU64Max);
     s.boolean("keep_ring", c.run.keep_ring);
+    s.choice("mode", c.run.mode, {{"train", RunMode::Train}, {"synthetic", RunMode::Synthetic}});
     s.finish();
 }
 
@@ -204,6 +205,7 @@ void read_supervisor(Config& c, const toml::table& root, const std::string& file
     s.number("backoff_initial_s", v.backoff_initial_s, 0.0, 3600.0);
     s.number("backoff_max_s", v.backoff_max_s, 0.0, 86400.0);
     s.number("status_interval_s", v.status_interval_s, 0.05, 3600.0);
+    s.number("stop_timeout_s", v.stop_timeout_s, 0.0, 86400.0);
     if (v.backoff_max_s < v.backoff_initial_s)
         s.bad("backoff_max_s", fmt::format("{} is below backoff_initial_s {}", v.backoff_max_s, v.backoff_initial_s));
     s.finish();
