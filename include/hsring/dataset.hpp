@@ -96,8 +96,11 @@ private:
 };
 
 // The order in which an epoch visits samples 0..n-1: a permutation that depends only on
-// (n, seed, epoch) — the same on every machine, compiler and process (own splitmix64 +
-// Fisher-Yates; std::shuffle differs between standard libraries). shuffle = false: 0, 1, ...
+// (n, seed, epoch), the same on every machine, compiler and process (std::shuffle differs
+// between standard libraries). shuffle = false: 0, 1, 2, ...
+// Algorithm (reproducible elsewhere, e.g. in Python): a splitmix64 stream started at
+// mix64(seed) ^ mix64(0x45504f4348 + epoch); Fisher-Yates from the back, j = below(i + 1) with
+// Lemire's multiply-and-reject bounded draw (src/data/splitmix.hpp).
 std::vector<std::uint32_t> epoch_order(std::size_t n, std::uint64_t seed, std::uint32_t epoch,
                                        bool shuffle);
 
