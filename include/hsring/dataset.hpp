@@ -62,7 +62,7 @@ public:
     Dataset(const Dataset&) = delete;  // gigabytes: copy only on purpose
     Dataset& operator=(const Dataset&) = delete;
 
-    std::size_t size() const { return offsets_.size() - 1; }
+    std::size_t size() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }  // 0 once moved from
     std::size_t length(std::size_t i) const { return offsets_[i + 1] - offsets_[i]; }
     std::span<const std::int32_t> tokens(std::size_t i) const {
         return {tokens_.data() + offsets_[i], length(i)};

@@ -5,6 +5,10 @@ A tiny word-level tokenizer and two chat templates are built here, and the expec
 masks are assembled independently, message by message, from the templates' known structure.
 Runs on the venv's Python ($HSRING_PYTHON); exits 77 (skipped) without tokenizers/transformers.
 """
+import collections
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -12,10 +16,7 @@ import sys
 import tempfile
 import unittest
 
-try:
-    import tokenizers  # noqa: F401
-    import transformers  # noqa: F401
-except ImportError:
+if not all(importlib.util.find_spec(m) for m in ("tokenizers", "transformers")):
     py = os.environ.get("HSRING_PYTHON", "")
     if py and os.path.exists(py) and os.path.realpath(py) != os.path.realpath(sys.executable):
         os.execv(py, [py] + sys.argv)
@@ -26,6 +27,12 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 ROOT = os.environ.get("HSRING_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.path.join(ROOT, "bin", "prepare-data")
+# Most cases call the tool in this process: importing transformers once, not per case, keeps
+# the test fast. One case runs bin/prepare-data itself.
+sys.path.insert(0, os.path.join(ROOT, "tools", "prepare_data"))
+import prepare  # noqa: E402
+
+Result = collections.namedtuple("Result", "returncode stderr")
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<s>"]
 
 # ChatML that trims the content.
@@ -149,8 +156,20 @@ class PrepareData(unittest.TestCase):
                 f.write("\n")
         return path
 
-    def run_tool(self, *args):
-        return subprocess.run([TOOL, "--tokenizer", self.tokdir, *args], capture_output=True, text=True)
+    def run_tool(self, *args, via_bin=False):
+        argv = ["--tokenizer", self.tokdir, *args]
+        if via_bin:
+            r = subprocess.run([TOOL, *argv], capture_output=True, text=True)
+            return Result(r.returncode, r.stderr)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                code = prepare.main(argv)
+            except SystemExit as e:  # as the interpreter would report it
+                code = e.code if isinstance(e.code, int) else 1
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+        return Result(code, err.getvalue())
 
     def read(self, path):
         with open(path) as f:
@@ -171,7 +190,7 @@ class PrepareData(unittest.TestCase):
         with open(array, "w") as f:
             json.dump([sharegpt(c) for c in CONVERSATIONS], f, indent=1)
         out = os.path.join(self.dir, "out.jsonl")
-        r = self.run_tool("-o", out, jsonl, array)
+        r = self.run_tool("-o", out, jsonl, array, via_bin=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.check_samples(self.read(out), CONVERSATIONS * 3, "chatml")
         self.assertIn("wrote 12 samples", r.stderr)
