@@ -1,0 +1,40 @@
+#pragma once
+// Checkpoints of one drafter under RUN_DIR/checkpoints:
+//
+//   step-00000200/        committed checkpoints (the compute writes what it needs inside)
+//   step-00000400/
+//   latest                text: the step of the newest committed checkpoint
+//   .tmp-step-00000600/   being written; never read; removed when found stale
+//
+// A checkpoint is committed by fsync + rename of its directory, then an atomic replace of
+// `latest`. A crash at any point leaves `latest` naming a complete checkpoint (or none).
+#include <cstdint>
+#include <filesystem>
+
+namespace hsring::worker {
+
+class CheckpointStore {
+public:
+    explicit CheckpointStore(std::filesystem::path dir, unsigned keep = 2);
+
+    // 0 when there is no committed checkpoint.
+    std::uint64_t latest_step() const;
+    std::filesystem::path dir_of(std::uint64_t step) const;
+
+    // A fresh temporary directory for the checkpoint of `step`.
+    std::filesystem::path begin(std::uint64_t step);
+    // Makes `tmp` the committed checkpoint of `step` and prunes older ones (keeps `keep`).
+    void commit(std::uint64_t step, const std::filesystem::path& tmp);
+
+    // Reads `latest` in RUN_DIR/checkpoints without a store (supervisor, verify).
+    static std::uint64_t read_latest(const std::filesystem::path& dir);
+
+private:
+    std::filesystem::path dir_;
+    unsigned keep_;
+};
+
+// fsync a file or directory; throws on failure.
+void fsync_path(const std::filesystem::path& p);
+
+} // namespace hsring::worker

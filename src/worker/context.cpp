@@ -1,0 +1,50 @@
+#include "worker/context.hpp"
+
+#include "hsring/error.hpp"
+#include "hsring/log.hpp"
+
+#include <unistd.h>
+
+namespace hsring::worker {
+
+std::unique_ptr<Context> Context::open(int argc, char** argv) {
+    // The config path first (for defaults), then the full environment.
+    std::filesystem::path cfg_path;
+    for (int i = 1; i + 1 < argc; ++i)
+        if (std::string(argv[i]) == "--config") cfg_path = argv[i + 1];
+    if (cfg_path.empty()) fail("--config FILE is required");
+    Config cfg = load_config(cfg_path);
+    WorkerEnv env = parse_worker_env(argc, argv, &cfg);
+    setup_process(env);
+    Derived derived = derive(cfg);
+    const RingGeometry geometry = RingGeometry::from(cfg, derived);
+    Ring ring = Ring::attach(env.ring, &geometry);
+    Ledger ledger = Ledger::attach(env.ledger);
+    std::optional<data::Dataset> data;
+    if (env.role == WorkerRole::Target) {
+        data = data::Dataset::load(cfg.resolve(cfg.data.path), data::dataset_options(cfg, derived));
+        LedgerInfo want{data->fingerprint(), data->size(), cfg.data.epochs, cfg.run.seed, cfg.data.shuffle};
+        ledger = Ledger::attach(env.ledger, &want);
+    }
+    auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),
+                                         std::move(ledger), std::move(data));
+    Ledger* l = &ctx->ledger;
+    ctx->ring.set_reclaim_hook([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
+    ctx->ring.join(ctx->env.role == WorkerRole::Target ? Role::Writer : Role::Reader, ctx->env.incarnation, ctx->env.name);
+    log::info("{} (pid {}, incarnation {}) attached to ring '{}' ({}) on {}", ctx->env.name, ::getpid(),
+              ctx->env.incarnation, ctx->env.ring, ctx->ring.geometry().str(), ctx->env.cuda ? "cuda" : "cpu");
+    return ctx;
+}
+
+void Context::publish(WorkerStats& s, bool force) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_publish_ < std::chrono::milliseconds(500)) return;
+    last_publish_ = now;
+    s.role = env.role == WorkerRole::Target ? 1 : 2;
+    s.rank = env.rank;
+    s.pid = ::getpid();
+    s.incarnation = env.incarnation;
+    ledger.publish(env.stats_index(), s);
+}
+
+} // namespace hsring::worker

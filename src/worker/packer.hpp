@@ -1,0 +1,49 @@
+#pragma once
+// Packing samples into one slot: a target takes PENDING ledger positions under its slot's
+// ticket until the next sample would not fit the slot's token budget (or sample count), and
+// gives that one back. The batch's tokens, loss mask and sample boundaries travel in the slot's
+// metadata, so a drafter needs no data set.
+#include "hsring/dataset.hpp"
+#include "hsring/ledger.hpp"
+#include "hsring/ring.hpp"
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace hsring::worker {
+
+struct PackedBatch {
+    std::vector<std::uint64_t> positions;  // ledger positions (epoch * N + index in the epoch order)
+    std::vector<std::uint32_t> lengths;    // tokens per sample
+    std::vector<std::int32_t> tokens;      // all samples back to back
+    std::vector<std::uint8_t> loss_mask;
+
+    bool empty() const { return positions.empty(); }
+    std::uint64_t n_tokens() const { return tokens.size(); }
+    std::vector<std::int64_t> cu_seqlens() const;  // [0, l0, l0+l1, ...]
+};
+
+class Packer {
+public:
+    Packer(const data::Dataset& data, Ledger& ledger, std::uint64_t slot_tokens, std::uint32_t max_samples);
+
+    // Takes samples for `ticket`; an empty batch means nothing is PENDING right now.
+    PackedBatch pack(std::uint64_t ticket);
+    // The data-set index behind a ledger position.
+    std::uint32_t sample_of(std::uint64_t pos);
+
+private:
+    const data::Dataset& data_;
+    Ledger& ledger_;
+    std::uint64_t slot_tokens_;
+    std::uint32_t max_samples_;
+    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> orders_;  // epoch -> order
+};
+
+// The batch's samples, tokens and mask into a claimed slot's metadata (counts included).
+void write_meta(SlotMeta meta, const PackedBatch& b, std::uint32_t writer_rank);
+// And back, on the reading side.
+PackedBatch read_meta(const SlotMeta& meta);
+
+} // namespace hsring::worker

@@ -1,0 +1,102 @@
+#include "worker/synth_compute.hpp"
+
+#include "hsring/error.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace hsring::worker {
+
+std::uint64_t synth_mix(std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+std::uint64_t synth_seed(const PackedBatch& b, std::uint32_t layer) {
+    std::uint64_t h = synth_mix(layer);
+    for (std::size_t i = 0; i < b.positions.size(); ++i) h = synth_mix(h ^ b.positions[i] ^ (std::uint64_t{b.lengths[i]} << 40));
+    for (std::int32_t t : b.tokens) h = synth_mix(h ^ static_cast<std::uint32_t>(t));
+    return h;
+}
+
+namespace {
+// Rows of the batch's tokens in layer `l`: [l * layer_stride, + n_tokens * row_bytes).
+std::span<std::uint64_t> layer_words(std::byte* payload, const RingGeometry& g, std::uint32_t l, std::uint64_t n_tokens) {
+    const std::uint64_t row = std::uint64_t{g.hidden} * g.dtype_bytes;
+    const std::uint64_t stride = g.slot_tokens * row;
+    return {reinterpret_cast<std::uint64_t*>(payload + l * stride), n_tokens * row / 8};
+}
+} // namespace
+
+void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
+    for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
+        auto w = layer_words(slot.payload().data(), g_, l, batch.n_tokens());
+        const std::uint64_t seed = synth_seed(batch, l);
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = synth_mix(seed + i);
+    }
+}
+
+void SynthDrafter::restore(const std::filesystem::path* checkpoint) {
+    state_sum_ = state_count_ = accum_sum_ = accum_count_ = 0;
+    if (!checkpoint) return;
+    std::ifstream in(*checkpoint / "synth_state.txt");
+    if (!(in >> state_sum_ >> state_count_)) fail("{}: no synth_state.txt: not a synthetic-mode checkpoint", checkpoint->string());
+}
+
+void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
+    // Verify the payload against the pattern the metadata implies: any torn write, stale slot or
+    // mixed-up metadata shows up here.
+    for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
+        auto w = layer_words(const_cast<std::byte*>(slot.payload().data()), g_, l, batch.n_tokens());
+        const std::uint64_t seed = synth_seed(batch, l);
+        for (std::size_t i = 0; i < w.size(); ++i)
+            if (w[i] != synth_mix(seed + i))
+                fail("slot ticket {}: payload of layer {} differs from its metadata at word {}: corrupt slot", slot.ticket(), l, i);
+    }
+    Staged s;
+    for (std::size_t i = 0; i < batch.positions.size(); ++i) {
+        if (!keep[i]) continue;
+        s.positions.push_back(batch.positions[i]);
+        s.tokens += batch.lengths[i];
+    }
+    slot.release();  // the "copy" is done: CPU mode copies nothing further
+    staged_.push_back(std::move(s));
+}
+
+BatchResult SynthDrafter::train_one() {
+    Staged s = std::move(staged_.front());
+    staged_.pop_front();
+    if (step_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms_));
+    for (std::uint64_t p : s.positions) accum_sum_ += synth_mix(p);
+    accum_count_ += s.positions.size();
+    BatchResult r;
+    r.tokens = s.tokens;
+    r.compute_ms = step_ms_;
+    return r;
+}
+
+StepResult SynthDrafter::optimizer_step(std::uint64_t) {
+    state_sum_ += accum_sum_;
+    state_count_ += accum_count_;
+    accum_sum_ = accum_count_ = 0;
+    return {};
+}
+
+void SynthDrafter::save(const std::filesystem::path& dir) {
+    std::ofstream out(dir / "synth_state.txt");
+    out << state_sum_ << " " << state_count_ << "\n";
+    if (!out) fail("cannot write {}/synth_state.txt", dir.string());
+}
+
+void SynthDrafter::export_model(const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    save(dir);
+}
+
+} // namespace hsring::worker

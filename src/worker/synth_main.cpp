@@ -1,0 +1,35 @@
+// hsring-synth-worker --role target|drafter --config FILE --run-dir DIR: the [run] mode =
+// "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No torch, no CUDA.
+//   HSRING_SYNTH_STEP_MS=N  simulate N ms of compute per drafter batch (tests kill mid-step)
+//   HSRING_SYNTH_FAIL=ROLE  exit 1 at start when this worker has that role (crash-loop drills)
+#include "hsring/log.hpp"
+#include "worker/context.hpp"
+#include "worker/synth_compute.hpp"
+
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+int body(int argc, char** argv) {
+    using namespace hsring::worker;
+    auto ctx = Context::open(argc, argv);
+    const char* fail_role = std::getenv("HSRING_SYNTH_FAIL");
+    const std::string role = ctx->env.role == WorkerRole::Target ? "target" : "drafter";
+    if (fail_role && role == fail_role) {
+        hsring::log::error("HSRING_SYNTH_FAIL={}: failing on purpose", fail_role);
+        return kExitFailure;
+    }
+    if (ctx->env.role == WorkerRole::Target) {
+        mark_started();
+        SynthTarget t(ctx->ring.geometry());
+        return run_target(*ctx, t);
+    }
+    const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");
+    SynthDrafter d(ctx->ring.geometry(), ms ? std::atof(ms) : 0.0);
+    return run_drafter(*ctx, d);
+}
+
+} // namespace
+
+int main(int argc, char** argv) { return hsring::worker::run_guarded("hsring-synth-worker", body, argc, argv); }

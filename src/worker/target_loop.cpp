@@ -1,0 +1,62 @@
+#include "worker/target_loop.hpp"
+
+#include "hsring/log.hpp"
+
+#include <chrono>
+
+namespace hsring::worker {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+static std::uint64_t ns_since(Clock::time_point t) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+int run_target(Context& ctx, TargetCompute& compute) {
+    Packer packer(*ctx.data, ctx.ledger, ctx.cfg.ring.slot_tokens, ctx.derived.max_samples_per_slot);
+    WorkerStats st;
+    ctx.publish(st, true);
+    while (!stop_requested()) {
+        if (ctx.ledger.done()) {
+            log::info("the drafter has trained every epoch: done");
+            break;
+        }
+        auto t0 = Clock::now();
+        auto slot = ctx.ring.claim(200ms);
+        st.wait_ns += ns_since(t0);
+        if (!slot) {
+            if (ctx.ring.stopping()) break;
+            ctx.publish(st);
+            continue;
+        }
+        PackedBatch batch = packer.pack(slot->ticket());
+        if (batch.empty()) {
+            // Everything is handed out; samples come back only if a slot is reclaimed or the
+            // drafter restarts. Give the slot back and sleep until then.
+            slot->abort();
+            t0 = Clock::now();
+            ctx.ledger.wait_pending(500ms);
+            st.wait_ns += ns_since(t0);
+            ctx.publish(st);
+            continue;
+        }
+        write_meta(slot->meta(), batch, ctx.env.rank);
+        t0 = Clock::now();
+        compute.write(batch, *slot);
+        st.busy_ns += ns_since(t0);
+        if (!slot->commit()) {
+            // We were presumed dead and reclaimed; the samples went back to PENDING then.
+            log::warn("slot {} was reclaimed before commit; its samples are produced again", slot->index());
+        } else {
+            st.slots += 1;
+            st.samples += batch.positions.size();
+            st.tokens += batch.n_tokens();
+        }
+        ctx.publish(st);
+    }
+    ctx.publish(st, true);
+    return kExitOk;
+}
+
+} // namespace hsring::worker

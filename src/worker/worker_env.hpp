@@ -1,0 +1,52 @@
+#pragma once
+// What a worker process is told by the supervisor (CONTRACT.md): its name, role, rank,
+// incarnation, the ring and ledger names, the config and the run directory. Also the process
+// set-up every worker shares: log name, SIGTERM/SIGINT -> stop flag, parent-death check.
+#include "hsring/config.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace hsring::worker {
+
+enum class WorkerRole { Target, Drafter };
+
+struct WorkerEnv {
+    std::string name;         // "target.0"
+    WorkerRole role = WorkerRole::Target;
+    std::uint32_t rank = 0;
+    std::uint32_t incarnation = 1;
+    std::string ring, ledger;
+    std::filesystem::path config_file, run_dir;
+    bool cuda = false;        // HSRING_DEVICE=cuda
+    pid_t supervisor = 0;
+
+    std::uint32_t stats_index() const;
+};
+
+// Parses `--role R --config F --run-dir D` and the HSRING_* environment; a worker started by
+// hand without a supervisor gets defaults derived from the config (ring name, rank 0).
+// Throws hsring::Error on a malformed command line.
+WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg_for_defaults = nullptr);
+
+// Installs SIGTERM/SIGINT handlers that set the stop flag, sets the log name, and exits(0) if
+// the supervisor that started us is already gone.
+void setup_process(const WorkerEnv& env);
+
+// Set by SIGTERM/SIGINT (graceful stop or supervisor death via PR_SET_PDEATHSIG).
+bool stop_requested();
+
+// Exit codes (CONTRACT.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUserError = 3;
+
+// Runs `body`. An hsring::Error before mark_started() (bad config, data or model: restarting
+// cannot help) exits 3; any error after it, or any other exception, exits 1 (restartable).
+// Either way one message goes to stderr.
+int run_guarded(const char* program, int (*body)(int, char**), int argc, char** argv);
+void mark_started();
+
+} // namespace hsring::worker
