@@ -42,6 +42,7 @@ struct LedgerInfo {
     std::uint32_t epochs = 1;
     std::uint64_t seed = 0;
     bool shuffle = true;
+    std::uint64_t tokens_per_epoch = 0;  // informative (LR schedule length); not compared on attach
     std::uint64_t total() const { return samples * epochs; }
 };
 

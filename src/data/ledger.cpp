@@ -49,6 +49,7 @@ struct LedgerHeader {
     std::uint64_t seed;
     std::uint64_t total;
     std::int64_t creator_pid;
+    std::uint64_t tokens_per_epoch;
     // Next position never handed out yet.
     alignas(64) std::atomic<std::uint64_t> cursor;
     // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
@@ -102,6 +103,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->seed = info.seed;
         h->total = info.total();
         h->creator_pid = ::getpid();
+        h->tokens_per_epoch = info.tokens_per_epoch;
         for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kStatsOffset + i * 128) StatsEntry{};
         // Entries: a fresh file reads as zero = PENDING with payload 0.
         std::memcpy(h->magic, kMagic, sizeof kMagic);
@@ -122,7 +124,8 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     if (h->version != kVersion) fail("ledger {} has version {}, this hsring uses {}: remove it (hsring ring rm)", path, h->version, kVersion);
     if (kEntriesOffset + h->total * 8 > l.region_->size()) fail("ledger {} is truncated", path);
     l.header_ = h;
-    l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0};
+    l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0,
+                         h->tokens_per_epoch};
     if (expected) {
         const LedgerInfo& e = *expected;
         if (e.data_fingerprint != l.info_.data_fingerprint || e.samples != l.info_.samples)
