@@ -215,7 +215,7 @@ std::uint64_t Ledger::repend_ticket(std::uint64_t ticket) {
     const std::uint64_t cur = std::min(header_->cursor.load(memory_order_acquire), info_.total());
     for (std::uint64_t p = 0; p < cur; ++p)
         if (entry(p).load(memory_order_relaxed) == in_slot && to_pending(p, in_slot)) ++n;
-    if (n) log::info("ledger: {} samples of reclaimed slot ticket {} go back to PENDING", n, ticket);
+    if (n) log::debug("ledger: {} samples of reclaimed slot ticket {} go back to PENDING", n, ticket);
     return n;
 }
 
