@@ -10,5 +10,11 @@ namespace hsring::cli {
 using Args = std::span<char*>;
 
 int config_check(Args args);
+int run(Args args);               // run.cpp
+int status(Args args);            // control.cpp
+int restart_or_kill(Args args);   // control.cpp
+int stop(Args args);              // control.cpp
+int ring(Args args);              // ring_rm.cpp
+int ledger(Args args);            // ledger_verify.cpp
 
 } // namespace hsring::cli

@@ -1,0 +1,58 @@
+// hsring ring rm NAME [--force]: remove a run's ring and its ledger (after a crash, or to start
+// over). Refused while the process that created the ring is alive, unless --force.
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "hsring/error.hpp"
+#include "hsring/ledger.hpp"
+#include "hsring/ring.hpp"
+
+#include <fmt/format.h>
+
+namespace hsring::cli {
+
+int ring(Args args) {
+    constexpr const char* kUsage =
+        "usage: hsring ring rm NAME [--force]\n"
+        "  removes the shared-memory ring NAME and its ledger NAME-ledger; refused while the supervisor\n"
+        "  that created it runs (stop it with hsring stop), unless --force\n";
+    ParsedArgs p;
+    try {
+        p = parse_args(args.subspan(1), {}, {"--force", "--help"});
+    } catch (const UsageError& e) {
+        fmt::print(stderr, "hsring ring: {}\n{}", e.message, kUsage);
+        return 2;
+    }
+    if (p.flag("--help")) {
+        fmt::print("{}", kUsage);
+        return 0;
+    }
+    if (p.positional.size() != 2 || p.positional[0] != "rm") {
+        fmt::print(stderr, "{}", kUsage);
+        return 2;
+    }
+    const std::string name = p.positional[1];
+    const std::string ledger = Ledger::name_for_ring(name);
+    const bool force = p.flag("--force");
+    const bool has_ring = Ring::exists(name);
+    if (!has_ring && !Ledger::exists(ledger)) fail("no ring '{}' and no ledger '{}' to remove", name, ledger);
+    if (has_ring && !force) {
+        Ring ring = [&] {
+            try {
+                return Ring::attach(name);
+            } catch (const Error& e) {
+                fail("{}\n  (hsring ring rm {} --force removes it anyway)", e.what(), name);
+            }
+        }();
+        const pid_t creator = ring.creator_pid();
+        if (process_alive(creator))
+            fail("ring '{}' was created by process {}, which is still running: stop its run first (hsring stop), or "
+                 "pass --force to remove it anyway (its processes keep their mappings until they exit)", name, creator);
+    }
+    std::string removed;
+    if (Ring::remove(name)) removed = fmt::format("ring '{}'", name);
+    if (Ledger::remove(ledger)) removed += fmt::format("{}ledger '{}'", removed.empty() ? "" : " and ", ledger);
+    fmt::print("removed {}\n", removed);
+    return 0;
+}
+
+} // namespace hsring::cli

@@ -1,0 +1,30 @@
+#pragma once
+// Taking over from an earlier supervisor of the same run. When a supervisor dies, its workers
+// get SIGTERM (PR_SET_PDEATHSIG) and finish their unit of work before they exit: a target
+// commits the slot it writes, the drafter trains what it holds and checkpoints. The next
+// supervisor must let them finish before it starts new workers: two drafters of one rank at
+// once would both write the train log and the ledger's consumption records of that rank.
+#include "supervisor/console.hpp"
+#include "supervisor/run_files.hpp"
+
+#include "hsring/ledger.hpp"
+#include "hsring/ring.hpp"
+
+#include <cstdint>
+#include <optional>
+
+namespace hsring::supervisor {
+
+// Fails if the supervisor of `record` is still alive (a run directory has one supervisor).
+void check_previous_supervisor(const RunRecord& record);
+
+// Waits (up to `timeout_s`, then SIGKILL) for the worker processes of `record` that are still
+// alive. Returns how many there were.
+std::size_t wait_for_previous_workers(const RunRecord& record, double timeout_s, Console& console);
+
+// The largest incarnation any earlier process of this ring used: from run.json, the ledger's
+// worker stats and the owners of the ring's slots. New incarnations start above it so that
+// (pid, incarnation) never repeats within a ring (src/worker/CONTRACT.md).
+std::uint32_t max_incarnation_seen(const std::optional<RunRecord>& record, const Ring& ring, const Ledger& ledger);
+
+} // namespace hsring::supervisor

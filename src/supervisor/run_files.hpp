@@ -1,0 +1,88 @@
+#pragma once
+// The files of a run directory, and run.json: what `hsring run` records so that the control
+// commands, `hsring ledger verify` and the next supervisor of the same run find it.
+//
+//   RUN_DIR/run.json              this record (rewritten atomically: start, each worker start, end)
+//   RUN_DIR/control.sock          the supervisor's control socket (mode 0600)
+//   RUN_DIR/supervisor.lock       flock held by the running supervisor (one per run dir)
+//   RUN_DIR/logs/<worker>.log     each worker's stdout and stderr, appended across restarts
+//   RUN_DIR/checkpoints/latest    step of the drafter's latest committed checkpoint (the drafter writes it)
+//   RUN_DIR/train-log.<rank>.txt  the drafter's train log (include/hsring/train_log.hpp)
+#include "hsring/ledger.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsring::supervisor {
+
+namespace fs = std::filesystem;
+
+struct RunFiles {
+    fs::path dir;  // absolute
+
+    fs::path run_json() const { return dir / "run.json"; }
+    fs::path control_socket() const { return dir / "control.sock"; }
+    fs::path lock_file() const { return dir / "supervisor.lock"; }
+    fs::path logs_dir() const { return dir / "logs"; }
+    fs::path worker_log(std::string_view worker) const { return logs_dir() / (std::string(worker) + ".log"); }
+    fs::path latest_checkpoint() const { return dir / "checkpoints" / "latest"; }
+    fs::path train_log(std::uint32_t drafter_rank) const {
+        return dir / ("train-log." + std::to_string(drafter_rank) + ".txt");
+    }
+};
+
+// The step in RUN_DIR/checkpoints/latest; nullopt when there is no checkpoint yet. A file that
+// does not hold a step is an error naming it.
+std::optional<std::uint64_t> read_latest_checkpoint(const RunFiles& files);
+
+// sockaddr_un holds 108 bytes with the terminating NUL: a longer socket path is an error saying
+// how to shorten it.
+void check_socket_path(const fs::path& socket);
+
+// A worker process started by a supervisor, so that the next supervisor can wait for it (after a
+// supervisor is killed, its workers finish their unit of work before they exit).
+struct WorkerRecord {
+    std::string name;
+    pid_t pid = 0;
+    std::uint32_t incarnation = 0;
+    std::uint64_t start_ticks = 0;  // /proc start time: tells a reused pid apart
+};
+
+struct RunEnd {
+    std::string time;       // ISO 8601, local time
+    int exit_code = 0;
+    std::string reason;
+};
+
+struct RunRecord {
+    std::string config;     // absolute path of the config file
+    std::string ring, ledger;
+    std::uint64_t samples = 0;
+    std::uint32_t epochs = 1;
+    std::uint64_t fingerprint = 0;
+    std::uint64_t seed = 0;
+    bool shuffle = true;
+    std::string started;    // ISO 8601, local time
+    pid_t supervisor_pid = 0;
+    std::uint64_t supervisor_start_ticks = 0;
+    std::vector<WorkerRecord> workers;  // the latest process of each worker name
+    std::optional<RunEnd> end;
+
+    LedgerInfo ledger_info() const { return {fingerprint, samples, epochs, seed, shuffle}; }
+};
+
+// Write to a temporary file and rename, so a reader never sees half a record.
+void write_run_record(const RunFiles& files, const RunRecord& record);
+// Throws hsring::Error naming the file and the missing or malformed key.
+RunRecord read_run_record(const fs::path& file);
+
+// Local time as "2026-11-30T12:03:04".
+std::string iso_time_now();
+
+} // namespace hsring::supervisor

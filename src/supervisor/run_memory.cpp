@@ -1,0 +1,110 @@
+// The run's ring and ledger (see run_memory.hpp).
+#include "supervisor/run_memory.hpp"
+
+#include "hsring/error.hpp"
+#include "hsring/train_log.hpp"
+
+#include <unistd.h>
+
+namespace hsring::supervisor {
+
+namespace {
+
+Ring open_ring(const RunMemoryPlan& plan, bool& created) {
+    if (Ring::exists(plan.ring_name)) {
+        Ring ring = [&] {
+            try {
+                return Ring::attach(plan.ring_name, &plan.geometry);
+            } catch (const Error& e) {
+                fail("{}\n  `hsring run --fresh` removes the old ring and its ledger (their READY slots and progress "
+                     "are dropped; the checkpoint and train log in {} stay, so nothing trained is lost), or "
+                     "give this run another [ring] name", e.what(), plan.files.dir.string());
+            }
+        }();
+        const pid_t creator = ring.creator_pid();
+        if (creator != ::getpid() && process_alive(creator))
+            fail("ring '{}' was created by process {}, which is still running: is another `hsring run` using it? "
+                 "Stop it (hsring stop --run-dir DIR), or give this run another [run] name or [ring] name",
+                 plan.ring_name, creator);
+        created = false;
+        return ring;
+    }
+    created = true;
+    return Ring::create({plan.ring_name, plan.geometry, plan.huge_pages, true});
+}
+
+Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& created, std::uint64_t& marked,
+                   const std::function<void(const std::string&)>& say) {
+    if (Ledger::exists(name)) {
+        created = false;
+        return Ledger::attach(name, &plan.info);
+    }
+    created = true;
+    Ledger ledger = Ledger::create(name, plan.info);
+    try {
+        // A new ledger for a run that already has a checkpoint: what is in those weights is done.
+        if (auto step = read_latest_checkpoint(plan.files)) {
+            const auto positions = surviving_positions(plan.files.train_log(plan.drafter_rank), *step);
+            ledger.mark_durable(positions);
+            marked = positions.size();
+            say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} ({}): marked durable",
+                            name, marked, *step, plan.files.train_log(plan.drafter_rank).string()));
+        }
+    } catch (...) {
+        Ledger::remove(name);
+        throw;
+    }
+    return ledger;
+}
+
+} // namespace
+
+RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(const std::string&)>& say) {
+    const std::string ledger_name = Ledger::name_for_ring(plan.ring_name);
+    if (plan.fresh) {
+        const std::string removed = remove_run_memory(plan.ring_name);
+        if (!removed.empty()) say("--fresh: removed " + removed);
+    }
+
+    bool ring_created = false;
+    Ring ring = open_ring(plan, ring_created);
+    // Whatever fails from here on must not leave a ring we just made.
+    struct Undo {
+        const std::string& name;
+        bool armed;
+        ~Undo() {
+            if (armed) Ring::remove(name);
+        }
+    } undo_ring{plan.ring_name, ring_created};
+
+    if (ring_created && Ledger::exists(ledger_name)) {
+        // Its IN_SLOT entries point at slots of a ring that is gone: nobody would ever re-pend
+        // them. A new ledger rebuilt from the checkpoint loses nothing trained.
+        Ledger::remove(ledger_name);
+        say(fmt::format("ring '{}' was gone but its ledger '{}' was not: the ledger is rebuilt from the checkpoint",
+                        plan.ring_name, ledger_name));
+    }
+    bool ledger_created = false;
+    std::uint64_t marked = 0;
+    Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
+
+    RunMemory m{std::move(ring), std::move(ledger)};
+    m.ring_created = ring_created;
+    m.ledger_created = ledger_created;
+    m.marked_durable = marked;
+    Ledger* l = &m.ledger;
+    m.reclaimed = m.ring.reclaim_dead([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
+    m.ring.set_stopping(false);
+    undo_ring.armed = false;
+    return m;
+}
+
+std::string remove_run_memory(const std::string& ring_name) {
+    const std::string ledger_name = Ledger::name_for_ring(ring_name);
+    std::string removed;
+    if (Ring::remove(ring_name)) removed = "ring '" + ring_name + "'";
+    if (Ledger::remove(ledger_name)) removed += (removed.empty() ? "" : ", ") + std::string("ledger '") + ledger_name + "'";
+    return removed;
+}
+
+} // namespace hsring::supervisor

@@ -1,0 +1,47 @@
+#pragma once
+// The run's shared memory: the ring and the ledger beside it, created by the supervisor or
+// re-attached after a supervisor restart (the READY slots and the ledger's progress survive).
+//
+//   --fresh                     remove both first
+//   ring exists                 attach; another layout is refused (the message says --fresh)
+//   ring new, ledger exists     the ledger's IN_SLOT entries name slots that are gone: replaced
+//   ledger exists               attach; another data set / epochs / seed is refused
+//   ledger new                  all PENDING; if RUN_DIR/checkpoints/latest exists, the positions
+//                               in that checkpoint's weights (train log) are marked DURABLE
+// Then the slots of dead owners are reclaimed (their samples re-pended) and a stopping flag left
+// by an earlier stop is cleared. A failure leaves nothing new behind.
+#include "hsring/ledger.hpp"
+#include "hsring/ring.hpp"
+#include "supervisor/run_files.hpp"
+
+#include <functional>
+#include <string>
+
+namespace hsring::supervisor {
+
+struct RunMemoryPlan {
+    std::string ring_name;
+    RingGeometry geometry;
+    HugePages huge_pages = HugePages::Auto;
+    LedgerInfo info;
+    bool fresh = false;
+    RunFiles files;
+    std::uint32_t drafter_rank = 0;  // whose checkpoint and train log seed a new ledger
+};
+
+struct RunMemory {
+    Ring ring;
+    Ledger ledger;
+    bool ring_created = false;
+    bool ledger_created = false;
+    std::uint64_t marked_durable = 0;  // positions a new ledger took from the checkpoint
+    ReclaimResult reclaimed;           // what reclaim_dead undid at start
+};
+
+// `say` receives progress messages for the console. Throws hsring::Error.
+RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(const std::string&)>& say);
+
+// Removes the ring and its ledger; returns what was removed ("ring X, ledger Y").
+std::string remove_run_memory(const std::string& ring_name);
+
+} // namespace hsring::supervisor

@@ -1,0 +1,185 @@
+// Run status: collection into JSON and rendering (see status.hpp).
+#include "supervisor/status.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+namespace hsring::supervisor {
+
+using nlohmann::json;
+
+RateMeter::Rate RateMeter::update(const std::string& worker, const WorkerStats& s, std::chrono::steady_clock::time_point now) {
+    Sample& p = prev_[worker];
+    if (p.pid == s.pid && p.t != std::chrono::steady_clock::time_point{} && s.samples >= p.samples && s.tokens >= p.tokens) {
+        const double dt = std::chrono::duration<double>(now - p.t).count();
+        if (dt > 0) p.rate = {static_cast<double>(s.samples - p.samples) / dt, static_cast<double>(s.tokens - p.tokens) / dt};
+    } else {
+        p.rate = {};  // a new process: its counters started again
+    }
+    p.pid = s.pid;
+    p.samples = s.samples;
+    p.tokens = s.tokens;
+    p.t = now;
+    return p.rate;
+}
+
+RateMeter::Rate RateMeter::last(const std::string& worker) const {
+    auto it = prev_.find(worker);
+    return it == prev_.end() ? Rate{} : it->second.rate;
+}
+
+json status_json(const StatusInputs& in) {
+    json workers = json::array();
+    json rates = {{"target", {{"samples_per_s", 0.0}, {"tokens_per_s", 0.0}}},
+                  {"drafter", {{"samples_per_s", 0.0}, {"tokens_per_s", 0.0}}}};
+    json drafter = {{"step", nullptr}, {"loss", nullptr}};
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    const double now_s = static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+    for (const auto& w : in.workers) {
+        json j = {{"name", w.name}, {"role", w.role}, {"rank", w.rank}, {"place", w.place},
+                  {"pid", w.pid > 0 ? json(w.pid) : json(nullptr)}, {"state", w.state},
+                  {"restarts", w.restarts}, {"incarnation", w.incarnation},
+                  {"last_exit", w.last_exit.empty() ? json(nullptr) : json(w.last_exit)}, {"log", w.log}};
+        if (w.has_stats) {
+            j["samples"] = w.stats.samples;
+            j["tokens"] = w.stats.tokens;
+            j["slots"] = w.stats.slots;
+            j["samples_per_s"] = w.rate.samples_per_s;
+            j["tokens_per_s"] = w.rate.tokens_per_s;
+            j["heartbeat_age_s"] = std::max(0.0, now_s - static_cast<double>(w.stats.heartbeat_ns) * 1e-9);
+            auto& r = rates[w.role];
+            r["samples_per_s"] = r["samples_per_s"].get<double>() + w.rate.samples_per_s;
+            r["tokens_per_s"] = r["tokens_per_s"].get<double>() + w.rate.tokens_per_s;
+            if (w.role == "drafter") {
+                j["step"] = w.stats.step;
+                j["loss"] = w.stats.loss;
+                if (w.rank == 0) drafter = {{"step", w.stats.step}, {"loss", w.stats.loss}};
+            }
+        }
+        workers.push_back(std::move(j));
+    }
+    const auto& c = in.counters;
+    return {
+        {"run", {{"name", in.name}, {"run_dir", in.run_dir}, {"config", in.config}, {"pid", in.pid},
+                 {"phase", in.phase}, {"uptime_s", in.uptime_s}, {"mode", in.mode}}},
+        {"workers", workers},
+        {"ring", {{"name", in.ring_name}, {"slots", in.slots}, {"free", in.occupancy.free},
+                  {"writing", in.occupancy.writing}, {"ready", in.occupancy.ready},
+                  {"reading", in.occupancy.reading}, {"stopping", in.stopping},
+                  {"counters", {{"commits", c.commits}, {"releases", c.releases}, {"aborts", c.aborts},
+                                {"put_backs", c.put_backs}, {"reclaimed_writing", c.reclaimed_writing},
+                                {"reclaimed_reading", c.reclaimed_reading}, {"redeliveries", c.redeliveries}}}}},
+        {"ledger", {{"name", in.ledger_name}, {"total", in.total}, {"pending", in.counts.pending},
+                    {"in_slot", in.counts.in_slot}, {"consumed", in.counts.consumed},
+                    {"durable", in.counts.durable}, {"done", in.done}}},
+        {"rates", rates},
+        {"drafter", drafter},
+    };
+}
+
+namespace {
+
+std::string human(double v) {
+    if (v >= 1e9) return fmt::format("{:.1f}G", v / 1e9);
+    if (v >= 1e6) return fmt::format("{:.1f}M", v / 1e6);
+    if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
+    if (v >= 100) return fmt::format("{:.0f}", v);
+    return fmt::format("{:.1f}", v);
+}
+
+std::string duration(double s) {
+    const auto t = static_cast<long>(s);
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+// [##==+.....]: reading, ready, writing, free, one character per slot up to 24 characters.
+std::string bar(const json& ring) {
+    const double slots = ring.value("slots", 0.0);
+    if (slots <= 0) return "[]";
+    const int width = static_cast<int>(std::min(slots, 24.0));
+    const double counts[] = {ring.value("reading", 0.0), ring.value("ready", 0.0), ring.value("writing", 0.0)};
+    const char marks[] = {'#', '=', '+'};
+    std::string s = "[";
+    int used = 0;
+    double acc = 0;
+    for (int i = 0; i < 3; ++i) {
+        acc += counts[i];
+        const int upto = static_cast<int>(std::lround(acc / slots * width));
+        for (; used < upto; ++used) s += marks[i];
+    }
+    for (; used < width; ++used) s += '.';
+    return s + "]";
+}
+
+std::uint64_t trained(const json& ledger) {
+    return ledger.value("consumed", std::uint64_t{0}) + ledger.value("durable", std::uint64_t{0});
+}
+
+} // namespace
+
+std::string status_line(const json& st) {
+    const json& rates = st["rates"];
+    const json& ring = st["ring"];
+    const json& ledger = st["ledger"];
+    std::uint64_t restarts = 0;
+    for (const auto& w : st["workers"]) restarts += w.value("restarts", std::uint64_t{0});
+    std::string s = fmt::format("target {} tok/s {} smp/s | drafter {} tok/s | ring {} {}R {}r",
+                                human(rates["target"].value("tokens_per_s", 0.0)),
+                                human(rates["target"].value("samples_per_s", 0.0)),
+                                human(rates["drafter"].value("tokens_per_s", 0.0)), bar(ring),
+                                ring.value("ready", 0), ring.value("reading", 0));
+    const json& d = st["drafter"];
+    if (!d["step"].is_null()) s += fmt::format(" | step {} loss {:.4g}", d["step"].get<std::uint64_t>(), d["loss"].get<double>());
+    const std::uint64_t total = ledger.value("total", std::uint64_t{0});
+    if (total) s += fmt::format(" | {}/{} {:.0f}%", trained(ledger), total, 100.0 * static_cast<double>(trained(ledger)) / static_cast<double>(total));
+    s += fmt::format(" | restarts {}", restarts);
+    const std::string phase = st["run"].value("phase", "");
+    if (phase != "running") s += " | " + phase;
+    return s;
+}
+
+std::string status_text(const json& st) {
+    const json& run = st["run"];
+    std::string s = fmt::format("run {} ({}), supervisor pid {}, {} for {}, run dir {}\n", run.value("name", ""),
+                                run.value("mode", ""), run.value("pid", 0), run.value("phase", ""),
+                                duration(run.value("uptime_s", 0.0)), run.value("run_dir", ""));
+    s += fmt::format("  {:<11} {:<8} {:<6} {:>8}  {:<11} {:>8}  {:<22} {}\n", "WORKER", "ROLE", "PLACE", "PID", "STATE",
+                     "RESTARTS", "LAST EXIT", "ACTIVITY");
+    for (const auto& w : st["workers"]) {
+        std::string activity;
+        if (w.contains("tokens_per_s")) {
+            activity = fmt::format("{} tok/s, {} samples/s, {} samples", human(w.value("tokens_per_s", 0.0)),
+                                   human(w.value("samples_per_s", 0.0)), w.value("samples", std::uint64_t{0}));
+            if (w.contains("step")) activity += fmt::format(", step {} loss {:.4g}", w.value("step", std::uint64_t{0}), w.value("loss", 0.0));
+        }
+        s += fmt::format("  {:<11} {:<8} {:<6} {:>8}  {:<11} {:>8}  {:<22} {}\n", w.value("name", ""), w.value("role", ""),
+                         w.value("place", ""), w["pid"].is_null() ? "-" : std::to_string(w["pid"].get<int>()),
+                         w.value("state", ""), w.value("restarts", 0),
+                         w["last_exit"].is_null() ? "-" : w["last_exit"].get<std::string>(), activity);
+    }
+    const json& ring = st["ring"];
+    const json& c = ring["counters"];
+    s += fmt::format("ring {}: {} slots: {} free, {} writing, {} ready, {} reading {}{}\n", ring.value("name", ""),
+                     ring.value("slots", 0), ring.value("free", 0), ring.value("writing", 0), ring.value("ready", 0),
+                     ring.value("reading", 0), bar(ring), ring.value("stopping", false) ? " (stopping)" : "");
+    s += fmt::format("  commits {}, releases {}, aborts {}, put backs {}, reclaimed {} writing / {} reading, "
+                     "redeliveries {}\n", c.value("commits", 0), c.value("releases", 0), c.value("aborts", 0),
+                     c.value("put_backs", 0), c.value("reclaimed_writing", 0), c.value("reclaimed_reading", 0),
+                     c.value("redeliveries", 0));
+    const json& l = st["ledger"];
+    const std::uint64_t total = l.value("total", std::uint64_t{0});
+    s += fmt::format("ledger {}: {} of {} sample passes trained ({:.1f}%){}: {} pending, {} in slots, {} consumed, "
+                     "{} durable\n", l.value("name", ""), trained(l), total,
+                     total ? 100.0 * static_cast<double>(trained(l)) / static_cast<double>(total) : 0.0,
+                     l.value("done", false) ? ", done" : "", l.value("pending", 0), l.value("in_slot", 0),
+                     l.value("consumed", 0), l.value("durable", 0));
+    return s;
+}
+
+} // namespace hsring::supervisor

@@ -1,0 +1,81 @@
+#pragma once
+// The run's status as one JSON object: what `hsring status [--json]` prints and what the live
+// status line shows. Built by the supervisor from its worker table, the ring and the ledger;
+// rendered from the JSON alone, so the CLI and the supervisor show the same thing.
+//
+//   {"run": {"name", "run_dir", "config", "pid", "phase", "uptime_s", "mode"},
+//    "workers": [{"name", "role", "rank", "place", "pid", "state", "restarts", "incarnation",
+//                 "last_exit", "log", "samples", "tokens", "samples_per_s", "tokens_per_s",
+//                 "step", "loss", "heartbeat_age_s"}],
+//    "ring": {"name", "slots", "free", "writing", "ready", "reading", "stopping",
+//             "counters": {"commits", "releases", "aborts", "put_backs", "reclaimed_writing",
+//                          "reclaimed_reading", "redeliveries"}},
+//    "ledger": {"name", "total", "pending", "in_slot", "consumed", "durable", "done"},
+//    "rates": {"target": {"samples_per_s", "tokens_per_s"}, "drafter": {...}},
+//    "drafter": {"step", "loss"}}
+#include "hsring/ledger.hpp"
+#include "hsring/ring.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hsring::supervisor {
+
+// Per-worker rates from successive WorkerStats (counters restart with each process).
+class RateMeter {
+public:
+    struct Rate {
+        double samples_per_s = 0, tokens_per_s = 0;
+    };
+    // Feeds the latest stats of `worker`; returns its rate over the interval since the last feed.
+    Rate update(const std::string& worker, const WorkerStats& s, std::chrono::steady_clock::time_point now);
+    Rate last(const std::string& worker) const;
+
+private:
+    struct Sample {
+        std::int32_t pid = 0;
+        std::uint64_t samples = 0, tokens = 0;
+        std::chrono::steady_clock::time_point t{};
+        Rate rate;
+    };
+    std::map<std::string, Sample> prev_;
+};
+
+struct WorkerStatus {
+    std::string name, role, place, state, last_exit, log;
+    std::uint32_t rank = 0, restarts = 0, incarnation = 0;
+    int pid = 0;
+    WorkerStats stats;       // from the ledger; meaningful when `has_stats`
+    bool has_stats = false;  // the current process published stats
+    RateMeter::Rate rate;
+};
+
+struct StatusInputs {
+    std::string name, run_dir, config, phase, mode;
+    int pid = 0;
+    double uptime_s = 0;
+    std::vector<WorkerStatus> workers;
+    std::string ring_name;
+    std::uint32_t slots = 0;
+    Occupancy occupancy;
+    RingCounters counters;
+    bool stopping = false;
+    std::string ledger_name;
+    std::uint64_t total = 0;
+    LedgerCounts counts;
+    bool done = false;
+};
+
+nlohmann::json status_json(const StatusInputs& in);
+
+// The one-line summary (the live status line on a terminal, the periodic line elsewhere):
+//   "target 1.2k tok/s 40 smp/s | drafter 1.1k tok/s | ring [##==++....] 2R 2r | step 120 loss 2.345 | 45% | restarts 1"
+std::string status_line(const nlohmann::json& status);
+// The multi-line report of `hsring status`.
+std::string status_text(const nlohmann::json& status);
+
+} // namespace hsring::supervisor

@@ -1,0 +1,112 @@
+#pragma once
+// `hsring run`: the supervisor of one run. It owns the ring and the ledger, starts one worker
+// process per [topology] entry, restarts them per [supervisor], answers the control socket and
+// shows the run's status. Single-threaded: one poll() loop over a signalfd (SIGCHLD, SIGINT,
+// SIGTERM), the control socket, the workers' output pipes and its timers. It links neither
+// torch nor CUDA (DESIGN.md invariant 5).
+//
+// Run phases:
+//   running     workers are started and restarted
+//   completing  the drafter finished every epoch (exit 0, ledger done): targets get SIGTERM
+//   stopping    graceful stop (hsring stop, SIGINT, SIGTERM, a worker that cannot go on): the
+//               ring's stopping flag is set; targets stop claiming, the drafter drains the READY
+//               slots and checkpoints; after [supervisor] stop_timeout_s the rest is killed
+//   killing     hsring stop --now or a second SIGINT: SIGKILL everyone, keep ring and ledger
+// When no worker is left in a phase other than running, the ring and the ledger are removed
+// (unless [run] keep_ring, or after killing), run.json records the end and the supervisor exits:
+//   0 complete or stopped on request, 1 a worker failed and could not be restarted,
+//   3 a worker reported a user error (its exit code 3), 130 interrupted twice.
+#include "hsring/config.hpp"
+#include "supervisor/console.hpp"
+#include "supervisor/control_server.hpp"
+#include "supervisor/restart_policy.hpp"
+#include "supervisor/run_files.hpp"
+#include "supervisor/run_memory.hpp"
+#include "supervisor/signals.hpp"
+#include "supervisor/status.hpp"
+#include "supervisor/worker.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hsring::supervisor {
+
+struct RunOptions {
+    std::filesystem::path config;
+    std::optional<std::filesystem::path> run_dir;  // overrides [run] run_dir
+    bool fresh = false;                            // remove an existing ring and ledger first
+};
+
+class Supervisor {
+public:
+    explicit Supervisor(RunOptions opts);
+    ~Supervisor();
+    Supervisor(const Supervisor&) = delete;
+    Supervisor& operator=(const Supervisor&) = delete;
+
+    // Runs until the end; returns the exit code. Start-up errors throw hsring::Error and leave
+    // nothing behind that this call created.
+    int run();
+
+private:
+    enum class Phase { Running, Completing, Stopping, Killing };
+    static const char* phase_name(Phase p);
+
+    // start (supervisor_start.cpp)
+    void start();
+    void load_config_and_data();
+    void lock_run_dir();
+    void take_over_previous();
+    void open_memory();
+    void write_record();
+    // workers (supervisor_workers.cpp)
+    void start_worker(Worker& w);
+    void start_or_fail(Worker& w);
+    void on_exit(Worker& w, int wait_status);
+    void after_failure(Worker& w, bool failed);
+    void signal_worker(Worker& w, int sig);
+    bool any_alive() const;
+    Worker* find_by_pid(pid_t pid);
+    Worker& find_by_name(const std::string& name);
+    // loop and stops (supervisor_loop.cpp)
+    void loop();
+    void reap();
+    void on_signals();
+    void tick();
+    int poll_timeout_ms() const;
+    void begin_stop(Phase phase, int exit_code, std::string reason);
+    int finish();
+    std::string summary();
+    // control and status (supervisor_control.cpp)
+    ControlReply on_control(const nlohmann::json& request);
+    nlohmann::json collect_status(bool update_rates);
+    void show_status();
+
+    RunOptions opts_;
+    Console console_;
+    Config cfg_;
+    Derived derived_;
+    RunFiles files_;
+    std::uint64_t samples_ = 0, fingerprint_ = 0;
+    std::optional<RunMemory> mem_;
+    std::optional<RunRecord> previous_;
+    RunRecord record_;
+    std::vector<std::unique_ptr<Worker>> workers_;
+    std::unique_ptr<SignalEvents> signals_;
+    std::unique_ptr<ControlServer> control_;
+    std::optional<RestartPolicy> policy_;
+    RateMeter rates_;
+    int lock_fd_ = -1;
+    bool started_ = false;
+    Phase phase_ = Phase::Running;
+    int exit_code_ = 0;
+    std::string end_reason_;
+    Clock::time_point start_time_{}, next_status_{}, stop_deadline_{};
+    int sigints_ = 0;
+    std::uint32_t incarnation_base_ = 0;
+};
+
+} // namespace hsring::supervisor

@@ -1,0 +1,127 @@
+// Supervisor start-up: config, data, run directory, the previous supervisor's leftovers, ring
+// and ledger, control socket, run.json (see supervisor.hpp).
+#include "supervisor/supervisor.hpp"
+
+#include "hsring/dataset.hpp"
+#include "hsring/error.hpp"
+#include "hsring/programs.hpp"
+#include "supervisor/previous_run.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace hsring::supervisor {
+
+namespace fs = std::filesystem;
+
+void Supervisor::start() {
+    start_time_ = Clock::now();
+    load_config_and_data();
+    lock_run_dir();
+    take_over_previous();
+    open_memory();
+    control_ = std::make_unique<ControlServer>(files_.control_socket());
+    signals_ = std::make_unique<SignalEvents>();
+
+    record_ = RunRecord{};
+    record_.config = fs::absolute(cfg_.file).string();
+    record_.ring = derived_.ring_name;
+    record_.ledger = Ledger::name_for_ring(derived_.ring_name);
+    record_.samples = samples_;
+    record_.epochs = cfg_.data.epochs;
+    record_.fingerprint = fingerprint_;
+    record_.seed = cfg_.run.seed;
+    record_.shuffle = cfg_.data.shuffle;
+    record_.started = iso_time_now();
+    record_.supervisor_pid = ::getpid();
+    record_.supervisor_start_ticks = process_start_ticks(::getpid());
+    write_record();
+
+    console_.info("run '{}': {} targets, {} drafter(s), ring '{}' ({} slots), run dir {}", cfg_.run.name,
+                  cfg_.topology.targets.size(), cfg_.topology.drafters.size(), derived_.ring_name,
+                  derived_.slots, files_.dir.string());
+    if (mem_->ledger.done()) {
+        console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
+        begin_stop(Phase::Completing, 0, "already complete");
+        return;
+    }
+    for (auto& w : workers_) start_worker(*w);
+}
+
+void Supervisor::load_config_and_data() {
+    cfg_ = load_config(opts_.config);
+    derived_ = derive(cfg_);
+    if (opts_.run_dir) derived_.run_dir = *opts_.run_dir;
+    policy_.emplace(cfg_.supervisor);
+    files_.dir = fs::absolute(derived_.run_dir).lexically_normal();
+    check_socket_path(files_.control_socket());
+
+    for (const auto& spec : worker_specs(cfg_)) {
+        workers_.push_back(std::make_unique<Worker>(spec));
+        workers_.back()->program = locate_program(spec.program);
+    }
+    const fs::path data_path = cfg_.resolve(cfg_.data.path);
+    console_.info("loading the data set {}", data_path.string());
+    const auto ds = data::Dataset::load(data_path, data::dataset_options(cfg_, derived_));
+    samples_ = ds.size();
+    fingerprint_ = ds.fingerprint();
+    console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
+}
+
+void Supervisor::lock_run_dir() {
+    std::error_code ec;
+    fs::create_directories(files_.logs_dir(), ec);
+    if (ec) fail("cannot create the run directory {}: {}", files_.logs_dir().string(), ec.message());
+    lock_fd_ = ::open(files_.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) fail("cannot open {}: {}", files_.lock_file().string(), errno_text(errno));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            fail("another `hsring run` is using the run directory {} (see `hsring status --run-dir {}`)",
+                 files_.dir.string(), files_.dir.string());
+        fail("flock {}: {}", files_.lock_file().string(), errno_text(errno));
+    }
+}
+
+void Supervisor::take_over_previous() {
+    if (!fs::exists(files_.run_json())) return;
+    try {
+        previous_ = read_run_record(files_.run_json());
+    } catch (const Error& e) {
+        console_.warn("ignoring the previous run record: {}", e.what());
+        return;
+    }
+    check_previous_supervisor(*previous_);
+    if (previous_->ring != derived_.ring_name) return;  // another run used this directory before
+    wait_for_previous_workers(*previous_, cfg_.supervisor.stop_timeout_s, console_);
+}
+
+void Supervisor::open_memory() {
+    RunMemoryPlan plan;
+    plan.ring_name = derived_.ring_name;
+    plan.geometry = RingGeometry::from(cfg_, derived_);
+    plan.huge_pages = cfg_.ring.huge_pages;
+    plan.info = LedgerInfo{fingerprint_, samples_, cfg_.data.epochs, cfg_.run.seed, cfg_.data.shuffle};
+    plan.fresh = opts_.fresh;
+    plan.files = files_;
+    plan.drafter_rank = 0;
+    mem_.emplace(open_run_memory(plan, [this](const std::string& m) { console_.info("{}", m); }));
+    const auto& m = *mem_;
+    if (m.ring_created)
+        console_.info("created ring '{}' ({}: {} slots of {} bytes, {})", derived_.ring_name, m.ring.region().path,
+                      derived_.slots, derived_.slot_stride, m.ring.region().huge_pages ? "huge pages" : "4 KiB pages");
+    else {
+        const Occupancy o = m.ring.occupancy();
+        console_.info("re-attached to ring '{}': {} READY slots kept, {} free", derived_.ring_name, o.ready, o.free);
+    }
+    if (!m.reclaimed.empty())
+        console_.info("reclaimed the slots of dead processes: {} WRITING -> FREE (samples re-issued), {} READING -> READY",
+                      m.reclaimed.writing_freed.size(), m.reclaimed.reading_returned.size());
+    incarnation_base_ = max_incarnation_seen(previous_, m.ring, m.ledger);
+}
+
+void Supervisor::write_record() { write_run_record(files_, record_); }
+
+} // namespace hsring::supervisor
