@@ -1,0 +1,51 @@
+#pragma once
+// DFlash training blocks over a packed batch: anchor sampling, block inputs and labels.
+//
+// Per sequence, up to num_anchors anchors are drawn without replacement among its loss-masked
+// positions p that have at least one later token in the sequence (p + 1 < end). Block j of
+// anchor a is B slots at positions a .. a+B-1 (relative to the sequence start): slot 0 holds
+// the anchor's token, slots 1.. the mask token; slot k is trained to predict the token at a+k.
+// Slot weight = loss_mask[a+k] * exp(-(k-1)/gamma) (gamma > 0; 1 otherwise) for 1 <= k and
+// a+k inside the sequence, 0 for slot 0 and past the sequence end. Blocks are laid out sequence
+// by sequence, sorted by anchor (what block attention's grouping needs).
+//
+// Anchor choice runs on the host with a CPU generator: the same seed gives the same blocks on
+// CPU and GPU. It reads loss_mask on the host (one small device->host copy per batch).
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hsring::model {
+
+struct DFlashBlocks {
+    std::int64_t block_size = 0;
+    std::vector<std::int64_t> anchors;    // global token index of each block's anchor
+    std::vector<std::int64_t> seq_begin;  // first token of each block's sequence
+    // Device tensors, one row per block slot ([blocks * block_size]):
+    at::Tensor block_tokens;     // int64: anchor token at slot 0, mask token elsewhere
+    at::Tensor block_positions;  // int64: position within the sequence (anchor's + slot)
+    at::Tensor labels;           // int64: token at anchor + slot (0 where outside the sequence)
+    at::Tensor weights;          // fp32: loss weight (see above)
+    at::Tensor counted;          // bool: slot > 0, inside the sequence, loss_mask > 0.5 (accuracy)
+    at::Tensor context_positions;  // [T] int64: each token's position within its sequence
+
+    std::int64_t num_blocks() const { return static_cast<std::int64_t>(anchors.size()); }
+    std::int64_t rows() const { return num_blocks() * block_size; }
+};
+
+// Anchors drawn with `gen` (a CPU generator). tokens [T] int64 and loss_mask [T] (any numeric
+// or bool dtype) live on the compute device; cu_seqlens are host offsets.
+DFlashBlocks sample_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
+                                  const std::vector<std::int64_t>& cu_seqlens, std::int64_t block_size,
+                                  std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
+                                  at::Generator& gen);
+
+// Blocks at given anchors (global token indices, sorted within each sequence): for tests and
+// evaluation.
+DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_mask,
+                              const std::vector<std::int64_t>& cu_seqlens, std::int64_t block_size,
+                              std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma);
+
+} // namespace hsring::model

@@ -1,0 +1,126 @@
+#include "model/dflash_drafter.hpp"
+
+#include "hsring/error.hpp"
+#include "model/attention.hpp"
+#include "model/ops.hpp"
+#include "model/safetensors.hpp"
+#include "model/tensor_init.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace hsring::model {
+namespace {
+
+torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+} // namespace
+
+at::ScalarType default_compute_dtype(at::Device device) { return device.is_cuda() ? at::kBFloat16 : at::kFloat; }
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
+    weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
+
+DFlashAttentionImpl::DFlashAttentionImpl(const DFlashConfig& c) {
+    const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+    q_proj = register_module("q_proj", make_linear(c.hidden_size, q));
+    k_proj = register_module("k_proj", make_linear(c.hidden_size, kv));
+    v_proj = register_module("v_proj", make_linear(c.hidden_size, kv));
+    o_proj = register_module("o_proj", make_linear(q, c.hidden_size));
+    q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(c.head_dim, c.rms_norm_eps));
+}
+
+DFlashMLPImpl::DFlashMLPImpl(const DFlashConfig& c) {
+    gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size));
+    up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size));
+    down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size));
+}
+
+at::Tensor DFlashMLPImpl::forward(const at::Tensor& x) const {
+    at::Tensor gate = dense(x, gate_proj->weight);
+    return dense(at::silu(gate) * dense(x, up_proj->weight), down_proj->weight);
+}
+
+DFlashLayerImpl::DFlashLayerImpl(const DFlashConfig& c) {
+    self_attn = register_module("self_attn", DFlashAttention(c));
+    mlp = register_module("mlp", DFlashMLP(c));
+    input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+DFlashDrafterImpl::DFlashDrafterImpl(DFlashConfig c, std::uint64_t seed, at::Device device) : config_(std::move(c)) {
+    config_.validate("DFlash drafter");
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (std::int64_t i = 0; i < config_.num_layers; ++i) layers->push_back(DFlashLayer(config_));
+    fc = register_module("fc", make_linear(config_.num_context_layers() * config_.hidden_size, config_.hidden_size));
+    hidden_norm = register_module("hidden_norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
+    norm = register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
+    to(device);
+    at::NoGradGuard no_grad;
+    for (auto& p : named_parameters()) {
+        if (p.key().ends_with("norm.weight")) p.value().fill_(1.0);
+        else p.value().copy_(seeded_normal(seed, p.key(), p.value().sizes(), 0.02, device, at::kFloat));
+    }
+    inv_freq_ = rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling).to(device);
+}
+
+at::Tensor DFlashDrafterImpl::fuse_context(const at::Tensor& context, at::ScalarType dtype) {
+    const std::int64_t l = config_.num_context_layers(), h = config_.hidden_size;
+    if (context.dim() != 3 || context.size(0) != l || context.size(2) != h)
+        fail("DFlash drafter: context hidden states must be [{} layers, T, {}], got {}", l, h,
+             shape_str(context.sizes()));
+    at::Tensor w = fc->weight.to(dtype);  // [H, L*H]: column block i multiplies layer i
+    at::Tensor x = context.to(dtype);
+    at::Tensor out = at::matmul(x[0], w.narrow(1, 0, h).t());
+    for (std::int64_t i = 1; i < l; ++i) out = at::addmm(out, x[i], w.narrow(1, i * h, h).t());
+    return hidden_norm->forward(out);
+}
+
+at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
+    HSRING_ASSERT(in.blocks != nullptr);
+    const DFlashBlocks& blocks = *in.blocks;
+    const at::ScalarType dt = in.compute_dtype;
+    const auto& c = config_;
+    const std::int64_t hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim, rows = blocks.rows();
+    const std::int64_t t = in.context.size(1);
+    if (blocks.block_size != c.block_size)
+        fail("DFlash drafter: blocks of {} slots, but the drafter was built for block_size {}", blocks.block_size,
+             c.block_size);
+    HSRING_ASSERT(in.block_embeds.size(0) == rows && blocks.context_positions.size(0) == t);
+    if (rows == 0) return at::empty({0, c.hidden_size}, in.block_embeds.options().dtype(dt));
+
+    const at::Tensor ctx = fuse_context(in.context, dt);
+    const RopeTables ctx_rope = rope_tables(inv_freq_, blocks.context_positions, dt);
+    const RopeTables blk_rope = rope_tables(inv_freq_, blocks.block_positions, dt);
+    const BlockAttention plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size,
+                                                     in.attention_group_blocks, hq / hkv, ctx.device(), dt);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+
+    at::Tensor x = in.block_embeds.to(dt);
+    for (const auto& m : *layers) {
+        auto& layer = *m->as<DFlashLayerImpl>();
+        auto& attn = *layer.self_attn;
+        at::Tensor h = layer.input_layernorm->forward(x);
+        // k/v projections serve the context rows and the block rows: cast once.
+        const at::Tensor wk = as_dtype_of(attn.k_proj->weight, h), wv = as_dtype_of(attn.v_proj->weight, h);
+        at::Tensor q = apply_rope(attn.q_norm->forward(dense(h, attn.q_proj->weight).view({rows, hq, d})), blk_rope);
+        at::Tensor k_blk = apply_rope(attn.k_norm->forward(at::linear(h, wk).view({rows, hkv, d})), blk_rope);
+        at::Tensor v_blk = at::linear(h, wv).view({rows, hkv, d});
+        at::Tensor k_ctx = apply_rope(attn.k_norm->forward(at::linear(ctx, wk).view({t, hkv, d})), ctx_rope);
+        at::Tensor v_ctx = at::linear(ctx, wv).view({t, hkv, d});
+        at::Tensor o = block_attention(q, k_ctx, v_ctx, k_blk, v_blk, plan, scale);
+        x = x + dense(o.reshape({rows, hq * d}), attn.o_proj->weight);
+        x = x + layer.mlp->forward(layer.post_attention_layernorm->forward(x));
+    }
+    return norm->forward(x);
+}
+
+} // namespace hsring::model

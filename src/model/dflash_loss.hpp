@@ -1,0 +1,58 @@
+#pragma once
+// One DFlash training loss over a packed batch of captured hidden states (the ring's layout):
+// sample blocks (dflash_blocks.hpp), run the drafter, score every block slot against the
+// target's frozen LM head with chunked cross-entropy.
+//
+//   loss = sum_slots w * CE / sum_slots w        (w: loss mask x optional decay, slot 0 = 0)
+//
+// Gradients reach the drafter's parameters only: the embedding and LM head are used detached.
+#include "model/dflash_blocks.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/target.hpp"
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace hsring::model {
+
+struct DFlashBatch {
+    at::Tensor hidden;     // [L, T, H] captured target layers, layer-major like a ring slot
+    at::Tensor tokens;     // [T] int64
+    at::Tensor loss_mask;  // [T] (float/bool/int): which tokens are trained on
+    std::vector<std::int64_t> cu_seqlens;  // S+1 host offsets
+};
+
+struct DFlashLossOptions {
+    int num_anchors = 512;    // blocks per sequence at most
+    double gamma = 7.0;       // slot k weighs exp(-(k-1)/gamma); <= 0: no decay
+    int chunk = 4096;         // block slots per cross-entropy chunk
+    int attention_group_blocks = 32;            // blocks per attention call
+    std::optional<at::ScalarType> compute_dtype;  // default: bf16 on CUDA, fp32 on CPU
+};
+
+struct DFlashLossResult {
+    at::Tensor loss;         // fp32 scalar, differentiable (0 without any block: skip backward)
+    at::Tensor loss_sum;     // fp32 scalar: sum w * CE (for token-weighted accumulation)
+    at::Tensor weight_sum;   // fp32 scalar: sum w
+    at::Tensor correct;      // [B-1] fp32: correct argmax predictions per slot 1..B-1 (counted ones)
+    at::Tensor counted;      // [B-1] fp32: counted predictions per slot 1..B-1
+    std::int64_t num_blocks = 0;
+};
+
+// `gen` must be a CPU generator (anchor sampling; see dflash_blocks.hpp).
+DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
+                             const DFlashLossOptions& options, at::Generator& gen);
+
+// The same for blocks chosen by the caller (tests, evaluation).
+DFlashLossResult dflash_loss_for_blocks(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
+                                        const DFlashBlocks& blocks, const DFlashLossOptions& options);
+
+// Drafter output rows [blocks*B, H] for the caller's blocks (tests, evaluation).
+at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
+                         const DFlashBlocks& blocks, const DFlashLossOptions& options);
+
+} // namespace hsring::model

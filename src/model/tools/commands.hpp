@@ -1,0 +1,9 @@
+#pragma once
+// Subcommands of hsring-model (reached as `hsring model SUBCOMMAND` through the hsring CLI).
+namespace hsring::model::tools {
+
+// dump-hidden MODEL --layers 1,9,17|all --tokens TOKENS.json --out HS.safetensors
+//             [--seed N] [--device cpu|cuda[:I]] [--dtype fp32|bf16] [--logits]
+int dump_hidden(int argc, char** argv);
+
+} // namespace hsring::model::tools

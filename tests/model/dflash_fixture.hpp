@@ -1,0 +1,47 @@
+#pragma once
+// A small DFlash setup shared by the drafter tests: the tiny target, its captured hidden states
+// for a packed batch of three sequences, and a drafter reading three of its layers.
+#include "hsring/model_shape.hpp"
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/dflash_loss.hpp"
+#include "model/target.hpp"
+#include "model/tensor_init.hpp"
+
+#include <ATen/ATen.h>
+
+namespace hsring::test {
+
+struct DFlashFixture {
+    ModelShape shape = preset_shape("tiny");
+    model::DFlashConfig config;
+    model::TargetHead head;
+    model::DFlashBatch batch;
+
+    explicit DFlashFixture(at::Device device = at::kCPU, std::vector<std::int64_t> lengths = {23, 9, 17},
+                           std::int64_t block_size = 4) {
+        config = model::dflash_config_for(shape, 2, static_cast<int>(block_size), -1, {1, 4, 6});
+        auto target = model::TargetModel::load(shape, device, at::kFloat, 5);
+        head = target.head();
+        at::Generator g = model::cpu_generator(99);
+        std::vector<at::Tensor> toks;
+        batch.cu_seqlens = {0};
+        for (auto len : lengths) {
+            toks.push_back(at::randint(shape.vocab_size - 1, {len}, g, at::kLong));
+            batch.cu_seqlens.push_back(batch.cu_seqlens.back() + len);
+        }
+        batch.tokens = at::cat(toks).to(device);
+        // ~75% of the tokens are trained on.
+        batch.loss_mask = (at::rand({batch.cu_seqlens.back()}, g) < 0.75).to(at::kFloat).to(device);
+        const auto& ids = config.target_layer_ids;
+        std::vector<at::Tensor> layers(ids.size());
+        target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t i, const at::Tensor& h) { layers[i] = h; });
+        batch.hidden = at::stack(layers);  // [L, T, H]
+    }
+
+    model::DFlashDrafter drafter(std::uint64_t seed = 3, at::Device device = at::kCPU) const {
+        return model::DFlashDrafter(config, seed, device);
+    }
+};
+
+} // namespace hsring::test

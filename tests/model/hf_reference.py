@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Reference outputs from HF transformers for the C++ parity tests (test_hf_parity.cpp).
+
+  hf_reference.py target --model DIR --tokens TOKENS.json --out OUT.safetensors
+      Runs the HF causal LM in DIR (fp32, eager attention) on each token list alone and saves
+      seq{S}.hidden.{I} (= output_hidden_states[I], I = 0..N) and seq{S}.logits.
+
+  hf_reference.py dflash --drafter DIR --embed E.safetensors --hidden H.safetensors
+                         --blocks BLOCKS.json --out OUT.safetensors
+      Loads an exported DFlash drafter (config via transformers' AutoConfig, weights from its
+      model.safetensors) into a small re-implementation of DFlash inference built from
+      transformers' Qwen3 modules, and runs each block the way DFlash decodes: context =
+      captured hidden states of the positions before the anchor, noise = embedding of
+      [anchor token, MASK...], positions 0 .. anchor+B-1, non-causal. Saves block.{J} [B, H].
+
+Exit code 77 (skip) only when transformers cannot be imported.
+"""
+import argparse
+import json
+import sys
+
+try:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+    from safetensors.torch import load_file, save_file
+except ImportError as e:  # the only reason to skip
+    print(f"skipped: transformers/safetensors not importable: {e}", file=sys.stderr)
+    sys.exit(77)
+
+
+def run_target(args):
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    seqs = json.load(open(args.tokens))
+    out = {}
+    with torch.no_grad():
+        for s, ids in enumerate(seqs):
+            res = model(torch.tensor([ids]), output_hidden_states=True)
+            for i, h in enumerate(res.hidden_states):
+                out[f"seq{s}.hidden.{i}"] = h[0].contiguous()
+            out[f"seq{s}.logits"] = res.logits[0].contiguous()
+    save_file(out, args.out, metadata={"transformers": transformers.__version__})
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Layer(torch.nn.Module):
+    """One DFlash decoder layer: queries from the block, keys/values from [context | block]."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.heads, self.kv_heads, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)
+        self.self_attn = torch.nn.Module()
+        self.self_attn.q_proj = lin(h, self.heads * d)
+        self.self_attn.k_proj = lin(h, self.kv_heads * d)
+        self.self_attn.v_proj = lin(h, self.kv_heads * d)
+        self.self_attn.o_proj = lin(self.heads * d, h)
+        self.self_attn.q_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.self_attn.k_norm = Qwen3RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.mlp = Qwen3MLP(cfg)
+        self.input_layernorm = Qwen3RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(h, eps=cfg.rms_norm_eps)
+
+    def forward(self, x, ctx, cos, sin):
+        a = self.self_attn
+        n_ctx, n_blk = ctx.shape[0], x.shape[0]
+        h = self.input_layernorm(x)
+        q = a.q_norm(a.q_proj(h).view(n_blk, self.heads, self.d)).transpose(0, 1)
+        k = a.k_norm(torch.cat([a.k_proj(ctx), a.k_proj(h)]).view(n_ctx + n_blk, self.kv_heads, self.d)).transpose(0, 1)
+        v = torch.cat([a.v_proj(ctx), a.v_proj(h)]).view(n_ctx + n_blk, self.kv_heads, self.d).transpose(0, 1)
+        q = q * cos[-n_blk:] + rotate_half(q) * sin[-n_blk:]
+        k = k * cos + rotate_half(k) * sin
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+        p = torch.softmax(q @ k.transpose(1, 2) / self.d**0.5, dim=-1)  # non-causal
+        o = (p @ v).transpose(0, 1).reshape(n_blk, -1)
+        x = x + a.o_proj(o)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Drafter(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        n_ctx = len(cfg.dflash_config["target_layer_ids"])
+        self.layers = torch.nn.ModuleList([Layer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.fc = torch.nn.Linear(n_ctx * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.norm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.rotary = Qwen3RotaryEmbedding(cfg)
+
+    def forward(self, noise, target_hidden, positions):
+        ctx = self.hidden_norm(self.fc(target_hidden))
+        cos, sin = self.rotary(noise[None], positions[None])
+        cos, sin = cos[0], sin[0]
+        x = noise
+        for layer in self.layers:
+            x = layer(x, ctx, cos, sin)
+        return self.norm(x)
+
+
+def run_dflash(args):
+    cfg = AutoConfig.from_pretrained(args.drafter)
+    assert cfg.architectures == ["DFlashDraftModel"], cfg.architectures
+    drafter = Drafter(cfg)
+    state = load_file(f"{args.drafter}/model.safetensors")
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    # The rotary table is computed, not stored.
+    assert not unexpected and all(m.startswith("rotary") for m in missing), (missing, unexpected)
+    drafter = drafter.float().eval()
+    embed = load_file(args.embed)["embed"]
+    hidden = load_file(args.hidden)["hidden"]  # [L, T, H]
+    spec = json.load(open(args.blocks))
+    block, mask = cfg.dflash_config["block_size"], cfg.dflash_config["mask_token_id"]
+    tokens = spec["tokens"]
+    out = {}
+    with torch.no_grad():
+        for j, (anchor, begin) in enumerate(zip(spec["anchors"], spec["seq_begin"])):
+            ctx = hidden[:, begin:anchor, :].permute(1, 0, 2).reshape(anchor - begin, hidden.shape[0] * hidden.shape[2])
+            noise = embed[torch.tensor([tokens[anchor]] + [mask] * (block - 1))]
+            positions = torch.arange(0, anchor - begin + block)
+            out[f"block.{j}"] = drafter(noise, ctx, positions).contiguous()
+    save_file(out, args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("target")
+    t.add_argument("--model", required=True)
+    t.add_argument("--tokens", required=True)
+    t.add_argument("--out", required=True)
+    d = sub.add_parser("dflash")
+    for k in ("--drafter", "--embed", "--hidden", "--blocks", "--out"):
+        d.add_argument(k, required=True)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    {"target": run_target, "dflash": run_dflash}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

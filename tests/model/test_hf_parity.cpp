@@ -1,0 +1,134 @@
+// Parity with HF transformers on the same random weights: the target's captured layer k equals
+// transformers' hidden_states[k+1] (Qwen3, and Llama with Llama-3 rope scaling), and an exported
+// drafter run by a transformers-built DFlash decoder gives the drafter's block outputs.
+// Runs tests/model/hf_reference.py with $HSRING_PYTHON; exits 77 (skipped) only where that
+// script cannot import transformers.
+#include "dflash_fixture.hpp"
+#include "model/dflash_export.hpp"
+#include "model/safetensors.hpp"
+#include "model/target.hpp"
+#include "model/tensor_init.hpp"
+#include "model_test_util.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sys/wait.h>
+
+using namespace hsring;
+using namespace hsring::model;
+using hsring::test::TempDir;
+
+namespace {
+
+// Runs the reference script; exits the test program with 77 when it reports a skip.
+void run_reference(const std::string& args) {
+    const std::string py = hsring::test::env_or("HSRING_PYTHON", "python3");
+    const std::string src = hsring::test::env_or("HSRING_SOURCE_ROOT", ".");
+    const std::string cmd = "'" + py + "' '" + src + "/tests/model/hf_reference.py' " + args;
+    int rc = std::system(cmd.c_str());
+    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    if (code == 77) {
+        std::fprintf(stderr, "skipped: transformers cannot be imported by %s\n", py.c_str());
+        std::exit(77);
+    }
+    REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
+}
+
+TensorMap sharpened_weights(const ModelShape& s) {
+    TensorMap w = random_target_weights(s, 31, at::kCPU, at::kFloat);
+    at::Generator g = cpu_generator(32);
+    for (auto& [name, t] : w) {
+        if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.5, g);
+        if (s.arch == "llama" && (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos))
+            t = t * 8;
+    }
+    return w;
+}
+
+void check_target(ModelShape s) {
+    TempDir dir;
+    auto w = sharpened_weights(s);
+    save_hf_model_dir(dir.path() / "model", s, w);
+    const std::vector<std::vector<std::int64_t>> seqs{{1, 5, 9, 200, 3, 77, 4, 8, 100, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                                       21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35},
+                                                      {7}, {300, 301, 302, 303, 304, 305, 306, 307, 308}};
+    std::ofstream(dir.path() / "tokens.json") << nlohmann::json(seqs).dump();
+    run_reference("target --model '" + (dir.path() / "model").string() + "' --tokens '" +
+                  (dir.path() / "tokens.json").string() + "' --out '" + (dir.path() / "ref.safetensors").string() + "'");
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+
+    ModelShape parsed = resolve_model_shape((dir.path() / "model").string());
+    CHECK(parsed.rope_scaling.type == s.rope_scaling.type);
+    auto model = TargetModel::load(parsed, at::kCPU, at::kFloat, 0);
+    std::vector<std::int64_t> flat, cu{0};
+    for (const auto& q : seqs) {
+        flat.insert(flat.end(), q.begin(), q.end());
+        cu.push_back(static_cast<std::int64_t>(flat.size()));
+    }
+    std::vector<int> ids;
+    for (int i = 0; i < s.num_layers; ++i) ids.push_back(i);
+    std::vector<at::Tensor> hs(ids.size());
+    at::Tensor logits = model.forward(at::tensor(flat, at::kLong), cu, ids,
+                                      [&](std::size_t i, const at::Tensor& h) { hs[i] = h; }, true);
+    for (std::size_t q = 0; q < seqs.size(); ++q) {
+        const auto len = cu[q + 1] - cu[q];
+        // hidden_states[0] is the embedding: no layer id maps to it.
+        for (int k = 0; k < s.num_layers; ++k) {
+            INFO("sequence " << q << " layer " << k << " = hidden_states[" << k + 1 << "]");
+            const at::Tensor& want = ref.at("seq" + std::to_string(q) + ".hidden." + std::to_string(k + 1));
+            CHECK(at::allclose(hs[static_cast<std::size_t>(k)].narrow(0, cu[q], len), want, 1e-4, 1e-5));
+        }
+        CHECK(at::allclose(logits.narrow(0, cu[q], len), ref.at("seq" + std::to_string(q) + ".logits"), 1e-4, 1e-5));
+    }
+}
+
+} // namespace
+
+TEST_SUITE("hf_parity") {
+
+TEST_CASE("Qwen3 tiny: layer k equals transformers' hidden_states[k+1], the last one included") {
+    check_target(preset_shape("tiny"));
+}
+
+TEST_CASE("Llama with Llama-3 rope scaling and tied embeddings equals transformers") {
+    ModelShape s = preset_shape("tiny");
+    s.arch = "llama";
+    s.rope_theta = 10000.0;
+    s.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+    s.tie_word_embeddings = true;
+    check_target(s);
+}
+
+TEST_CASE("an exported drafter run by a transformers-built DFlash decoder gives the same block outputs") {
+    test::DFlashFixture f;
+    auto drafter = f.drafter(5);
+    const std::vector<std::int64_t> anchors{0, 6, 15, 26, 33, 45};
+    auto blocks = dflash_blocks_at(f.batch.tokens, f.batch.loss_mask, f.batch.cu_seqlens, 4, 511, anchors, 7.0);
+    at::Tensor out;
+    {
+        at::NoGradGuard ng;
+        out = dflash_hidden(drafter, f.head, f.batch, blocks, {});
+    }
+    TempDir dir;
+    export_dflash(dir.path() / "drafter", drafter, f.config);
+    save_safetensors(dir.path() / "embed.safetensors", {{"embed", f.head.embed}});
+    save_safetensors(dir.path() / "hidden.safetensors", {{"hidden", f.batch.hidden}});
+    std::vector<std::int64_t> tokens(f.batch.tokens.data_ptr<std::int64_t>(),
+                                     f.batch.tokens.data_ptr<std::int64_t>() + f.batch.tokens.numel());
+    std::ofstream(dir.path() / "blocks.json")
+        << nlohmann::json{{"anchors", anchors}, {"seq_begin", blocks.seq_begin}, {"tokens", tokens}}.dump();
+    const auto p = [&](const char* n) { return "'" + (dir.path() / n).string() + "'"; };
+    run_reference(std::string("dflash --drafter ") + p("drafter") + " --embed " + p("embed.safetensors") +
+                  " --hidden " + p("hidden.safetensors") + " --blocks " + p("blocks.json") + " --out " +
+                  p("ref.safetensors"));
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    for (std::size_t j = 0; j < anchors.size(); ++j) {
+        INFO("block " << j << " anchor " << anchors[j]);
+        CHECK(at::allclose(out.narrow(0, static_cast<std::int64_t>(j) * 4, 4), ref.at("block." + std::to_string(j)),
+                           1e-4, 1e-5));
+    }
+}
+
+} // TEST_SUITE
