@@ -18,7 +18,9 @@ namespace hsring::test {
 
 namespace fs = std::filesystem;
 
-SynthRun::SynthRun(unsigned samples, unsigned epochs, const std::string& extra) {
+SynthRun::SynthRun(unsigned samples, unsigned epochs, const std::string& extra, const std::string& mode,
+                   const std::string& drafter_extra)
+    : mode_(mode) {
     dir_ = fs::temp_directory_path() / fmt::format("hsring-synth-{}-{}", ::getpid(), std::rand());
     fs::create_directories(dir_);
     run_dir_ = dir_ / "run";
@@ -42,7 +44,7 @@ SynthRun::SynthRun(unsigned samples, unsigned epochs, const std::string& extra) 
         std::ofstream c(config_file_);
         c << fmt::format(R"([run]
 name = "synthtest"
-mode = "synthetic"
+mode = "{}"
 seed = 5
 [topology]
 targets = ["cpu", "cpu"]
@@ -55,15 +57,13 @@ max_samples_per_slot = 16
 huge_pages = "off"
 [target]
 model = "preset:tiny"
-[drafter]
-num_layers = 2
 [data]
 path = "data.jsonl"
 epochs = {}
 [train]
 tokens_per_step = 400
 checkpoint_every = 4
-)", ring_name_, epochs) << extra;
+)", mode, ring_name_, epochs) << extra << "\n[drafter]\nnum_layers = 1\n" << drafter_extra;
     }
     cfg_ = load_config(config_file_);
     Derived d = derive(cfg_);
@@ -87,7 +87,8 @@ SynthRun::~SynthRun() {
 }
 
 WorkerProc& SynthRun::start(const std::string& role, unsigned rank, const std::map<std::string, std::string>& env) {
-    const std::string program = locate_program("hsring-synth-worker").string();
+    const std::string program =
+        locate_program(mode_ == "synthetic" ? "hsring-synth-worker" : "hsring-" + role).string();
     WorkerProc w{role, rank, next_incarnation_++, 0};
     const std::string log = (run_dir_ / fmt::format("{}.{}.log", role, rank)).string();
     pid_t pid = ::fork();
@@ -102,7 +103,7 @@ WorkerProc& SynthRun::start(const std::string& role, unsigned rank, const std::m
         for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
         FILE* f = std::freopen(log.c_str(), "a", stderr);
         (void)f;
-        ::execl(program.c_str(), "hsring-synth-worker", "--config", config_file_.c_str(), "--run-dir",
+        ::execl(program.c_str(), program.c_str(), "--config", config_file_.c_str(), "--run-dir",
                 run_dir_.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);
     }

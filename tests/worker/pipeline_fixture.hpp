@@ -26,7 +26,10 @@ class SynthRun {
 public:
     // Writes a config and a data set of `samples` samples into a fresh temp dir, creates the
     // ring and the ledger. `extra_toml` is appended to the config.
-    SynthRun(unsigned samples, unsigned epochs, const std::string& extra_toml = "");
+    // mode "synthetic" runs hsring-synth-worker, "train" runs hsring-target / hsring-drafter.
+    // train_extra goes into [train], drafter_extra into [drafter].
+    SynthRun(unsigned samples, unsigned epochs, const std::string& train_extra = "", const std::string& mode = "synthetic",
+             const std::string& drafter_extra = "");
     ~SynthRun();
 
     WorkerProc& start(const std::string& role, unsigned rank, const std::map<std::string, std::string>& env = {});
@@ -47,7 +50,7 @@ private:
     Config cfg_;
     std::unique_ptr<Ring> ring_;
     std::unique_ptr<Ledger> ledger_;
-    std::string ring_name_, ledger_name_;
+    std::string ring_name_, ledger_name_, mode_;
     unsigned next_incarnation_ = 1;
     std::map<pid_t, WorkerProc> procs_;
 };

@@ -1,0 +1,248 @@
+#include "worker/torch_drafter.hpp"
+
+#include "hsring/error.hpp"
+#include "hsring/log.hpp"
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/dflash_export.hpp"
+#include "model/dflash_loss.hpp"
+#include "model/target.hpp"
+#include "worker/lr_schedule.hpp"
+#include "worker/torch_util.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/serialize.h>
+
+#ifdef HSRING_TORCH_CUDA
+#include "hsring/ring_cuda.hpp"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <fstream>
+
+namespace hsring::worker {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+std::uint64_t mix64(std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+} // namespace
+
+struct TorchDrafter::Impl {
+    // One staged batch: its device buffer holds the slot's payload [L, slot_tokens, H].
+    struct Staged {
+        PackedBatch batch;
+        at::Tensor hidden;     // [L, T, H] view of the buffer
+        at::Tensor tokens, loss_mask;
+        std::size_t buffer = 0;
+        double copy_ms = 0;
+#ifdef HSRING_TORCH_CUDA
+        std::unique_ptr<at::cuda::CUDAEvent> start, done, released;
+        std::unique_ptr<ReadSlot> slot;  // released by the host callback, destroyed after it ran
+#endif
+    };
+
+    Context& ctx;
+    at::Device device;
+    at::ScalarType ring_dtype;
+    model::DFlashConfig dcfg;
+    model::TargetHead head;
+    model::DFlashDrafter drafter{nullptr};
+    std::unique_ptr<torch::optim::AdamW> optimizer;
+    LrSchedule lr;
+    model::DFlashLossOptions loss_opts;
+    std::vector<at::Tensor> buffers;   // inflight_slots device buffers
+    std::vector<bool> buffer_busy;
+    std::deque<Staged> staged;
+    double step_weight = 0;            // total loss weight accumulated in this step
+#ifdef HSRING_TORCH_CUDA
+    std::unique_ptr<CudaRegistration> registration;
+    std::optional<c10::cuda::CUDAStream> copy_stream;
+#endif
+
+    Impl(Context& c)
+        : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
+          dcfg(model::dflash_config_for(c.derived.target, static_cast<int>(c.cfg.drafter.num_layers),
+                                        static_cast<int>(c.cfg.drafter.block_size), c.derived.mask_token_id,
+                                        c.derived.layer_ids)) {
+        const at::ScalarType compute = model::default_compute_dtype(device);
+        head = model::load_target_head(c.derived.target, device, compute, c.cfg.run.seed);
+        loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);
+        loss_opts.gamma = c.cfg.train.loss_decay_gamma;
+        loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
+        const TrainConfig& t = c.cfg.train;
+        lr = LrSchedule{t.lr, t.min_lr_ratio, t.warmup_steps, t.max_steps};
+        if (!lr.total_steps && c.ledger.info().tokens_per_epoch)
+            lr.total_steps = c.ledger.info().tokens_per_epoch * c.ledger.info().epochs / c.derived.tokens_per_step;
+        const RingGeometry& g = c.ring.geometry();
+        for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
+            buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},
+                                        at::TensorOptions().dtype(ring_dtype).device(device)));
+            buffer_busy.push_back(false);
+        }
+#ifdef HSRING_TORCH_CUDA
+        if (device.is_cuda()) {
+            registration = std::make_unique<CudaRegistration>(c.ring);
+            copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+        }
+#endif
+    }
+
+    void make_optimizer() {
+        torch::optim::AdamWOptions o(lr.peak);
+        o.betas({ctx.cfg.train.beta1, ctx.cfg.train.beta2}).eps(ctx.cfg.train.eps).weight_decay(ctx.cfg.train.weight_decay);
+        optimizer = std::make_unique<torch::optim::AdamW>(drafter->parameters(), o);
+    }
+};
+
+TorchDrafter::TorchDrafter(Context& ctx) : impl_(std::make_unique<Impl>(ctx)) {}
+TorchDrafter::~TorchDrafter() = default;
+
+void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
+    Impl& m = *impl_;
+    if (checkpoint) {
+        auto [d, cfg] = model::import_dflash(*checkpoint / "drafter", m.device);
+        m.drafter = d;
+        m.make_optimizer();
+        torch::load(*m.optimizer, (*checkpoint / "optimizer.pt").string());
+    } else if (!m.ctx.cfg.drafter.init.empty()) {
+        auto [d, cfg] = model::import_dflash(m.ctx.cfg.resolve(m.ctx.cfg.drafter.init), m.device);
+        if (cfg.hidden_size != m.dcfg.hidden_size || cfg.target_layer_ids != m.dcfg.target_layer_ids)
+            fail("[drafter] init {}: its hidden size / target layers do not match this run's target and [target] "
+                 "layer_ids", m.ctx.cfg.drafter.init);
+        m.drafter = d;
+        m.make_optimizer();
+    } else {
+        m.drafter = model::DFlashDrafter(m.dcfg, m.ctx.cfg.run.seed, m.device);
+        m.make_optimizer();
+    }
+    m.drafter->train();
+    std::int64_t n = 0;
+    for (const auto& p : m.drafter->parameters()) n += p.numel();
+    log::info("drafter: {} layers, {:.1f} M trainable parameters on {}", m.dcfg.num_layers, double(n) / 1e6, m.device.str());
+}
+
+void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
+    Impl& m = *impl_;
+    // Samples re-issued meanwhile stay in the batch as context but train nothing.
+    for (std::size_t i = 0, off = 0; i < batch.positions.size(); off += batch.lengths[i], ++i)
+        if (!keep[i]) std::fill_n(batch.loss_mask.begin() + static_cast<std::ptrdiff_t>(off), batch.lengths[i], 0);
+    std::size_t b = 0;
+    while (m.buffer_busy[b]) ++b;  // the loop never stages more than inflight_slots
+    m.buffer_busy[b] = true;
+    Impl::Staged s;
+    s.buffer = b;
+    const auto T = static_cast<std::int64_t>(batch.n_tokens());
+    const RingGeometry& g = m.ctx.ring.geometry();
+    const std::uint64_t payload_bytes = std::uint64_t(g.n_layers) * g.slot_tokens * g.hidden * g.dtype_bytes;
+    at::Tensor& buf = m.buffers[b];
+    s.hidden = buf.narrow(1, 0, T);
+    s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
+    s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
+    if (!m.device.is_cuda()) {
+        auto t0 = Clock::now();
+        std::memcpy(buf.data_ptr(), slot.payload().data(), payload_bytes);
+        s.copy_ms = ms_since(t0);
+        slot.release();
+    } else {
+#ifdef HSRING_TORCH_CUDA
+        // One DMA of the whole payload from the registered ring; the slot goes back to FREE from
+        // a host callback as soon as the copy ends, not when training on it ends.
+        s.start = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+        s.done = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+        s.start->record(*m.copy_stream);
+        C10_CUDA_CHECK(cudaMemcpyAsync(buf.data_ptr(), slot.payload().data(), payload_bytes, cudaMemcpyHostToDevice,
+                                       m.copy_stream->stream()));
+        s.done->record(*m.copy_stream);
+        s.slot = std::make_unique<ReadSlot>(std::move(slot));
+        C10_CUDA_CHECK(cudaLaunchHostFunc(
+            m.copy_stream->stream(), [](void* p) { static_cast<ReadSlot*>(p)->release(); }, s.slot.get()));
+        s.released = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+        s.released->record(*m.copy_stream);
+#endif
+    }
+    s.batch = std::move(batch);
+    m.staged.push_back(std::move(s));
+}
+
+std::size_t TorchDrafter::staged() const { return impl_->staged.size(); }
+
+BatchResult TorchDrafter::train_one() {
+    Impl& m = *impl_;
+    Impl::Staged s = std::move(m.staged.front());
+    m.staged.pop_front();
+    BatchResult r;
+    auto t0 = Clock::now();
+#ifdef HSRING_TORCH_CUDA
+    if (m.device.is_cuda()) {
+        s.done->block(at::cuda::getCurrentCUDAStream(m.device.index()));  // train after the copy
+        s.done->synchronize();
+        s.copy_ms = s.start->elapsed_time(*s.done);
+        s.released->synchronize();  // the callback ran: the ReadSlot may be destroyed now
+    }
+#endif
+    model::DFlashBatch batch{s.hidden, s.tokens, s.loss_mask, s.batch.cu_seqlens()};
+    // Anchors depend on the batch's first sample and the run seed: a redelivered or re-produced
+    // batch draws the same blocks whichever incarnation trains it.
+    at::Generator gen = at::detail::createCPUGenerator(
+        mix64(m.ctx.cfg.run.seed ^ (s.batch.positions.empty() ? 0 : s.batch.positions.front())));
+    model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
+    if (loss.num_blocks > 0) loss.loss_sum.backward();
+    r.loss_sum = loss.loss_sum.item<double>();
+    r.weight_sum = loss.weight_sum.item<double>();
+    m.step_weight += r.weight_sum;
+    auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
+    r.correct.assign(correct.data_ptr<double>(), correct.data_ptr<double>() + correct.numel());
+    r.counted.assign(counted.data_ptr<double>(), counted.data_ptr<double>() + counted.numel());
+    r.tokens = s.batch.n_tokens();
+    r.h2d_ms = s.copy_ms;
+    r.compute_ms = ms_since(t0);
+    m.buffer_busy[s.buffer] = false;
+    return r;
+}
+
+StepResult TorchDrafter::optimizer_step(std::uint64_t step) {
+    Impl& m = *impl_;
+    StepResult r;
+    r.lr = m.lr.at(step);
+    for (auto& group : m.optimizer->param_groups())
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
+    if (m.step_weight > 0) {
+        torch::NoGradGuard no_grad;
+        for (auto& p : m.drafter->parameters())
+            if (p.grad().defined()) p.grad().div_(m.step_weight);
+        const double clip = m.ctx.cfg.train.grad_clip;
+        r.grad_norm = torch::nn::utils::clip_grad_norm_(m.drafter->parameters(), clip > 0 ? clip : 1e30);
+        m.optimizer->step();
+    }
+    m.optimizer->zero_grad();
+    m.step_weight = 0;
+    r.device_peak_bytes = device_peak_bytes(m.device);
+    return r;
+}
+
+void TorchDrafter::save(const std::filesystem::path& dir) {
+    Impl& m = *impl_;
+    model::export_dflash(dir / "drafter", m.drafter, m.dcfg);
+    torch::save(*m.optimizer, (dir / "optimizer.pt").string());
+}
+
+void TorchDrafter::export_model(const std::filesystem::path& dir) {
+    Impl& m = *impl_;
+    model::export_dflash(dir, m.drafter, m.dcfg, m.device.is_cuda() ? at::kBFloat16 : at::kFloat);
+}
+
+} // namespace hsring::worker

@@ -1,0 +1,36 @@
+#pragma once
+// The real drafter compute: a DFlash drafter trained with AdamW on the captured hidden states.
+//
+// Staging (DESIGN.md invariant 1): at most [drafter] inflight_slots device buffers, each the
+// size of one slot's payload. A slot is copied host->device on a copy stream straight from the
+// registered ring and released by a host callback the moment its copy completes; the compute
+// stream waits on the copy's event before training on it. CPU: the copy is a memcpy.
+//
+// Precision: fp32 master parameters and AdamW state, bf16 compute on GPU (the model casts
+// weights in forward), fp32 on CPU. Gradient accumulation is token-weighted: each batch
+// back-propagates its summed weighted loss and the step divides by the step's total weight.
+#include "worker/context.hpp"
+#include "worker/drafter_loop.hpp"
+
+#include <memory>
+
+namespace hsring::worker {
+
+class TorchDrafter final : public DrafterCompute {
+public:
+    explicit TorchDrafter(Context& ctx);
+    ~TorchDrafter() override;
+    void restore(const std::filesystem::path* checkpoint) override;
+    void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) override;
+    std::size_t staged() const override;
+    BatchResult train_one() override;
+    StepResult optimizer_step(std::uint64_t step) override;
+    void save(const std::filesystem::path& dir) override;
+    void export_model(const std::filesystem::path& dir) override;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace hsring::worker
