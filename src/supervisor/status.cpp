@@ -43,7 +43,8 @@ json status_json(const StatusInputs& in) {
         json j = {{"name", w.name}, {"role", w.role}, {"rank", w.rank}, {"place", w.place},
                   {"pid", w.pid > 0 ? json(w.pid) : json(nullptr)}, {"state", w.state},
                   {"restarts", w.restarts}, {"incarnation", w.incarnation},
-                  {"last_exit", w.last_exit.empty() ? json(nullptr) : json(w.last_exit)}, {"log", w.log}};
+                  {"last_exit", w.last_exit.empty() ? json(nullptr) : json(w.last_exit)}, {"log", w.log},
+                  {"holds", {{"writing", w.writing}, {"reading", w.reading}}}};
         if (w.has_stats) {
             j["samples"] = w.stats.samples;
             j["tokens"] = w.stats.tokens;
@@ -87,7 +88,7 @@ std::string human(double v) {
     if (v >= 1e9) return fmt::format("{:.1f}G", v / 1e9);
     if (v >= 1e6) return fmt::format("{:.1f}M", v / 1e6);
     if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
-    if (v >= 100) return fmt::format("{:.0f}", v);
+    if (v >= 10) return fmt::format("{:.0f}", v);
     return fmt::format("{:.1f}", v);
 }
 

@@ -6,7 +6,7 @@
 //   {"run": {"name", "run_dir", "config", "pid", "phase", "uptime_s", "mode"},
 //    "workers": [{"name", "role", "rank", "place", "pid", "state", "restarts", "incarnation",
 //                 "last_exit", "log", "samples", "tokens", "samples_per_s", "tokens_per_s",
-//                 "step", "loss", "heartbeat_age_s"}],
+//                 "step", "loss", "heartbeat_age_s", "holds": {"writing", "reading"}}],
 //    "ring": {"name", "slots", "free", "writing", "ready", "reading", "stopping",
 //             "counters": {"commits", "releases", "aborts", "put_backs", "reclaimed_writing",
 //                          "reclaimed_reading", "redeliveries"}},
@@ -49,6 +49,7 @@ struct WorkerStatus {
     std::string name, role, place, state, last_exit, log;
     std::uint32_t rank = 0, restarts = 0, incarnation = 0;
     int pid = 0;
+    std::uint32_t writing = 0, reading = 0;  // ring slots its process holds now
     WorkerStats stats;       // from the ledger; meaningful when `has_stats`
     bool has_stats = false;  // the current process published stats
     RateMeter::Rate rate;

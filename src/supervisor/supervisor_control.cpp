@@ -62,6 +62,11 @@ json Supervisor::collect_status(bool update_rates) {
     in.pid = ::getpid();
     in.uptime_s = std::chrono::duration<double>(Clock::now() - start_time_).count();
     const auto now = Clock::now();
+    const Ring& ring = mem_->ring;
+    // Who holds which slot (for drills: kill a worker while it holds one).
+    std::vector<std::pair<Owner, SlotState>> held;
+    for (std::uint32_t i = 0; i < ring.geometry().slot_count; ++i)
+        if (auto o = ring.owner_of(i)) held.emplace_back(*o, ring.state(i));
     for (auto& w : workers_) {
         WorkerStatus s;
         s.name = w->spec.name;
@@ -79,10 +84,13 @@ json Supervisor::collect_status(bool update_rates) {
         // A process that published its stats is up (it attached the ring and the ledger).
         if (w->alive() && s.has_stats && w->state == WorkerState::Starting) w->state = WorkerState::Running;
         if (w->alive() && s.has_stats) s.rate = update_rates ? rates_.update(s.name, s.stats, now) : rates_.last(s.name);
+        for (const auto& [o, st] : held) {
+            if (!w->alive() || o != Owner{w->pid, w->incarnation}) continue;
+            (st == SlotState::Writing ? s.writing : s.reading) += 1;
+        }
         s.state = to_string(w->state);
         in.workers.push_back(std::move(s));
     }
-    const Ring& ring = mem_->ring;
     in.ring_name = ring.name();
     in.slots = ring.geometry().slot_count;
     in.occupancy = ring.occupancy();

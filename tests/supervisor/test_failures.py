@@ -1,0 +1,132 @@
+"""What must fail, fails clearly: a crash loop hits the restart cap and stops the run; a worker's
+user error (exit code 3) stops the run with its message; bad topologies, unknown worker names,
+a changed ring layout, a second supervisor, a missing supervisor, an over-long socket path and
+removing a ring in use are refused with messages that say what to do."""
+import os
+import re
+
+from harness import HSRING, Run, check, main
+
+
+def test_crash_loop_hits_the_cap_and_stops():
+    r = Run("loop", supervisor="max_restarts = 2", env={"HSRING_SYNTH_FAIL": "target"})
+    try:
+        r.start()
+        r.expect_exit(1)
+        out = r.output()
+        m = re.search(r"(target\.\d) is not restarted: it was restarted 2 times within 300 s "
+                      r"\(\[supervisor\] max_restarts = 2, restart_window_s = 300\)\. Its last exit: exit code 1 "
+                      r"\(last error line: [^)]*failing on purpose\)\. Its log: (\S+)", out)
+        check(m, "a clear message naming the worker, its last exit and its log:\n" + out)
+        check(m.group(2) == os.path.join(r.run_dir, "logs", m.group(1) + ".log") and os.path.exists(m.group(2)), m.group(2))
+        check(len(re.findall(r"restarting target\.0 in", out)) == 2, "two restarts of target.0 before the cap:\n" + out)
+        check(r.shm_exists() == (False, False), "the stopped run leaves no ring behind")
+        check(r.record()["end"]["exit_code"] == 1, str(r.record()))
+    finally:
+        r.cleanup()
+
+
+def test_a_user_error_in_a_worker_stops_the_run_with_exit_3():
+    r = Run("fatal", step_ms=60)
+    try:
+        r.start()
+        r.wait_running()
+        # Another data set under the same path: a restarted target refuses the ledger (exit 3).
+        with open(r.data, "a") as f:
+            f.write('{"input_ids": [1, 2, 3]}\n')
+        r.cli("kill", "target.0")
+        r.expect_exit(3)
+        out = r.output()
+        check(re.search(r"target\.0 stopped the run with a user error \(exit code 3\): .*another data set", out),
+              "the worker's message is repeated:\n" + out)
+        check("restarting target.0" in out and out.count("started target.0") == 2, out)
+    finally:
+        r.cleanup()
+
+
+def test_bad_topologies_are_refused():
+    r = Run("topo")
+    try:
+        r.write_config(targets="[0, 0]", drafters="[1]")
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("GPU 0 appears twice" in res.stderr and "allow_shared_gpus" in res.stderr, res.stderr)
+        r.write_config(targets="[0]", drafters="[]")
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("drafters" in res.stderr and "must name at least one place" in res.stderr, res.stderr)
+        r.write_config(targets="[0]", drafters="[0]")
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("already taken by a target" in res.stderr, res.stderr)
+        check(r.shm_exists() == (False, False), "nothing is created for a refused config")
+    finally:
+        r.cleanup()
+
+
+def test_control_errors_while_running():
+    r = Run("ctl", step_ms=60)
+    try:
+        r.start()
+        r.wait_running()
+        res = r.cli("restart", "drafter.7", expect=2)
+        check("unknown worker 'drafter.7': this run's workers are target.0, target.1, drafter.0" in res.stderr, res.stderr)
+        res = r.cli("kill", "nope", expect=2)
+        check("unknown worker 'nope'" in res.stderr, res.stderr)
+        # One supervisor per run directory, one user of a ring.
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("another `hsring run` is using the run directory" in res.stderr, res.stderr)
+        res = r.cli("ring", "rm", r.ring, run_dir=False, expect=2)
+        check("still running" in res.stderr and "--force" in res.stderr, res.stderr)
+        # The default run directory comes from --config.
+        res = r.cli("status", "--config", r.config, run_dir=False)
+        check("drafter.0" in res.stdout, res.stdout)
+        r.cli("stop", "--now")
+        r.expect_exit(0)
+        res = r.cli("ring", "rm", r.ring, run_dir=False)
+        check("removed ring" in res.stdout and "ledger" in res.stdout, res.stdout)
+        check(r.shm_exists() == (False, False), "ring rm removes both")
+    finally:
+        r.cleanup()
+
+
+def test_no_supervisor_and_long_socket_paths_are_explained():
+    r = Run("none")
+    try:
+        os.makedirs(r.run_dir, exist_ok=True)
+        res = r.cli("status", expect=2)
+        check("no supervisor is running in" in res.stderr, res.stderr)
+        long_dir = os.path.join(r.tmp, "d" * 110)
+        res = r.cli("run", r.config, "--run-dir", long_dir, run_dir=False, expect=2)
+        check("longer than the 107 a Unix socket path may have" in res.stderr and "--run-dir" in res.stderr, res.stderr)
+        res = r.cli("frobnicate", run_dir=False, expect=2)
+        check("unknown command" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
+def test_a_changed_layout_is_refused_unless_fresh():
+    r = Run("layout", step_ms=10, samples=60, run_extra="keep_ring = true")
+    try:
+        r.start()
+        r.expect_exit(0)
+        check(r.shm_exists() == (True, True), "keep_ring keeps the ring after a complete run")
+        r.write_config(ring="", run_extra="keep_ring = true", epochs=2)
+        with open(r.config) as f:
+            text = f.read().replace("slots = 4", "slots = 6")
+        with open(r.config, "w") as f:
+            f.write(text)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("layout" in res.stderr and "--fresh" in res.stderr, res.stderr)
+        # --fresh in a new run directory: a new ring of the new layout, a run from scratch.
+        other = os.path.join(r.tmp, "run2")
+        r.start("--fresh", "--run-dir", other)
+        r.expect_exit(0)
+        check("--fresh: removed ring" in r.output(), r.output())
+        res = r.cli("ledger", "verify", other, run_dir=False)
+        check("ok: every sample" in res.stdout, res.stdout)
+    finally:
+        r.cleanup()
+
+
+if __name__ == "__main__":
+    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
+          test_bad_topologies_are_refused, test_control_errors_while_running,
+          test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh])

@@ -1,0 +1,238 @@
+// The supervisor's pure parts: restart decisions, exit reasons, pipe lines, worker names,
+// run.json, the status line.
+#include "hsring/error.hpp"
+#include "supervisor/exit_reason.hpp"
+#include "supervisor/line_reader.hpp"
+#include "supervisor/restart_policy.hpp"
+#include "supervisor/run_files.hpp"
+#include "supervisor/status.hpp"
+#include "supervisor/worker_spec.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace hsring;
+using namespace hsring::supervisor;
+using namespace std::chrono_literals;
+
+namespace {
+
+SupervisorConfig sup(Restart r, std::uint32_t max_restarts = 3) {
+    SupervisorConfig c;
+    c.restart = r;
+    c.max_restarts = max_restarts;
+    c.restart_window_s = 60;
+    c.backoff_initial_s = 0.5;
+    c.backoff_max_s = 3;
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("on-failure restarts a failed worker with doubling backoff, capped, then gives up") {
+    RestartPolicy p(sup(Restart::OnFailure, 4));
+    RestartHistory h;
+    auto t = Clock::now();
+    std::vector<double> delays;
+    for (int i = 0; i < 4; ++i) {
+        auto d = p.decide(true, h, t + std::chrono::seconds(i));
+        REQUIRE(d.kind == RestartDecision::Restart);
+        delays.push_back(d.delay.count());
+    }
+    CHECK(delays == std::vector<double>{0.5, 1.0, 2.0, 3.0});  // 4.0 capped at backoff_max_s
+    auto d = p.decide(true, h, t + 5s);
+    CHECK(d.kind == RestartDecision::GiveUp);
+    CHECK(d.why.find("max_restarts = 4") != std::string::npos);
+    CHECK(h.total() == 4);
+}
+
+TEST_CASE("restarts older than the window no longer count") {
+    RestartPolicy p(sup(Restart::OnFailure, 2));
+    RestartHistory h;
+    auto t = Clock::now();
+    CHECK(p.decide(true, h, t).kind == RestartDecision::Restart);
+    CHECK(p.decide(true, h, t + 1s).kind == RestartDecision::Restart);
+    CHECK(p.decide(true, h, t + 2s).kind == RestartDecision::GiveUp);
+    // A minute later the window is empty again: back to the initial delay.
+    auto d = p.decide(true, h, t + 62s);
+    CHECK(d.kind == RestartDecision::Restart);
+    CHECK(d.delay.count() == doctest::Approx(0.5));
+}
+
+TEST_CASE("a clean exit is restarted only under always; never gives up on a failure") {
+    RestartHistory h;
+    CHECK(RestartPolicy(sup(Restart::OnFailure)).decide(false, h, Clock::now()).kind == RestartDecision::NoRestart);
+    CHECK(RestartPolicy(sup(Restart::Never)).decide(false, h, Clock::now()).kind == RestartDecision::NoRestart);
+    CHECK(RestartPolicy(sup(Restart::Always)).decide(false, h, Clock::now()).kind == RestartDecision::Restart);
+    auto d = RestartPolicy(sup(Restart::Never)).decide(true, h, Clock::now());
+    CHECK(d.kind == RestartDecision::GiveUp);
+    CHECK(d.why.find("never") != std::string::npos);
+}
+
+TEST_CASE("max_restarts = 0 gives up at the first failure") {
+    RestartHistory h;
+    CHECK(RestartPolicy(sup(Restart::OnFailure, 0)).decide(true, h, Clock::now()).kind == RestartDecision::GiveUp);
+}
+
+TEST_CASE("exit reasons in words") {
+    auto status_of = [](auto child) {
+        pid_t pid = ::fork();
+        if (pid == 0) child();
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+        return ExitReason::from_wait_status(st);
+    };
+    ExitReason a = status_of([] { ::_exit(3); });
+    CHECK(a.code == 3);
+    CHECK(a.fatal());
+    CHECK(a.str() == "exit code 3");
+    ExitReason b = status_of([] { ::raise(SIGKILL); ::_exit(0); });
+    CHECK(b.failed());
+    CHECK(b.signal == SIGKILL);
+    CHECK(b.str() == "killed by SIGKILL");
+    ExitReason c = status_of([] { ::_exit(0); });
+    CHECK_FALSE(c.failed());
+    CHECK(signal_name(SIGTERM) == "SIGTERM");
+}
+
+TEST_CASE("pipe output is split into lines, a torn last line is flushed, a huge line is cut") {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_NONBLOCK) == 0);
+    std::vector<std::string> lines;
+    auto on = [&](std::string_view l) { lines.emplace_back(l); };
+    LineReader r;
+    std::string text = "one\ntwo\r\nthr";
+    REQUIRE(::write(fds[1], text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    CHECK(r.pump(fds[0], on));  // nothing more now, but not at end of file
+    CHECK(lines == std::vector<std::string>{"one", "two"});
+    REQUIRE(::write(fds[1], "ee", 2) == 2);
+    ::close(fds[1]);
+    CHECK_FALSE(r.pump(fds[0], on));
+    r.flush(on);
+    CHECK(lines.back() == "three");
+    ::close(fds[0]);
+
+    REQUIRE(::pipe2(fds, O_NONBLOCK) == 0);
+    lines.clear();
+    LineReader big;
+    std::string blob(LineReader::kMaxLine + 10, 'x');
+    std::size_t off = 0;
+    while (off < blob.size()) {  // the pipe holds 64 KiB: feed and read in turns
+        ssize_t n = ::write(fds[1], blob.data() + off, blob.size() - off);
+        if (n > 0) off += static_cast<std::size_t>(n);
+        big.pump(fds[0], on);
+    }
+    ::close(fds[1]);
+    big.pump(fds[0], on);
+    big.flush(on);
+    ::close(fds[0]);
+    REQUIRE(lines.size() == 2);
+    CHECK(lines[0].size() == LineReader::kMaxLine);
+    CHECK(lines[1].size() == 10);
+}
+
+TEST_CASE("workers are named by role and rank; an unknown name lists the valid ones") {
+    Config cfg;
+    cfg.topology.targets = {Place{0}, Place{1}};
+    cfg.topology.drafters = {Place{2}};
+    cfg.run.mode = RunMode::Synthetic;
+    auto specs = worker_specs(cfg);
+    REQUIRE(specs.size() == 3);
+    CHECK(specs[1].name == "target.1");
+    CHECK(specs[2].name == "drafter.0");
+    CHECK(specs[2].stats_index == Ledger::kDrafterStatsBase);
+    CHECK(specs[0].program == "hsring-synth-worker");
+    CHECK(specs[0].role_args == std::vector<std::string>{"--role", "target"});
+    CHECK(find_worker(specs, "drafter.0") == 2);
+    CHECK_THROWS_WITH_AS(find_worker(specs, "drafter.1"),
+                         "unknown worker 'drafter.1': this run's workers are target.0, target.1, drafter.0", Error);
+    cfg.run.mode = RunMode::Train;
+    CHECK(worker_specs(cfg)[2].program == "hsring-drafter");
+}
+
+TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
+    namespace fs = std::filesystem;
+    RunFiles files{fs::temp_directory_path() / ("hsring-sup-unit-" + std::to_string(::getpid()))};
+    fs::create_directories(files.dir / "checkpoints");
+    RunRecord r;
+    r.config = "/x/run.toml";
+    r.ring = "hsring-x";
+    r.ledger = "hsring-x-ledger";
+    r.samples = 12;
+    r.epochs = 3;
+    r.fingerprint = 0xfedcba9876543210ull;
+    r.seed = 99;
+    r.shuffle = false;
+    r.started = iso_time_now();
+    r.supervisor_pid = 42;
+    r.workers = {{"target.0", 43, 7, 1234}};
+    r.end = RunEnd{"t", 1, "why"};
+    write_run_record(files, r);
+    RunRecord back = read_run_record(files.run_json());
+    CHECK(back.fingerprint == r.fingerprint);
+    CHECK(back.ledger_info().epochs == 3);
+    CHECK_FALSE(back.ledger_info().shuffle);
+    CHECK(back.workers.at(0).incarnation == 7);
+    CHECK(back.end->reason == "why");
+
+    CHECK_FALSE(read_latest_checkpoint(files).has_value());
+    std::ofstream(files.latest_checkpoint()) << "200\n";
+    CHECK(read_latest_checkpoint(files) == 200u);
+    std::ofstream(files.latest_checkpoint()) << "2x0\n";
+    CHECK_THROWS_AS(read_latest_checkpoint(files), Error);
+    fs::remove_all(files.dir);
+}
+
+TEST_CASE("a socket path over 107 bytes is refused with the fix") {
+    CHECK_NOTHROW(check_socket_path("/tmp/run/control.sock"));
+    const std::string long_path = "/tmp/" + std::string(120, 'd') + "/control.sock";
+    CHECK_THROWS_WITH_AS(check_socket_path(long_path), doctest::Contains("--run-dir"), Error);
+}
+
+TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and restarts") {
+    StatusInputs in;
+    in.name = "x";
+    in.phase = "running";
+    WorkerStatus t;
+    t.name = "target.0";
+    t.role = "target";
+    t.state = "running";
+    t.pid = 10;
+    t.has_stats = true;
+    t.rate = {40, 12345};
+    WorkerStatus d;
+    d.name = "drafter.0";
+    d.role = "drafter";
+    d.state = "running";
+    d.pid = 11;
+    d.restarts = 2;
+    d.has_stats = true;
+    d.stats.step = 120;
+    d.stats.loss = 2.345;
+    in.workers = {t, d};
+    in.slots = 8;
+    in.occupancy = {4, 1, 2, 1};
+    in.total = 1000;
+    in.counts = {400, 88, 12, 500};
+    auto j = status_json(in);
+    CHECK(j["workers"][1]["restarts"] == 2);
+    CHECK(j["ring"]["ready"] == 2);
+    const std::string line = status_line(j);
+    CHECK(line.find("target 12.3k tok/s 40 smp/s") != std::string::npos);
+    CHECK(line.find("[#==+....]") != std::string::npos);
+    CHECK(line.find("step 120 loss 2.345") != std::string::npos);
+    CHECK(line.find("512/1000 51%") != std::string::npos);
+    CHECK(line.find("restarts 2") != std::string::npos);
+    const std::string text = status_text(j);
+    CHECK(text.find("drafter.0") != std::string::npos);
+    CHECK(text.find("2 ready") != std::string::npos);
+}
