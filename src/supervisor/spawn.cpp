@@ -86,7 +86,7 @@ Spawned spawn(const SpawnSpec& spec) {
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::signal(SIGPIPE, SIG_DFL);
+        ::signal(SIGPIPE, SIG_IGN);
         if (::dup2(devnull, 0) < 0 || ::dup2(out.w, 1) < 0 || ::dup2(err.w, 2) < 0) child_fail(exec_err.w, errno);
         // Everything else is close-on-exec already; the exec-error pipe must stay open until exec.
         ::execve(program.c_str(), argv.data(), envp.data());

@@ -7,8 +7,11 @@
 //     into a graceful stop through the ring rather than a signal in the middle of every worker;
 //   - PR_SET_PDEATHSIG = SIGTERM, then a check that the parent is still the supervisor (it may
 //     have died between fork and prctl): a dead supervisor stops its workers cleanly;
-//   - signal mask and SIGPIPE reset (the supervisor blocks signals for its signalfd and ignores
-//     SIGPIPE; both would be inherited through exec);
+//   - an empty signal mask (the supervisor blocks signals for its signalfd; the mask would be
+//     inherited through exec and the worker would never see SIGTERM);
+//   - SIGPIPE ignored (inherited through exec): when the supervisor dies, nobody reads the
+//     worker's output pipes any more, and its next log line must not kill it in the middle of
+//     the unit of work it is finishing (lines written then are lost, the work is not);
 //   - stdin from /dev/null, stdout and stderr to two pipes read by the supervisor, every other
 //     descriptor closed.
 // An exec failure is reported back through a close-on-exec pipe, so spawn() throws it.

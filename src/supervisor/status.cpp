@@ -11,24 +11,24 @@ namespace hsring::supervisor {
 
 using nlohmann::json;
 
-RateMeter::Rate RateMeter::update(const std::string& worker, const WorkerStats& s, std::chrono::steady_clock::time_point now) {
-    Sample& p = prev_[worker];
-    if (p.pid == s.pid && p.t != std::chrono::steady_clock::time_point{} && s.samples >= p.samples && s.tokens >= p.tokens) {
-        const double dt = std::chrono::duration<double>(now - p.t).count();
-        if (dt > 0) p.rate = {static_cast<double>(s.samples - p.samples) / dt, static_cast<double>(s.tokens - p.tokens) / dt};
-    } else {
-        p.rate = {};  // a new process: its counters started again
-    }
-    p.pid = s.pid;
-    p.samples = s.samples;
-    p.tokens = s.tokens;
-    p.t = now;
-    return p.rate;
+RateMeter::Rate RateMeter::update(const std::string& worker, const WorkerStats& s) {
+    Track& t = tracks_[worker];
+    if (t.pid != s.pid) t = Track{s.pid, {}, {}};  // a new process: its counters started again
+    if (!t.points.empty() && s.heartbeat_ns <= t.points.back().heartbeat_ns) return t.rate;  // nothing new
+    t.points.push_back({s.heartbeat_ns, s.samples, s.tokens});
+    const auto window = static_cast<std::uint64_t>(kWindowS * 1e9);
+    while (t.points.size() > 2 && s.heartbeat_ns - t.points[1].heartbeat_ns >= window) t.points.pop_front();
+    const Point& a = t.points.front();
+    const Point& b = t.points.back();
+    const double dt = static_cast<double>(b.heartbeat_ns - a.heartbeat_ns) * 1e-9;
+    if (dt > 0 && b.samples >= a.samples && b.tokens >= a.tokens)
+        t.rate = {static_cast<double>(b.samples - a.samples) / dt, static_cast<double>(b.tokens - a.tokens) / dt};
+    return t.rate;
 }
 
 RateMeter::Rate RateMeter::last(const std::string& worker) const {
-    auto it = prev_.find(worker);
-    return it == prev_.end() ? Rate{} : it->second.rate;
+    auto it = tracks_.find(worker);
+    return it == tracks_.end() ? Rate{} : it->second.rate;
 }
 
 json status_json(const StatusInputs& in) {
@@ -164,6 +164,10 @@ std::string status_text(const json& st) {
                          w.value("state", ""), w.value("restarts", 0),
                          w["last_exit"].is_null() ? "-" : w["last_exit"].get<std::string>(), activity);
     }
+    const json& rates = st["rates"];
+    s += fmt::format("rates: targets {} tok/s, {} samples/s; drafters {} tok/s, {} samples/s\n",
+                     human(rates["target"].value("tokens_per_s", 0.0)), human(rates["target"].value("samples_per_s", 0.0)),
+                     human(rates["drafter"].value("tokens_per_s", 0.0)), human(rates["drafter"].value("samples_per_s", 0.0)));
     const json& ring = st["ring"];
     const json& c = ring["counters"];
     s += fmt::format("ring {}: {} slots: {} free, {} writing, {} ready, {} reading {}{}\n", ring.value("name", ""),

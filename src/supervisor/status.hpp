@@ -19,30 +19,36 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace hsring::supervisor {
 
-// Per-worker rates from successive WorkerStats (counters restart with each process).
+// Per-worker rates from successive WorkerStats, timed by the worker's own heartbeats (it
+// publishes about twice a second, whatever the status interval), over the last few seconds.
+// Counters start again with each process.
 class RateMeter {
 public:
     struct Rate {
         double samples_per_s = 0, tokens_per_s = 0;
     };
-    // Feeds the latest stats of `worker`; returns its rate over the interval since the last feed.
-    Rate update(const std::string& worker, const WorkerStats& s, std::chrono::steady_clock::time_point now);
+    static constexpr double kWindowS = 3.0;
+    // Feeds the latest stats of `worker`; returns its rate over the window.
+    Rate update(const std::string& worker, const WorkerStats& s);
     Rate last(const std::string& worker) const;
 
 private:
-    struct Sample {
+    struct Point {
+        std::uint64_t heartbeat_ns = 0, samples = 0, tokens = 0;
+    };
+    struct Track {
         std::int32_t pid = 0;
-        std::uint64_t samples = 0, tokens = 0;
-        std::chrono::steady_clock::time_point t{};
+        std::deque<Point> points;
         Rate rate;
     };
-    std::map<std::string, Sample> prev_;
+    std::map<std::string, Track> tracks_;
 };
 
 struct WorkerStatus {

@@ -61,7 +61,6 @@ json Supervisor::collect_status(bool update_rates) {
     in.mode = cfg_.run.mode == RunMode::Synthetic ? "synthetic" : "train";
     in.pid = ::getpid();
     in.uptime_s = std::chrono::duration<double>(Clock::now() - start_time_).count();
-    const auto now = Clock::now();
     const Ring& ring = mem_->ring;
     // Who holds which slot (for drills: kill a worker while it holds one).
     std::vector<std::pair<Owner, SlotState>> held;
@@ -83,7 +82,7 @@ json Supervisor::collect_status(bool update_rates) {
         s.has_stats = w->last_pid > 0 && s.stats.pid == w->last_pid;
         // A process that published its stats is up (it attached the ring and the ledger).
         if (w->alive() && s.has_stats && w->state == WorkerState::Starting) w->state = WorkerState::Running;
-        if (w->alive() && s.has_stats) s.rate = update_rates ? rates_.update(s.name, s.stats, now) : rates_.last(s.name);
+        if (w->alive() && s.has_stats) s.rate = update_rates ? rates_.update(s.name, s.stats) : rates_.last(s.name);
         for (const auto& [o, st] : held) {
             if (!w->alive() || o != Owner{w->pid, w->incarnation}) continue;
             (st == SlotState::Writing ? s.writing : s.reading) += 1;

@@ -236,3 +236,26 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     CHECK(text.find("drafter.0") != std::string::npos);
     CHECK(text.find("2 ready") != std::string::npos);
 }
+
+TEST_CASE("rates come from the worker's heartbeats over a window and restart with a new process") {
+    RateMeter m;
+    WorkerStats s;
+    s.pid = 5;
+    const std::uint64_t sec = 1000000000ull;
+    s.heartbeat_ns = 100 * sec;
+    CHECK(m.update("t", s).tokens_per_s == 0);
+    s.heartbeat_ns += sec / 2;
+    s.tokens = 500;
+    s.samples = 5;
+    CHECK(m.update("t", s).tokens_per_s == doctest::Approx(1000));
+    // No new heartbeat (the status ticks faster than the worker publishes): the rate stays.
+    CHECK(m.update("t", s).tokens_per_s == doctest::Approx(1000));
+    s.heartbeat_ns += sec / 2;
+    s.tokens = 1500;
+    CHECK(m.update("t", s).tokens_per_s == doctest::Approx(1500));
+    CHECK(m.last("t").samples_per_s == doctest::Approx(5));
+    s.pid = 6;  // restarted: counters from zero
+    s.tokens = 10;
+    s.heartbeat_ns += sec;
+    CHECK(m.update("t", s).tokens_per_s == 0);
+}
