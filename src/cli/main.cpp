@@ -14,25 +14,26 @@ namespace {
 struct Command {
     const char* name;
     int (*run)(hsring::cli::Args);
+    const char* synopsis;
     const char* help;
 };
 
 const Command kCommands[] = {
-    {"config", hsring::cli::config_check, "config check FILE              validate a config, print derived sizes"},
-    {"run", hsring::cli::run, "run CONFIG [--run-dir DIR] [--fresh]  run the supervisor and its workers"},
-    {"status", hsring::cli::status, "status [--json]                a running run's workers, ring, ledger, rates"},
-    {"restart", hsring::cli::restart_or_kill, "restart WORKER                 stop a worker gracefully and start it again"},
-    {"kill", hsring::cli::restart_or_kill, "kill WORKER                    SIGKILL a worker (a drill; the restart policy applies)"},
-    {"stop", hsring::cli::stop, "stop [--now]                   stop the run (gracefully; --now: SIGKILL, keep the ring)"},
-    {"ring", hsring::cli::ring, "ring rm NAME [--force]         remove a ring and its ledger"},
-    {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR          exactly-once check of the latest checkpoint"},
+    {"config", hsring::cli::config_check, "config check FILE", "validate a config, print derived sizes"},
+    {"run", hsring::cli::run, "run CONFIG [--run-dir DIR] [--fresh]", "run the supervisor and its workers"},
+    {"status", hsring::cli::status, "status [--json]", "a run's workers, ring, ledger and rates"},
+    {"restart", hsring::cli::restart_or_kill, "restart WORKER", "stop a worker gracefully and start it again"},
+    {"kill", hsring::cli::restart_or_kill, "kill WORKER", "SIGKILL a worker (a drill: the restart policy applies)"},
+    {"stop", hsring::cli::stop, "stop [--now]", "stop the run (graceful; --now: SIGKILL, keep the ring)"},
+    {"ring", hsring::cli::ring, "ring rm NAME [--force]", "remove a ring and its ledger"},
+    {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR", "exactly-once check of the latest checkpoint"},
 };
 
 void usage() {
     fmt::print(stderr, "usage: hsring COMMAND ...\n\ncommands:\n");
-    for (const auto& c : kCommands) fmt::print(stderr, "  {}\n", c.help);
+    for (const auto& c : kCommands) fmt::print(stderr, "  {:<38} {}\n", c.synopsis, c.help);
     fmt::print(stderr, "\nstatus, restart, kill and stop take --run-dir DIR (default: the run dir of --config FILE,\n"
-                       "else the current directory)\n");
+                       "else the current directory). `hsring COMMAND --help` says more.\n");
 }
 
 } // namespace

@@ -69,6 +69,7 @@ private:
     void after_failure(Worker& w, bool failed);
     void signal_worker(Worker& w, int sig);
     bool any_alive() const;
+    void kill_and_reap();
     Worker* find_by_pid(pid_t pid);
     Worker& find_by_name(const std::string& name);
     // loop and stops (supervisor_loop.cpp)
@@ -100,7 +101,6 @@ private:
     std::optional<RestartPolicy> policy_;
     RateMeter rates_;
     int lock_fd_ = -1;
-    bool started_ = false;
     Phase phase_ = Phase::Running;
     int exit_code_ = 0;
     std::string end_reason_;

@@ -29,7 +29,11 @@ const char* Supervisor::phase_name(Phase p) {
 Supervisor::Supervisor(RunOptions opts) : opts_(std::move(opts)) {}
 
 Supervisor::~Supervisor() {
-    // Only reached with live workers when start-up or the loop threw: leave no orphan behind.
+    kill_and_reap();  // only does something when start-up or the loop threw
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void Supervisor::kill_and_reap() {
     for (auto& w : workers_) {
         if (!w->alive()) continue;
         signal_worker(*w, SIGKILL);
@@ -37,27 +41,30 @@ Supervisor::~Supervisor() {
         if (mem_) mem_->ring.reclaim({w->pid, w->incarnation}, [this](std::uint64_t t) { mem_->ledger.repend_ticket(t); });
         w->pid = 0;
     }
-    if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 int Supervisor::run() {
     try {
         start();
-    } catch (...) {
-        // Nothing half-started stays: workers die (destructor); a ring and ledger made by this
-        // start are removed (re-attached ones keep their READY slots).
-        for (auto& w : workers_) signal_worker(*w, SIGKILL);
-        if (mem_ && mem_->ring_created) {
-            for (auto& w : workers_)
-                if (w->alive()) {
-                    ::waitpid(w->pid, nullptr, 0);
-                    w->pid = 0;
-                }
-            remove_run_memory(derived_.ring_name);
+    } catch (const std::exception& e) {
+        // Nothing half-started stays: no orphan worker, no ring or ledger that this start made
+        // (re-attached ones keep their READY slots), and run.json says why.
+        kill_and_reap();
+        if (mem_) {
+            const bool ring_created = mem_->ring_created, ledger_created = mem_->ledger_created;
+            mem_.reset();
+            if (ring_created) remove_run_memory(derived_.ring_name);
+            else if (ledger_created) Ledger::remove(Ledger::name_for_ring(derived_.ring_name));
+        }
+        if (!record_.started.empty()) {
+            record_.end = RunEnd{iso_time_now(), 2, e.what()};
+            try {
+                write_record();
+            } catch (const Error&) {
+            }
         }
         throw;
     }
-    started_ = true;
     next_status_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(cfg_.supervisor.status_interval_s));
     loop();
