@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 using namespace hsring;
 using namespace hsring::model;
@@ -24,7 +25,9 @@ namespace {
 
 // Runs the reference script; exits the test program with 77 when it reports a skip.
 void run_reference(const std::string& args) {
-    const std::string py = hsring::test::env_or("HSRING_PYTHON", "python3");
+    // $HSRING_PYTHON (the build's .venv) where it exists, else python3 from PATH.
+    std::string py = hsring::test::env_or("HSRING_PYTHON", "python3");
+    if (py.find('/') != std::string::npos && ::access(py.c_str(), X_OK) != 0) py = "python3";
     const std::string src = hsring::test::env_or("HSRING_SOURCE_ROOT", ".");
     const std::string cmd = "'" + py + "' '" + src + "/tests/model/hf_reference.py' " + args;
     int rc = std::system(cmd.c_str());
