@@ -78,6 +78,7 @@ struct TorchDrafter::Impl {
           dcfg(model::dflash_config_for(c.derived.target, static_cast<int>(c.cfg.drafter.num_layers),
                                         static_cast<int>(c.cfg.drafter.block_size), c.derived.mask_token_id,
                                         c.derived.layer_ids)) {
+        if (!device.is_cuda()) configure_cpu_threads(c.cfg);
         const at::ScalarType compute = model::default_compute_dtype(device);
         head = model::load_target_head(c.derived.target, device, compute, c.cfg.run.seed);
         loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);

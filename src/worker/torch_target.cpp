@@ -48,6 +48,7 @@ struct TorchTarget::Impl {
 
 TorchTarget::TorchTarget(Context& ctx) {
     const at::Device device = worker_device(ctx.env.cuda);
+    if (!device.is_cuda()) configure_cpu_threads(ctx.cfg);
     const auto t0 = std::chrono::steady_clock::now();
     impl_ = std::make_unique<Impl>(ctx, device);
     std::string ids;

@@ -1,6 +1,12 @@
 #include "worker/torch_util.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/log.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <thread>
 
 #ifdef HSRING_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -29,6 +35,17 @@ at::Device worker_device(bool cuda) {
     fail("this worker was placed on a GPU but hsring was built without torch_cuda: rebuild where a GPU is "
          "visible (bin/gpu-build), or use \"cpu\" places in [topology]");
 #endif
+}
+
+void configure_cpu_threads(const Config& cfg) {
+    if (std::getenv("OMP_NUM_THREADS")) return;
+    unsigned cpu_workers = 0;
+    for (const auto& p : cfg.topology.targets) cpu_workers += p.is_cpu();
+    for (const auto& p : cfg.topology.drafters) cpu_workers += p.is_cpu();
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const int threads = static_cast<int>(std::max(1u, cores / std::max(1u, cpu_workers)));
+    at::set_num_threads(threads);
+    log::debug("{} intra-op thread(s) ({} cores, {} CPU workers)", threads, cores, cpu_workers);
 }
 
 std::uint64_t device_peak_bytes(const at::Device& d) {

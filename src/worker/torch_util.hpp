@@ -13,6 +13,10 @@ at::ScalarType scalar_type(DType t);
 // cuda:0 (CUDA_VISIBLE_DEVICES holds the worker's GPU) or the CPU; throws hsring::Error when
 // CUDA is asked for but this build or machine cannot provide it.
 at::Device worker_device(bool cuda);
+// CPU workers share the machine's cores: each gets cores / (CPU-placed workers of the run)
+// intra-op threads (at least 1), unless OMP_NUM_THREADS says otherwise. Oversubscribed
+// threads on a small machine cost more than they give.
+void configure_cpu_threads(const Config& cfg);
 // Peak device memory allocated by this process so far (0 on CPU).
 std::uint64_t device_peak_bytes(const at::Device& d);
 

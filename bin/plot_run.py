@@ -1,0 +1,58 @@
+"""Plot an hsring run from RUN_DIR/metrics.jsonl (see bin/plot-run)."""
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print("usage: bin/plot-run RUN_DIR [OUT.png]", file=sys.stderr)
+        return 2
+    run = Path(sys.argv[1])
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else run / "plot.png"
+    rows = []
+    with open(run / "metrics.jsonl") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    if not rows:
+        print(f"{run}/metrics.jsonl has no steps yet", file=sys.stderr)
+        return 1
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    step = [r["step"] for r in rows]
+    fig, ax = plt.subplots(2, 3, figsize=(15, 8))
+    fig.suptitle(f"hsring run {run.name}: {len(rows)} logged steps")
+    ax[0][0].plot(step, [r["loss"] for r in rows])
+    ax[0][0].set_title("loss")
+    n = len(rows[-1]["acc"])
+    for k in range(n):
+        ax[0][1].plot(step, [r["acc"][k] if k < len(r["acc"]) else float("nan") for r in rows], label=f"pos {k + 1}")
+    ax[0][1].set_title("accuracy per block position")
+    ax[0][1].legend(fontsize=7, ncol=2)
+    ax[0][2].plot(step, [r["accept_len"] for r in rows])
+    ax[0][2].set_title("expected acceptance length")
+    ax[1][0].plot(step, [r["tokens_per_s"] for r in rows])
+    ax[1][0].set_title("drafter tokens/s")
+    ax[1][1].plot(step, [r["data_wait_ms"] / max(r["step_ms"], 1e-9) for r in rows], label="data wait / step")
+    ax[1][1].plot(step, [r["h2d_ms"] / max(r["step_ms"], 1e-9) for r in rows], label="H2D / step")
+    ax[1][1].set_title("fraction of step time")
+    ax[1][1].legend()
+    for key in ("free", "writing", "ready", "reading"):
+        ax[1][2].plot(step, [r["ring"][key] for r in rows], label=key)
+    ax[1][2].set_title("ring slots by state")
+    ax[1][2].legend()
+    for a in ax.flat:
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
