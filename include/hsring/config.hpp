@@ -92,6 +92,7 @@ struct TrainConfig {
     double eps = 1e-8;
     double grad_clip = 1.0;
     std::uint64_t tokens_per_step = 0;  // 0 = one slot per optimizer step
+    std::uint64_t micro_batch_tokens = 16384;  // context tokens per forward/backward (bounds activations)
     std::uint32_t num_anchors = 512;
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk

@@ -187,6 +187,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.number("eps", t.eps, 1e-30, 1.0);
     s.number("grad_clip", t.grad_clip, 0.0, 1e9);
     s.integer("tokens_per_step", t.tokens_per_step, 0, kU64Max);
+    s.integer("micro_batch_tokens", t.micro_batch_tokens, 1, kU64Max);
     s.integer("num_anchors", t.num_anchors, 1, 1u << 20);
     s.number("loss_decay_gamma", t.loss_decay_gamma, 0.0, 1e9);
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);

@@ -195,19 +195,34 @@ BatchResult TorchDrafter::train_one() {
         s.released->synchronize();  // the callback ran: the ReadSlot may be destroyed now
     }
 #endif
-    model::DFlashBatch batch{s.hidden, s.tokens, s.loss_mask, s.batch.cu_seqlens()};
-    // Anchors depend on the batch's first sample and the run seed: a redelivered or re-produced
-    // batch draws the same blocks whichever incarnation trains it.
-    at::Generator gen = at::detail::createCPUGenerator(
-        mix64(m.ctx.cfg.run.seed ^ (s.batch.positions.empty() ? 0 : s.batch.positions.front())));
-    model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
-    if (loss.num_blocks > 0) loss.loss_sum.backward();
-    r.loss_sum = loss.loss_sum.item<double>();
-    r.weight_sum = loss.weight_sum.item<double>();
+    // Whole sequences in micro-batches of at most micro_batch_tokens context tokens: activation
+    // memory follows the micro-batch, not the slot. Anchors depend on the run seed and the
+    // micro-batch's first sample, so a redelivered or re-produced batch draws the same blocks.
+    const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
+    const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
+    for (std::size_t first = 0; first + 1 < cu.size();) {
+        std::size_t last = first + 1;  // sequences [first, last)
+        while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
+        const std::int64_t begin = cu[first], len = cu[last] - cu[first];
+        std::vector<std::int64_t> sub;
+        for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
+        model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
+                                 s.loss_mask.narrow(0, begin, len), sub};
+        at::Generator gen = at::detail::createCPUGenerator(mix64(m.ctx.cfg.run.seed ^ s.batch.positions[first]));
+        model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
+        if (loss.num_blocks > 0) loss.loss_sum.backward();
+        r.loss_sum += loss.loss_sum.item<double>();
+        r.weight_sum += loss.weight_sum.item<double>();
+        auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
+        r.correct.resize(static_cast<std::size_t>(correct.numel()), 0.0);
+        r.counted.resize(static_cast<std::size_t>(counted.numel()), 0.0);
+        for (std::int64_t k = 0; k < correct.numel(); ++k) {
+            r.correct[static_cast<std::size_t>(k)] += correct.data_ptr<double>()[k];
+            r.counted[static_cast<std::size_t>(k)] += counted.data_ptr<double>()[k];
+        }
+        first = last;
+    }
     m.step_weight += r.weight_sum;
-    auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
-    r.correct.assign(correct.data_ptr<double>(), correct.data_ptr<double>() + correct.numel());
-    r.counted.assign(counted.data_ptr<double>(), counted.data_ptr<double>() + counted.numel());
     r.tokens = s.batch.n_tokens();
     r.h2d_ms = s.copy_ms;
     r.compute_ms = ms_since(t0);
