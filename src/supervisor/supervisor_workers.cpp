@@ -126,10 +126,10 @@ void Supervisor::after_failure(Worker& w, bool failed) {
     case RestartDecision::Restart:
         w.state = WorkerState::Restarting;
         w.next_start = Clock::now() + std::chrono::duration_cast<Clock::duration>(d.delay);
-        console_.info("restarting {} in {:.1f} s ({} restarts within the last {:g} s, at most {})", w.spec.name,
-                      d.delay.count(), w.history.recent(Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                                                                           std::chrono::duration<double>(cfg_.supervisor.restart_window_s))),
-                      cfg_.supervisor.restart_window_s, cfg_.supervisor.max_restarts);
+        console_.info("restarting {} in {:.1f} s (restart {} of at most {} within {:g} s)", w.spec.name, d.delay.count(),
+                      w.history.recent(Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::duration<double>(cfg_.supervisor.restart_window_s))),
+                      cfg_.supervisor.max_restarts, cfg_.supervisor.restart_window_s);
         return;
     case RestartDecision::GiveUp: {
         w.state = WorkerState::Failed;

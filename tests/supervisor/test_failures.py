@@ -19,7 +19,8 @@ def test_crash_loop_hits_the_cap_and_stops():
                       r"\(last error line: [^)]*failing on purpose\)\. Its log: (\S+)", out)
         check(m, "a clear message naming the worker, its last exit and its log:\n" + out)
         check(m.group(2) == os.path.join(r.run_dir, "logs", m.group(1) + ".log") and os.path.exists(m.group(2)), m.group(2))
-        check(len(re.findall(r"restarting target\.0 in", out)) == 2, "two restarts of target.0 before the cap:\n" + out)
+        name = re.escape(m.group(1))
+        check(len(re.findall(rf"restarting {name} in", out)) == 2, f"two restarts of {name} before the cap:\n" + out)
         check(r.shm_exists() == (False, False), "the stopped run leaves no ring behind")
         check(r.record()["end"]["exit_code"] == 1, str(r.record()))
     finally:
