@@ -21,8 +21,11 @@ MIN_LEN, MAX_LEN = 64, 400
 
 # Token ids; all < 511 (the `tiny` preset: vocab 512, id 511 = the DFlash mask token).
 BOS, SEP, EOS = 1, 2, 3
-COUNT, REPEAT, COPY, REVERSE, STAIRS = 4, 5, 6, 7, 8
-TASKS = [COUNT, REPEAT, COPY, REVERSE, STAIRS]
+COUNT, REPEAT, COPY, REVERSE, STAIRS, WALK = 4, 5, 6, 7, 8, 9
+TASKS = [COUNT, REPEAT, COPY, REVERSE, STAIRS, WALK]
+# How often each task is drawn (out of sum): WALK, predictable from the anchor alone, is where a
+# tiny drafter learns fastest; the others need the context.
+WEIGHTS = {COUNT: 2, REPEAT: 2, COPY: 1, REVERSE: 1, STAIRS: 2, WALK: 6}
 VALUE0, NUM_VALUES = 16, 256  # value v in 0..255 is token 16 + v
 FILLER0, NUM_FILLER = 272, 239  # filler tokens 272..510: noise before the task in the prompt
 MASK64 = (1 << 64) - 1
@@ -56,6 +59,28 @@ def value(v):
     return VALUE0 + v % NUM_VALUES
 
 
+def successor_table():
+    """A fixed permutation of the 256 values (the same for every sample): WALK follows it."""
+    rng = SplitMix64(SEED ^ 0x57414C4B)
+    perm = list(range(NUM_VALUES))
+    for i in range(NUM_VALUES - 1, 0, -1):
+        j = rng.below(i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+SUCCESSOR = successor_table()
+
+
+def draw_task(rng):
+    r = rng.below(sum(WEIGHTS.values()))
+    for task in TASKS:
+        if r < WEIGHTS[task]:
+            return task
+        r -= WEIGHTS[task]
+    raise AssertionError
+
+
 def make_sample(rng, task):
     # Total length: the smaller of two uniform draws, so short samples are more common
     # (mean ~176 tokens) and the file stays small; integer-only, hence reproducible.
@@ -69,6 +94,16 @@ def make_sample(rng, task):
         motif = [value(rng.below(NUM_VALUES)) for _ in range(rng.between(3, 9))]
         args = [value(len(motif))] + motif
         make = lambda n: [motif[k % len(motif)] for k in range(n)]
+    elif task == WALK:  # a, P(a), P(P(a)), ... along the fixed permutation P
+        a = rng.below(NUM_VALUES)
+        args = [value(a)]
+
+        def make(n):
+            out, v = [], a
+            for _ in range(n):
+                out.append(value(v))
+                v = SUCCESSOR[v]
+            return out
     elif task == STAIRS:  # a (r times), a+1 (r times), ...
         a, r = rng.below(NUM_VALUES), rng.between(2, 4)
         args = [value(a), value(r)]
@@ -88,7 +123,7 @@ def generate():
     rng = SplitMix64(SEED)
     lines = []
     for i in range(NUM_SAMPLES):
-        task = TASKS[rng.below(len(TASKS))] if i >= len(TASKS) else TASKS[i]
+        task = draw_task(rng) if i >= len(TASKS) else TASKS[i]
         prompt, response = make_sample(rng, task)
         ids = prompt + response
         assert all(0 <= t < 511 for t in ids) and MIN_LEN <= len(ids) <= MAX_LEN + 8

@@ -35,6 +35,10 @@ struct ModelShape {
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
     std::optional<std::int64_t> mask_token_id;  // a known reserved token for DFlash, if any
+    // Random presets only: std of the embedding and LM head (every other matrix: 0.02, as
+    // transformers initialises). 0.02 at hidden 64 gives logits too flat to learn from in a
+    // short demo, so `tiny` uses 1/sqrt(hidden).
+    double embedding_init_std = 0.02;
 
     bool qk_norm() const { return arch == "qwen3"; }
 };

@@ -24,6 +24,7 @@ ModelShape tiny() {
     s.rope_theta = 1e6;
     s.rms_norm_eps = 1e-6;
     s.mask_token_id = 511;  // the last row: never produced by the demo data
+    s.embedding_init_std = 0.125;
     return s;
 }
 

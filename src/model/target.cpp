@@ -51,10 +51,12 @@ std::vector<std::pair<std::string, Shape>> tensor_specs(const ModelShape& s) {
     return out;
 }
 
-Getter random_getter(std::uint64_t seed, at::Device device, at::ScalarType dtype) {
+Getter random_getter(const ModelShape& s, std::uint64_t seed, at::Device device, at::ScalarType dtype) {
+    const double embed_std = s.embedding_init_std;
     return [=](const std::string& name, const Shape& shape) {
         if (is_norm(name)) return at::ones(shape, at::TensorOptions().device(device).dtype(dtype));
-        return seeded_normal(seed, name, shape, kInitStd, device, dtype);
+        const bool embedding = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+        return seeded_normal(seed, name, shape, embedding ? embed_std : kInitStd, device, dtype);
     };
 }
 
@@ -87,7 +89,7 @@ std::shared_ptr<TensorArchive> open_checkpoint(const ModelShape& shape) {
 TensorMap random_target_weights(const ModelShape& shape, std::uint64_t seed, at::Device device,
                                 at::ScalarType dtype) {
     check_shape(shape);
-    auto get = random_getter(seed, device, dtype);
+    auto get = random_getter(shape, seed, device, dtype);
     TensorMap out;
     for (const auto& [name, s] : tensor_specs(shape)) out[name] = get(name, s);
     return out;
@@ -144,7 +146,7 @@ TargetHead load_target_head(const ModelShape& shape, at::Device device, at::Scal
     const Shape vh{shape.vocab_size, shape.hidden_size};
     TargetHead head;
     if (is_preset_spec(shape.source)) {
-        auto get = random_getter(seed, device, dtype);
+        auto get = random_getter(shape, seed, device, dtype);
         head.embed = get("model.embed_tokens.weight", vh);
         head.lm_head = shape.tie_word_embeddings ? head.embed : get("lm_head.weight", vh);
         return head;
@@ -212,7 +214,7 @@ TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::Sc
     check_shape(shape);
     // Presets are drawn tensor by tensor on the device; checkpoints are read tensor by tensor
     // from the mapping: never a second full copy of the model.
-    if (is_preset_spec(shape.source)) return build(shape, random_getter(seed, device, dtype), device, dtype);
+    if (is_preset_spec(shape.source)) return build(shape, random_getter(shape, seed, device, dtype), device, dtype);
     return build(shape, archive_getter(open_checkpoint(shape), device, dtype), device, dtype);
 }
 
