@@ -47,7 +47,9 @@ bool flash_varlen_ok(const at::Tensor& q) {
 at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const PackedSequences& seqs, double scale) {
     if (flash_varlen_ok(q)) {
-        auto out = at::_flash_attention_forward(q, k, v, seqs.cu_device, seqs.cu_device, seqs.max_len, seqs.max_len,
+        // The kernel wants each operand's last dim contiguous; v arrives as a slice of the fused
+        // qkv projection: make all three dense (cheap next to the attention itself).
+        auto out = at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), seqs.cu_device, seqs.cu_device, seqs.max_len, seqs.max_len,
                                                 /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
                                                 scale);
         return std::get<0>(out);

@@ -58,6 +58,11 @@ nlohmann::json DFlashConfig::to_hf_json() const {
         {"attention_dropout", 0.0},
         {"tie_word_embeddings", false},
         {"use_cache", false},
+        // Explicit full attention for readers that index layer_types without defaulting it.
+        {"layer_types", std::vector<std::string>(static_cast<std::size_t>(num_layers), "full_attention")},
+        {"use_sliding_window", false},
+        {"sliding_window", nullptr},
+        {"max_window_layers", num_layers},
         {"block_size", block_size},
         {"num_target_layers", num_target_layers},
         {"dflash_config",

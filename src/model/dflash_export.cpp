@@ -36,7 +36,8 @@ void export_dflash(const fs::path& dir, DFlashDrafter& drafter, const DFlashConf
     fs::remove_all(tmp);
     fs::create_directories(tmp);
     nlohmann::json j = config.to_hf_json();
-    j["dtype"] = dtype_name;
+    j["dtype"] = dtype_name;        // transformers >= 4.56
+    j["torch_dtype"] = dtype_name;  // older readers
     {
         std::ofstream out(tmp / "config.json");
         out << j.dump(2) << "\n";
