@@ -167,6 +167,14 @@ struct RegionInfo {
     std::uint64_t bytes = 0;
 };
 
+// A process registered in the ring's owner table (join()), as `hsring status` / `ring rm` see it.
+struct OwnerInfo {
+    Owner owner;
+    Role role = Role::Observer;
+    std::string name;
+    bool alive = false;  // the pid exists, is not a zombie, and has the recorded start time
+};
+
 // What reclaim() undid.
 struct ReclaimResult {
     std::vector<std::uint32_t> writing_freed;   // slots WRITING(owner) -> FREE
@@ -217,6 +225,8 @@ public:
 
     Occupancy occupancy() const;
     RingCounters counters() const;
+    // The owner table: every process that joined and has not left (or been reclaimed).
+    std::vector<OwnerInfo> owners() const;
     SlotState state(std::uint32_t slot) const;
     std::optional<Owner> owner_of(std::uint32_t slot) const;
     const RingGeometry& geometry() const { return geometry_; }

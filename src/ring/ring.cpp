@@ -574,6 +574,22 @@ Occupancy Ring::occupancy() const {
     return o;
 }
 
+std::vector<OwnerInfo> Ring::owners() const {
+    std::vector<OwnerInfo> out;
+    for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
+        const OwnerEntry& e = owner_entry(region_->base(), header_, i);
+        const std::uint64_t tok = e.token.load(memory_order_acquire);
+        if (tok <= kReservedToken) continue;
+        OwnerInfo o;
+        o.owner = word_owner(tok);
+        o.role = static_cast<Role>(e.role);
+        o.name.assign(e.name, strnlen(e.name, sizeof e.name));
+        o.alive = process_alive(o.owner.pid, e.start_ticks);
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
 RingCounters Ring::counters() const {
     RingCounters c;
     c.commits = header_->commits.load(memory_order_relaxed);

@@ -17,6 +17,9 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     WorkerEnv env = parse_worker_env(argc, argv, &cfg);
     setup_process(env);
     Derived derived = derive(cfg);
+    // `hsring run --run-dir DIR` overrides [run] run_dir: the default export dir follows it.
+    derived.run_dir = env.run_dir;
+    if (cfg.drafter.export_dir.empty()) derived.export_dir = env.run_dir / "drafter";
     const RingGeometry geometry = RingGeometry::from(cfg, derived);
     Ring ring = Ring::attach(env.ring, &geometry);
     Ledger ledger = Ledger::attach(env.ledger);

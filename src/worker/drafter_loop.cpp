@@ -91,6 +91,7 @@ void Drafter::restore() {
         log::info("no checkpoint: fresh drafter weights");
     }
     step_ = checkpointed_ = s;
+    stats_.step = s;  // status shows the restored step, not 0, until the first new one
     assign_step_ = s + 1;
     log_.resume(ctx_.env.incarnation, s);
     // Samples consumed into weights that died with an earlier incarnation are produced again.
@@ -214,8 +215,16 @@ int Drafter::run() {
     mark_started();
     ctx_.publish(stats_, true);
     const std::uint64_t total = ctx_.ledger.total();
+    const std::uint64_t max_steps = ctx_.cfg.train.max_steps;
     bool done = false;
     for (;;) {
+        if (max_steps && step_ >= max_steps) {
+            // [train] max_steps: the run ends here even if the data has more epochs; batches
+            // already staged for later steps are not trained (their steps die with this process,
+            // so their samples count as untrained, as in any stop without a checkpoint).
+            done = true;
+            break;
+        }
         const bool have = fill_pipeline();
         if (have) {
             train_one_batch();
@@ -230,7 +239,7 @@ int Drafter::run() {
     }
     // Gradients of a partial step go in rather than being lost: every consumed sample is in the
     // final weights.
-    if (accumulating_) finish_step(assign_step_);
+    if (accumulating_ && !(max_steps && step_ >= max_steps)) finish_step(assign_step_);
     checkpoint(step_);
     if (done) {
         const auto out = ctx_.derived.export_dir;

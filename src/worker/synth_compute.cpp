@@ -35,6 +35,7 @@ std::span<std::uint64_t> layer_words(std::byte* payload, const RingGeometry& g, 
 } // namespace
 
 void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
+    if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hold_ms_));
     for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
         auto w = layer_words(slot.payload().data(), g_, l, batch.n_tokens());
         const std::uint64_t seed = synth_seed(batch, l);
@@ -65,6 +66,7 @@ void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
         s.positions.push_back(batch.positions[i]);
         s.tokens += batch.lengths[i];
     }
+    if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hold_ms_));
     slot.release();  // the "copy" is done: CPU mode copies nothing further
     staged_.push_back(std::move(s));
 }

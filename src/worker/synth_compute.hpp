@@ -17,16 +17,19 @@ std::uint64_t synth_mix(std::uint64_t x);
 
 class SynthTarget final : public TargetCompute {
 public:
-    explicit SynthTarget(const RingGeometry& g) : g_(g) {}
+    // hold_ms: keep each slot WRITING that long (tests kill a target mid-write).
+    explicit SynthTarget(const RingGeometry& g, double hold_ms = 0) : g_(g), hold_ms_(hold_ms) {}
     void write(const PackedBatch& batch, WriteSlot& slot) override;
 
 private:
     RingGeometry g_;
+    double hold_ms_;
 };
 
 class SynthDrafter final : public DrafterCompute {
 public:
-    SynthDrafter(const RingGeometry& g, double step_ms) : g_(g), step_ms_(step_ms) {}
+    // step_ms: simulated compute per batch; hold_ms: keep each slot READING that long.
+    SynthDrafter(const RingGeometry& g, double step_ms, double hold_ms = 0) : g_(g), step_ms_(step_ms), hold_ms_(hold_ms) {}
     void restore(const std::filesystem::path* checkpoint) override;
     void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) override;
     std::size_t staged() const override { return staged_.size(); }
@@ -41,7 +44,7 @@ private:
         std::uint64_t tokens = 0;
     };
     RingGeometry g_;
-    double step_ms_;
+    double step_ms_, hold_ms_;
     std::deque<Staged> staged_;
     std::uint64_t state_sum_ = 0, state_count_ = 0;    // in the (committed) weights
     std::uint64_t accum_sum_ = 0, accum_count_ = 0;    // accumulated, applied at optimizer_step

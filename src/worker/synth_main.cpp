@@ -2,6 +2,8 @@
 // "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No torch, no CUDA.
 //   HSRING_SYNTH_STEP_MS=N  simulate N ms of compute per drafter batch (tests kill mid-step)
 //   HSRING_SYNTH_FAIL=ROLE  exit 1 at start when this worker has that role (crash-loop drills)
+//   HSRING_SYNTH_WRITE_MS=N hold each slot WRITING N ms (tests kill a target mid-write)
+//   HSRING_SYNTH_STAGE_MS=N hold each slot READING N ms (tests kill the drafter mid-read)
 #include "hsring/log.hpp"
 #include "worker/context.hpp"
 #include "worker/synth_compute.hpp"
@@ -22,11 +24,13 @@ int body(int argc, char** argv) {
     }
     if (ctx->env.role == WorkerRole::Target) {
         mark_started();
-        SynthTarget t(ctx->ring.geometry());
+        const char* wms = std::getenv("HSRING_SYNTH_WRITE_MS");
+        SynthTarget t(ctx->ring.geometry(), wms ? std::atof(wms) : 0.0);
         return run_target(*ctx, t);
     }
     const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");
-    SynthDrafter d(ctx->ring.geometry(), ms ? std::atof(ms) : 0.0);
+    const char* sms = std::getenv("HSRING_SYNTH_STAGE_MS");
+    SynthDrafter d(ctx->ring.geometry(), ms ? std::atof(ms) : 0.0, sms ? std::atof(sms) : 0.0);
     return run_drafter(*ctx, d);
 }
 

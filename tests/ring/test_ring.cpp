@@ -243,6 +243,20 @@ TEST_CASE("reclaim frees a dead writer's slot after re-issuing its ticket, and r
     CHECK(r.reclaim_dead().empty());  // idempotent
 }
 
+TEST_CASE("the owner table lists who joined, with liveness") {
+    TempRing t;
+    CHECK(t.ring.owners().empty());
+    t.ring.join(Role::Writer, 5, "target.0");
+    auto o = t.ring.owners();
+    REQUIRE(o.size() == 1);
+    CHECK(o[0].owner == Owner{::getpid(), 5});
+    CHECK(o[0].role == Role::Writer);
+    CHECK(o[0].name == "target.0");
+    CHECK(o[0].alive);
+    t.ring.leave();
+    CHECK(t.ring.owners().empty());
+}
+
 TEST_CASE("liveness: self alive, reaped child dead, zombie dead, reused pid detected by start time") {
     CHECK(process_alive(::getpid(), process_start_ticks(::getpid())));
     CHECK_FALSE(process_alive(::getpid(), process_start_ticks(::getpid()) + 1));
