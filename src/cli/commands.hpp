@@ -16,5 +16,6 @@ int restart_or_kill(Args args);   // control.cpp
 int stop(Args args);              // control.cpp
 int ring(Args args);              // ring_rm.cpp
 int ledger(Args args);            // ledger_verify.cpp
+int model(Args args);             // model.cpp: execs hsring-model (LibTorch stays out of `hsring`)
 
 } // namespace hsring::cli
