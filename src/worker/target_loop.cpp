@@ -56,6 +56,10 @@ int run_target(Context& ctx, TargetCompute& compute) {
         ctx.publish(st);
     }
     ctx.publish(st, true);
+    const double busy_s = double(st.busy_ns) / 1e9, wait_s = double(st.wait_ns) / 1e9;
+    log::info("produced {} slots, {} samples, {} tokens in {:.1f} s of compute ({:.0f} tokens/s); waited {:.1f} s "
+              "for free slots or pending samples", st.slots, st.samples, st.tokens, busy_s,
+              busy_s > 0 ? double(st.tokens) / busy_s : 0.0, wait_s);
     return kExitOk;
 }
 

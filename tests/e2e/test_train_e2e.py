@@ -1,0 +1,118 @@
+"""The pipeline end to end on the CPU with the real workers (hsring-target, hsring-drafter) under
+`hsring run`: a tiny Qwen3-shaped target, a 1-layer DFlash drafter, 2 targets + 1 drafter,
+3 epochs of data/demo.jsonl.
+
+One run undisturbed, one with a target SIGKILLed while it holds a WRITING slot and the drafter
+SIGKILLed mid-training. Both must complete; `hsring ledger verify` must find every sample in the
+final weights exactly once per epoch; the exported drafter must load back (hsring-model
+check-drafter); and the two runs, same seed, must reach comparable loss: the mean of the last
+50 steps within 10% (the killed run trains the re-issued samples in another order)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
+from harness import BUILD, Run, TestFailure, check, main  # noqa: E402
+
+SOURCE = os.environ["HSRING_SOURCE_ROOT"]
+HSRING_MODEL = os.path.join(BUILD, "src", "model", "hsring-model")
+
+
+class TrainRun(Run):
+    def write_config(self, *args, **kwargs):
+        with open(self.config, "w") as f:
+            f.write(f"""
+[run]
+name = "{self.name}"
+run_dir = "{self.run_dir}"
+seed = 11
+[topology]
+targets = ["cpu", "cpu"]
+drafters = ["cpu"]
+[ring]
+slots = 6
+slot_tokens = 512
+huge_pages = "off"
+[target]
+model = "preset:tiny"
+[drafter]
+num_layers = 1
+block_size = 8
+[data]
+path = "{os.path.join(SOURCE, 'data', 'demo.jsonl')}"
+epochs = 3
+[train]
+lr = 1e-2
+warmup_steps = 30
+num_anchors = 64
+loss_decay_gamma = 4.0
+checkpoint_every = 40
+[supervisor]
+status_interval_s = 0.5
+backoff_initial_s = 0.1
+backoff_max_s = 0.5
+stop_timeout_s = 60
+""")
+
+    def losses(self):
+        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+            return [json.loads(line)["loss"] for line in f if line.strip()]
+
+    def check_export(self):
+        export = os.path.join(self.run_dir, "drafter")
+        with open(os.path.join(export, "config.json")) as f:
+            cfg = json.load(f)
+        check(cfg["architectures"] == ["DFlashDraftModel"], str(cfg))
+        check(cfg["dflash_config"]["mask_token_id"] == 511 and cfg["block_size"] == 8, str(cfg))
+        import subprocess
+        r = subprocess.run([HSRING_MODEL, "check-drafter", export], capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"the export does not load back: {r.stdout}\n{r.stderr}")
+
+
+def tail_mean(xs, n=50):
+    xs = xs[-n:]
+    return sum(xs) / len(xs)
+
+
+def test_clean_and_killed_runs_train_every_sample_once_to_comparable_loss():
+    clean = TrainRun("e2ec")
+    try:
+        clean.start()
+        clean.expect_exit(0, timeout=400)
+        clean.verify()
+        clean.check_export()
+        clean_losses = clean.losses()
+    finally:
+        clean.cleanup()
+
+    r = TrainRun("e2ek")
+    try:
+        r.start()
+        r.wait_running(timeout=60)
+        # A target while it holds a WRITING slot (its forward pass fills it).
+        st = r.wait_for(lambda s: r.worker(s, "target.0")["holds"]["writing"] > 0, "target.0 writing a slot",
+                        timeout=60, interval=0.005)
+        os.kill(r.worker(st, "target.0")["pid"], 9)
+        r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and r.worker(s, "target.0")["state"] == "running",
+                   "target.0 restarted", timeout=60)
+        # The drafter mid-training, after its first checkpoint: it resumes from that checkpoint.
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 60, "drafter step 60", timeout=200)
+        r.cli("kill", "drafter.0")
+        st = r.wait_for(lambda s: r.worker(s, "drafter.0")["restarts"] == 1, "drafter.0 restarted", timeout=60)
+        r.expect_exit(0, timeout=400)
+        check(st["ring"]["counters"]["reclaimed_writing"] >= 1, f"the target's WRITING slot was reclaimed: {st['ring']}")
+        r.verify()
+        r.check_export()
+        killed_losses = r.losses()
+    finally:
+        r.cleanup()
+
+    a, b = tail_mean(clean_losses), tail_mean(killed_losses)
+    print(f"final loss (mean of the last 50 steps): clean {a:.3f}, with kills {b:.3f}; first steps "
+          f"{clean_losses[0]:.3f}", flush=True)
+    check(a < clean_losses[0] - 1.0, f"the clean run learned: {clean_losses[0]:.3f} -> {a:.3f}")
+    check(abs(a - b) <= 0.10 * a, f"comparable loss: clean {a:.3f} vs killed {b:.3f} (tolerance 10%)")
+
+
+if __name__ == "__main__":
+    main([test_clean_and_killed_runs_train_every_sample_once_to_comparable_loss])
