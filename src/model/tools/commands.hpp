@@ -6,4 +6,7 @@ namespace hsring::model::tools {
 //             [--seed N] [--device cpu|cuda[:I]] [--dtype fp32|bf16] [--logits]
 int dump_hidden(int argc, char** argv);
 
+// check-drafter DIR: load an exported drafter, run one forward, exit 0 if it works.
+int check_drafter(int argc, char** argv);
+
 } // namespace hsring::model::tools

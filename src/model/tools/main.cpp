@@ -17,7 +17,10 @@ void usage() {
                "              [--seed N] [--device cpu|cuda[:I]] [--dtype fp32|bf16] [--logits]\n"
                "      Runs the target (a HF model directory or preset:NAME) over TOKENS.json, a list of\n"
                "      token-id lists packed into one batch, and writes each captured layer K as\n"
-               "      `layer.K` [total_tokens, hidden] fp32 (layer K = HF hidden_states[K+1]).\n");
+               "      `layer.K` [total_tokens, hidden] fp32 (layer K = HF hidden_states[K+1]).\n"
+               "  check-drafter DIR\n"
+               "      Loads an exported DFlash drafter (config.json + model.safetensors) and runs one\n"
+               "      forward; exit 0 if it loads and the output is finite.\n");
 }
 
 } // namespace
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
     }
     try {
         if (!std::strcmp(argv[1], "dump-hidden")) return hsring::model::tools::dump_hidden(argc - 1, argv + 1);
+        if (!std::strcmp(argv[1], "check-drafter")) return hsring::model::tools::check_drafter(argc - 1, argv + 1);
         fmt::print(stderr, "hsring-model: unknown subcommand '{}'\n", argv[1]);
         usage();
         return 2;
