@@ -1,6 +1,6 @@
 """The pipeline end to end on the CPU with the real workers (hsring-target, hsring-drafter) under
 `hsring run`: a tiny Qwen3-shaped target, a 1-layer DFlash drafter, 2 targets + 1 drafter,
-3 epochs of data/demo.jsonl.
+5 epochs of data/demo.jsonl.
 
 One run undisturbed, one with a target SIGKILLed while it holds a WRITING slot and the drafter
 SIGKILLed mid-training. Both must complete; `hsring ledger verify` must find every sample in the
@@ -40,7 +40,7 @@ num_layers = 1
 block_size = 8
 [data]
 path = "{os.path.join(SOURCE, 'data', 'demo.jsonl')}"
-epochs = 3
+epochs = 5
 [train]
 lr = 1e-2
 warmup_steps = 30
