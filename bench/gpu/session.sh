@@ -9,6 +9,7 @@
 #            target.1 is SIGKILLed mid-run and restarted; the ledger must verify exactly once
 #      each: trained tokens/s, target tokens/s, data-wait fraction, drafter peak GPU memory.
 # Everything lands in OUT_DIR (summary.txt + session.tar.gz with logs and metrics).
+# SKIP_MODEL_BENCH=1 / SKIP_PIPELINES=1 run one half; SAMPLES, KILL_AFTER_S, PIPELINE_LIMIT_S tune it.
 set -uo pipefail
 build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
 mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
@@ -34,7 +35,7 @@ if [ "${SKIP_MODEL_BENCH:-0}" != 1 ]; then
   say "   exit $?: $(tail -n 1 "$work/bench_drafter.txt")"
 fi
 
-"$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-400}" --length 3072
+[ "${SKIP_PIPELINES:-0}" = 1 ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-400}" --length 3072
 
 # pipeline NAME CONFIG TARGETS KILL_AFTER_S: runs to completion (or a time limit), snapshots status.
 pipeline() {
@@ -71,8 +72,10 @@ pipeline() {
   rm -rf "$run_dir/checkpoints"   # tens of GB of fp32 state: not needed after the summary
 }
 
-pipeline p1 config/qwen3-8b-3t1d-squeezed.toml "[0]" 0
-pipeline p3 config/qwen3-8b-3t1d-squeezed.toml "[0, 0, 0]" "${KILL_AFTER_S:-60}"
+if [ "${SKIP_PIPELINES:-0}" != 1 ]; then
+  pipeline p1 config/qwen3-8b-3t1d-squeezed.toml "[0]" 0
+  pipeline p3 config/qwen3-8b-3t1d-squeezed.toml "[0, 0, 0]" "${KILL_AFTER_S:-60}"
+fi
 
 tar -czf "$out/session.tar.gz" -C "$out" work
 rm -rf "$work"
