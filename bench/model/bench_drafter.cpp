@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
         bench::Options o(argc, argv,
                          {{"preset", "qwen3-8b"}, {"layers", "5"}, {"seq-len", "3072"}, {"samples", "2"},
                           {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "32"},
-                          {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"},
+                          {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}});
         if (o.help()) {
@@ -76,6 +76,46 @@ int main(int argc, char** argv) {
                 blocks = r.num_blocks;
             },
             warmup, iters);
+        if (o.flag("phases")) {
+            // Where a step's time goes: each phase timed alone, the device synchronised around it.
+            auto sync = [&] {
+                if (dev.is_cuda()) torch::cuda::synchronize();
+            };
+            auto now = [] { return std::chrono::steady_clock::now(); };
+            auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+            double t_blocks = 0, t_fwd = 0, t_loss = 0, t_bwd = 0, t_adam = 0;
+            for (int i = 0; i < iters; ++i) {
+                adam.zero_grad();
+                sync();
+                auto t0 = now();
+                DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
+                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+                sync();
+                auto t1 = now();
+                {
+                    at::NoGradGuard ng;
+                    dflash_hidden(drafter, head, batch, b, opt);
+                }
+                sync();
+                auto t2 = now();
+                auto r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
+                sync();
+                auto t3 = now();
+                r.loss.backward();
+                sync();
+                auto t4 = now();
+                adam.step();
+                sync();
+                auto t5 = now();
+                t_blocks += ms(t0, t1) / iters;
+                t_fwd += ms(t1, t2) / iters;
+                t_loss += ms(t2, t3) / iters;
+                t_bwd += ms(t3, t4) / iters;
+                t_adam += ms(t4, t5) / iters;
+            }
+            fmt::print("phases (ms): sample blocks {:.1f} | drafter forward (no grad) {:.1f} | forward + chunked CE "
+                       "{:.1f} | backward {:.1f} | AdamW {:.1f}\n", t_blocks, t_fwd, t_loss, t_bwd, t_adam);
+        }
         fmt::print("drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
                    "master: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.1f} GiB\n",
                    o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(default_compute_dtype(dev)), step * 1e3,
