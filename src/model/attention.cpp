@@ -94,7 +94,10 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
         g.ctx_len = local.back();
         g.row_begin = b0 * block_size;
         g.rows = (b1 - b0) * block_size;
-        g.key_len = (g.ctx_len + g.rows + 15) / 16 * 16;
+        // Keys padded to a multiple of 256 (not just the kernels' 16): anchors differ every batch,
+        // and every new attention shape costs a kernel plan on first use (seen on the H200: 2 s
+        // of a 3 s step with 32-block groups); few distinct shapes keep those plans cached.
+        g.key_len = (g.ctx_len + g.rows + 255) / 256 * 256;
 
         // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
         at::Tensor thr = at::tensor(local, cpu_long).to(device).repeat_interleave(block_size);  // [rows]

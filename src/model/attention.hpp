@@ -41,7 +41,7 @@ at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, con
 struct BlockGroup {
     std::int64_t ctx_begin = 0, ctx_len = 0;
     std::int64_t row_begin = 0, rows = 0;
-    std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of 16 (kernel alignment)
+    std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of 256 (few distinct shapes)
     at::Tensor bias;           // [1, 1, kv_repeat * rows, key_len], 0 = visible, -inf = masked
 };
 

@@ -65,7 +65,7 @@ struct DFlashInputs {
     at::Tensor block_embeds;   // [blocks * B, H] target embedding of the block tokens
     const DFlashBlocks* blocks = nullptr;
     at::ScalarType compute_dtype = at::kFloat;
-    std::int64_t attention_group_blocks = 32;  // blocks per attention call (see attention.hpp)
+    std::int64_t attention_group_blocks = 256;  // blocks per attention call (see attention.hpp)
 };
 
 class DFlashDrafterImpl : public torch::nn::Module {
