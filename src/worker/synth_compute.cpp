@@ -1,5 +1,6 @@
 #include "worker/synth_compute.hpp"
 
+#include "data/splitmix.hpp"
 #include "hsring/error.hpp"
 
 #include <fmt/format.h>
@@ -11,12 +12,7 @@
 
 namespace hsring::worker {
 
-std::uint64_t synth_mix(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+std::uint64_t synth_mix(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 
 std::uint64_t synth_seed(const PackedBatch& b, std::uint32_t layer) {
     std::uint64_t h = synth_mix(layer);

@@ -1,5 +1,6 @@
 #include "worker/torch_drafter.hpp"
 
+#include "data/splitmix.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "model/dflash_config.hpp"
@@ -32,12 +33,7 @@ namespace hsring::worker {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-std::uint64_t mix64(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+std::uint64_t mix64(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 } // namespace
 
