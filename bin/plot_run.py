@@ -24,18 +24,33 @@ def main() -> int:
     import matplotlib.pyplot as plt
 
     step = [r["step"] for r in rows]
+    window = max(1, len(rows) // 40)
+
+    def smooth(xs):
+        """Trailing mean over `window` steps: per-step values of small batches are noisy."""
+        out, acc = [], 0.0
+        for i, x in enumerate(xs):
+            acc += x
+            if i >= window:
+                acc -= xs[i - window]
+            out.append(acc / min(i + 1, window))
+        return out
+
+    def curve(axis, ys, label=None):
+        axis.plot(step, ys, alpha=0.25, linewidth=0.8)
+        axis.plot(step, smooth(ys), label=label, color=axis.lines[-1].get_color())
     fig, ax = plt.subplots(2, 3, figsize=(15, 8))
     fig.suptitle(f"hsring run {run.name}: {len(rows)} logged steps")
-    ax[0][0].plot(step, [r["loss"] for r in rows])
-    ax[0][0].set_title("loss")
+    curve(ax[0][0], [r["loss"] for r in rows])
+    ax[0][0].set_title(f"loss (line: mean of {window} steps)")
     n = len(rows[-1]["acc"])
     for k in range(n):
-        ax[0][1].plot(step, [r["acc"][k] if k < len(r["acc"]) else float("nan") for r in rows], label=f"pos {k + 1}")
-    ax[0][1].set_title("accuracy per block position")
+        ax[0][1].plot(step, smooth([r["acc"][k] if k < len(r["acc"]) else 0.0 for r in rows]), label=f"pos {k + 1}")
+    ax[0][1].set_title(f"accuracy per block position (mean of {window} steps)")
     ax[0][1].legend(fontsize=7, ncol=2)
-    ax[0][2].plot(step, [r["accept_len"] for r in rows])
+    curve(ax[0][2], [r["accept_len"] for r in rows])
     ax[0][2].set_title("expected acceptance length")
-    ax[1][0].plot(step, [r["tokens_per_s"] for r in rows])
+    curve(ax[1][0], [r["tokens_per_s"] for r in rows])
     ax[1][0].set_title("drafter tokens/s")
     ax[1][1].plot(step, [r["data_wait_ms"] / max(r["step_ms"], 1e-9) for r in rows], label="data wait / step")
     ax[1][1].plot(step, [r["h2d_ms"] / max(r["step_ms"], 1e-9) for r in rows], label="H2D / step")
