@@ -14,21 +14,22 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
         if (std::string(argv[i]) == "--config") cfg_path = argv[i + 1];
     if (cfg_path.empty()) fail("--config FILE is required");
     Config cfg = load_config(cfg_path);
-    WorkerEnv env = parse_worker_env(argc, argv, &cfg);
-    setup_process(env);
     Derived derived = derive(cfg);
+    WorkerEnv env = parse_worker_env(argc, argv, &derived);
+    setup_process(env);
     // `hsring run --run-dir DIR` overrides [run] run_dir: the default export dir follows it.
     derived.run_dir = env.run_dir;
     if (cfg.drafter.export_dir.empty()) derived.export_dir = env.run_dir / "drafter";
     const RingGeometry geometry = RingGeometry::from(cfg, derived);
     Ring ring = Ring::attach(env.ring, &geometry);
-    Ledger ledger = Ledger::attach(env.ledger);
+    // Targets read the data set and check the ledger belongs to it; the drafter needs neither.
     std::optional<data::Dataset> data;
+    std::optional<LedgerInfo> want;
     if (env.role == WorkerRole::Target) {
         data = data::Dataset::load(cfg.resolve(cfg.data.path), data::dataset_options(cfg, derived));
-        LedgerInfo want{data->fingerprint(), data->size(), cfg.data.epochs, cfg.run.seed, cfg.data.shuffle};
-        ledger = Ledger::attach(env.ledger, &want);
+        want = LedgerInfo{data->fingerprint(), data->size(), cfg.data.epochs, cfg.run.seed, cfg.data.shuffle};
     }
+    Ledger ledger = Ledger::attach(env.ledger, want ? &*want : nullptr);
     auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),
                                          std::move(ledger), std::move(data));
     Ledger* l = &ctx->ledger;

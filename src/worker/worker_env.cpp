@@ -32,7 +32,7 @@ std::uint32_t WorkerEnv::stats_index() const {
     return role == WorkerRole::Target ? rank : Ledger::kDrafterStatsBase + rank;
 }
 
-WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg) {
+WorkerEnv parse_worker_env(int argc, char** argv, const Derived* d) {
     WorkerEnv e;
     std::string role = env_or("HSRING_ROLE", "");
     for (int i = 1; i < argc; ++i) {
@@ -55,12 +55,7 @@ WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg) {
     e.name = env_or("HSRING_WORKER_NAME", role + "." + std::to_string(e.rank));
     e.cuda = env_or("HSRING_DEVICE", "cpu") == "cuda";
     e.supervisor = static_cast<pid_t>(std::atoi(env_or("HSRING_SUPERVISOR_PID", "0").c_str()));
-    std::string ring_default, run_dir_default;
-    if (cfg) {
-        Derived d = derive(*cfg);
-        ring_default = d.ring_name;
-        run_dir_default = d.run_dir.string();
-    }
+    const std::string ring_default = d ? d->ring_name : "", run_dir_default = d ? d->run_dir.string() : "";
     e.ring = env_or("HSRING_RING", ring_default);
     e.ledger = env_or("HSRING_LEDGER", Ledger::name_for_ring(e.ring));
     if (e.run_dir.empty()) e.run_dir = run_dir_default;

@@ -27,9 +27,9 @@ struct WorkerEnv {
 };
 
 // Parses `--role R --config F --run-dir D` and the HSRING_* environment; a worker started by
-// hand without a supervisor gets defaults derived from the config (ring name, rank 0).
+// hand without a supervisor gets defaults from the derived config (ring name, run dir, rank 0).
 // Throws hsring::Error on a malformed command line.
-WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg_for_defaults = nullptr);
+WorkerEnv parse_worker_env(int argc, char** argv, const Derived* defaults = nullptr);
 
 // Installs SIGTERM/SIGINT handlers that set the stop flag, sets the log name, and exits(0) if
 // the supervisor that started us is already gone.
