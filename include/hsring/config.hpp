@@ -44,8 +44,26 @@ struct RunConfig {
 
 struct TopologyConfig {
     std::vector<Place> targets;
-    std::vector<Place> drafters;
-    bool allow_shared_gpus = false;  // several targets on one GPU (squeezed topologies)
+    std::vector<Place> drafters;     // data-parallel drafter ranks of this machine (local ranks 0..n-1)
+    bool allow_shared_gpus = false;  // several workers on one GPU (squeezed topologies)
+};
+
+enum class DistBackend { Auto, Nccl, Gloo };
+const char* to_string(DistBackend b);
+
+// Data-parallel drafters across machines: one `hsring run` per machine, all drafters in one c10d
+// process group (include/hsring/worker_contract.hpp has the rank arithmetic). The launcher
+// variables MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK and `hsring run --node-rank N` override
+// the file (apply_launcher_overrides).
+struct DistributedConfig {
+    std::uint32_t nnodes = 1;
+    std::uint32_t node_rank = 0;
+    std::string master_addr = "127.0.0.1";
+    std::uint32_t master_port = 29511;
+    double timeout_s = 600.0;        // rendezvous, collectives: a dead or hung peer is an error after this
+    DistBackend backend = DistBackend::Auto;  // auto: NCCL for GPU drafters, Gloo for CPU drafters
+    // Where each value came from, for messages ("NODE_RANK", "--node-rank", "[distributed] node_rank").
+    std::string node_rank_source = "[distributed] node_rank", nnodes_source = "[distributed] nnodes";
 };
 
 struct RingConfig {
@@ -79,6 +97,7 @@ struct DataConfig {
     OnBadLine on_bad_line = OnBadLine::Fail;
     std::uint64_t max_seq_len = 0;    // 0 = slot_tokens; longer samples are truncated
     bool shuffle = true;
+    std::filesystem::path eval_path;  // held-out pre-tokenized JSONL (optional)
 };
 
 struct TrainConfig {
@@ -91,13 +110,14 @@ struct TrainConfig {
     double beta2 = 0.95;
     double eps = 1e-8;
     double grad_clip = 1.0;
-    std::uint64_t tokens_per_step = 0;  // 0 = one slot per optimizer step
+    std::uint64_t tokens_per_step = 0;  // global batch, rounded to whole slots; 0 = one slot per drafter rank
     std::uint64_t micro_batch_tokens = 16384;  // context tokens per forward/backward (bounds activations)
     std::uint32_t num_anchors = 512;
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     std::uint64_t checkpoint_every = 200;
     std::uint32_t log_every = 1;
+    std::uint64_t eval_every = 0;     // steps between held-out evaluations (needs [data] eval_path); 0 = at the end only
 };
 
 struct SupervisorConfig {
@@ -120,6 +140,7 @@ struct Config {
     DataConfig data;
     TrainConfig train;
     SupervisorConfig supervisor;
+    DistributedConfig distributed;
 
     // A path from the config, resolved against the config file's directory.
     std::filesystem::path resolve(const std::filesystem::path& p) const;
@@ -128,6 +149,11 @@ struct Config {
 // Parses and validates everything that needs no model shape. Throws hsring::Error.
 Config parse_config(const std::string& toml_text, const std::string& source_name);
 Config load_config(const std::filesystem::path& file);
+
+// The launcher's view wins over the file: MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK from the
+// environment, then `node_rank_flag` (hsring run --node-rank). Checks node_rank < nnodes and
+// names where the offending value came from. Throws hsring::Error.
+void apply_launcher_overrides(Config& cfg, const char* node_rank_flag = nullptr);
 
 // Sizes that follow from the config and the target model; one place computes them.
 struct Derived {
@@ -141,7 +167,12 @@ struct Derived {
     std::uint32_t max_samples_per_slot = 0;
     std::uint64_t ring_payload_bytes = 0;// slots x slot_stride
     std::uint64_t max_seq_len = 0;
-    std::uint64_t tokens_per_step = 0;
+    // Optimizer steps (see config/reference.toml, [train] tokens_per_step): a step is
+    // `slots_per_rank` training slots on every drafter rank of every machine, so the global batch
+    // is slots_per_step = slots_per_rank x world slots of at most slot_tokens tokens each.
+    std::uint32_t world = 1;             // drafter ranks on all machines
+    std::uint32_t slots_per_rank = 1;
+    std::uint32_t slots_per_step = 1;
     std::string ring_name;
     std::filesystem::path run_dir;
     std::filesystem::path export_dir;

@@ -104,4 +104,31 @@ private:
 std::vector<std::uint32_t> epoch_order(std::size_t n, std::uint64_t seed, std::uint32_t epoch,
                                        bool shuffle);
 
+// The data set partitioned between machines (DESIGN.md invariant 9): machine `node` of `nnodes`
+// takes entries node, node + nnodes, node + 2 nnodes, ... of each epoch's order, so every machine
+// gets a share of every epoch and the shares differ by at most one sample.
+constexpr std::uint64_t shard_size(std::uint64_t n, std::uint32_t nnodes, std::uint32_t node) {
+    return n / nnodes + (node < n % nnodes ? 1 : 0);
+}
+
+// Ledger position -> data-set sample on one machine. Positions of a machine's ledger run over its
+// share: position p is entry p % share of epoch p / share (share = shard_size(...)), which is
+// entry node + (p % share) * nnodes of that epoch's order. Keeps the orders of the epochs it was
+// asked about last (targets move forward through the epochs).
+class ShardOrder {
+public:
+    ShardOrder(std::uint64_t dataset_samples, std::uint64_t seed, bool shuffle, std::uint32_t nnodes = 1,
+               std::uint32_t node = 0);
+    std::uint64_t share() const { return share_; }
+    std::uint32_t epoch_of(std::uint64_t pos) const { return static_cast<std::uint32_t>(pos / share_); }
+    std::uint32_t sample_of(std::uint64_t pos);
+
+private:
+    std::uint64_t n_, seed_;
+    bool shuffle_;
+    std::uint32_t nnodes_, node_;
+    std::uint64_t share_;
+    std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> cache_;  // (epoch, order), newest last
+};
+
 } // namespace hsring::data

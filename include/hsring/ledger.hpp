@@ -6,11 +6,13 @@
 //      ^                          |                                        |        |
 //      |   target died: the slot  |       drafter died: step after its     |        | checkpoint
 //      +---- with that ticket ----+------- last checkpoint (recover) ------+        v  covers step
-//            was reclaimed                                                       DURABLE
+//      |     was reclaimed                                                  DURABLE(rank, step)
+//      +------------ the gang resumed from a checkpoint older than step (recover) ------+
 //
-// Positions: epoch e's samples are positions [e*N, (e+1)*N), visited in epoch_order(N, seed, e),
-// so position p is sample order_e[p % N] of epoch p / N. Targets take positions in order; a
-// position sent back to PENDING is found again through the low-water mark (see take()).
+// Positions: a machine's ledger holds its share of the data set (data::ShardOrder): epoch e is
+// positions [e*S, (e+1)*S) for a share of S samples (S = N on a single machine), visited in the
+// epoch's order. Targets take positions in order; a position sent back to PENDING is found again
+// through the low-water mark (see take()). `rank` is the drafter's local rank on this machine.
 //
 // A consume() must name the ticket of the slot the sample came in: a slot that is redelivered
 // after its samples were re-issued (and possibly taken again) can no longer consume them, so a
@@ -38,11 +40,15 @@ struct LedgerHeader;
 
 struct LedgerInfo {
     std::uint64_t data_fingerprint = 0;
-    std::uint64_t samples = 0;   // N per epoch
+    std::uint64_t samples = 0;   // entries per epoch: this machine's share of the data set
     std::uint32_t epochs = 1;
     std::uint64_t seed = 0;
     bool shuffle = true;
-    std::uint64_t tokens_per_epoch = 0;  // informative (LR schedule length); not compared on attach
+    std::uint64_t dataset_samples = 0;   // N of the whole data set (= samples on a single machine)
+    std::uint32_t nnodes = 1, node_rank = 0;
+    // Tokens of one pass over the whole data set (all machines): the LR schedule's length.
+    // Informative: not compared on attach.
+    std::uint64_t tokens_per_epoch = 0;
     std::uint64_t total() const { return samples * epochs; }
 };
 
@@ -103,16 +109,23 @@ public:
     // --- drafter ---
     // IN_SLOT(ticket) -> CONSUMED(rank, step); false if the entry is not IN_SLOT(ticket).
     bool consume(std::uint64_t pos, std::uint64_t ticket, std::uint32_t rank, std::uint64_t step);
-    // CONSUMED(rank, s <= step) -> DURABLE, after a checkpoint of `step` was committed.
+    // CONSUMED(rank, s <= step) -> DURABLE(rank, s), after a checkpoint of `step` was committed.
     std::uint64_t make_durable(std::uint32_t rank, std::uint64_t step);
     // At a drafter's start from a checkpoint of `step` (0 = none): CONSUMED(rank, s <= step) ->
-    // DURABLE, CONSUMED(rank, s > step) -> PENDING (trained into weights that died).
+    // DURABLE, CONSUMED(rank, s > step) and DURABLE(rank, s > step) -> PENDING (trained into
+    // weights that are not the ones resumed from).
     struct Recovery {
         std::uint64_t durable = 0, repended = 0;
     };
     Recovery recover(std::uint32_t rank, std::uint64_t step);
-    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights.
-    void mark_durable(const std::vector<std::uint64_t>& positions);
+    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights,
+    // trained by drafter `rank` into step `step`.
+    struct Trained {
+        std::uint64_t pos = 0;
+        std::uint32_t rank = 0;
+        std::uint64_t step = 0;
+    };
+    void mark_durable(const std::vector<Trained>& trained);
 
     // --- status ---
     EntryState state(std::uint64_t pos) const;

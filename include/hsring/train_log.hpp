@@ -10,6 +10,7 @@
 // A record (T inc s pos) is in the final weights iff s <= the final checkpoint's step and
 // s <= the resume step of every later incarnation (weights after a checkpoint die with the
 // process that made them). T records for steps <= S are synced before checkpoint S commits.
+#include "hsring/dataset.hpp"
 #include "hsring/ledger.hpp"
 
 #include <cstdint>
@@ -52,10 +53,24 @@ struct LineageReport {
     bool ok() const;
 };
 
-// Positions in the weights of the checkpoint of `final_step` (with multiplicity).
-std::vector<std::uint64_t> surviving_positions(const std::filesystem::path& log, std::uint64_t final_step,
-                                               LineageReport* report = nullptr);
-// Per-epoch exactly-once report for a ledger of `info`.
+// The records of drafter `rank`'s log that are in the weights of the checkpoint of `final_step`
+// (with multiplicity), as (position, rank, step). Counts go to `report` when given.
+std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log, std::uint32_t rank,
+                                               std::uint64_t final_step, LineageReport* report = nullptr);
+
+// One drafter's log and the machine it ran on (its ledger positions -> data-set samples).
+struct LogOfMachine {
+    std::filesystem::path log;
+    std::uint32_t rank = 0;        // local rank on its machine
+    std::uint32_t nnodes = 1, node_rank = 0;
+};
+
+// Per-epoch exactly-once report over every drafter of every machine of a run: each surviving
+// record's position is mapped to (epoch, sample of the whole data set) with data::ShardOrder and
+// counted; every sample of every epoch must be counted once.
+LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_t final_step,
+                             std::uint64_t dataset_samples, std::uint32_t epochs, std::uint64_t seed, bool shuffle);
+// The single-machine, single-drafter case (rank 0's log against its ledger's facts).
 LineageReport verify_lineage(const std::filesystem::path& log, std::uint64_t final_step, const LedgerInfo& info);
 
 } // namespace hsring

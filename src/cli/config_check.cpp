@@ -15,6 +15,7 @@ int config_check(Args args) {
         return 2;
     }
     Config cfg = load_config(args[2]);
+    apply_launcher_overrides(cfg);  // what `hsring run` on this machine would use
     Derived d = derive(cfg);
     fmt::print("{}", describe(cfg, d));
     return 0;

@@ -2,8 +2,14 @@
 // key by key in config/reference.toml; ranges live here.
 #include "config/toml_section.hpp"
 #include "hsring/config.hpp"
+#include "hsring/worker_contract.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
 
 #include <fstream>
 #include <limits>
@@ -93,26 +99,32 @@ void read_run(Config& c, const toml::table& root, const std::string& file) {
 void read_topology(Config& c, const toml::table& root, const std::string& file) {
     Section s = section(root, "topology", file);
     s.require("targets", "the target workers' places, e.g. targets = [0, 1, 2] (GPU indices) or [\"cpu\"]");
-    s.require("drafters", "the drafter workers' places, e.g. drafters = [3] or [\"cpu\"]");
+    s.require("drafters", "the drafter workers' places, e.g. drafters = [3] or [3, 4] (data-parallel) or [\"cpu\"]");
     std::vector<int> t, d;
     s.places("targets", t);
     s.places("drafters", d);
     if (t.empty()) s.bad("targets", "must name at least one place (a GPU index or \"cpu\")");
     if (d.empty()) s.bad("drafters", "must name at least one place: a run without a drafter trains nothing");
-    if (d.size() > 1)
-        s.bad("drafters", "one drafter per run for now (data-parallel drafters are not implemented); "
-                          "give a single place");
+    if (t.size() > kDrafterStatsBase)
+        s.bad("targets", fmt::format("{} targets: at most {} per machine", t.size(), kDrafterStatsBase));
+    if (d.size() > kMaxWorkers - kDrafterStatsBase)
+        s.bad("drafters", fmt::format("{} drafters: at most {} per machine", d.size(), kMaxWorkers - kDrafterStatsBase));
     s.boolean("allow_shared_gpus", c.topology.allow_shared_gpus);
-    std::set<int> seen;
-    for (int g : t) {
-        if (g >= 0 && !seen.insert(g).second && !c.topology.allow_shared_gpus)
-            s.bad("targets", fmt::format("GPU {} appears twice: give each target its own GPU, or set "
-                                         "allow_shared_gpus = true to run several targets on one GPU", g));
-    }
-    for (int g : d) {
-        if (g >= 0 && !seen.insert(g).second)
-            s.bad("drafters", fmt::format("GPU {} is already taken by a target: the drafter needs a GPU of its own", g));
-    }
+    // A GPU holds one worker, unless allow_shared_gpus (then any mix of targets and drafters).
+    std::map<int, std::string> owner;
+    auto place = [&](const char* key, const std::vector<int>& v) {
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const int g = v[i];
+            const std::string who = fmt::format("{}.{}", key[0] == 't' ? "target" : "drafter", i);
+            if (g < 0) continue;
+            auto [it, fresh] = owner.emplace(g, who);
+            if (!fresh && !c.topology.allow_shared_gpus)
+                s.bad(key, fmt::format("GPU {} is used twice ({} and {}): give each worker its own GPU, or set "
+                                       "allow_shared_gpus = true to share it", g, it->second, who));
+        }
+    };
+    place("targets", t);
+    place("drafters", d);
     c.topology.targets = to_places(t);
     c.topology.drafters = to_places(d);
     s.finish();
@@ -171,6 +183,9 @@ void read_data(Config& c, const toml::table& root, const std::string& file) {
     s.choice("on_bad_line", c.data.on_bad_line, {{"fail", OnBadLine::Fail}, {"skip", OnBadLine::Skip}});
     s.integer("max_seq_len", c.data.max_seq_len, 0, 1ull << 24);
     s.boolean("shuffle", c.data.shuffle);
+    std::string eval;
+    s.string("eval_path", eval);
+    c.data.eval_path = eval;
     s.finish();
 }
 
@@ -193,6 +208,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
     s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
     s.integer("log_every", t.log_every, 1, 1u << 30);
+    s.integer("eval_every", t.eval_every, 0, kU64Max);
     s.finish();
 }
 
@@ -212,7 +228,83 @@ void read_supervisor(Config& c, const toml::table& root, const std::string& file
     s.finish();
 }
 
+void read_distributed(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "distributed", file);
+    auto& d = c.distributed;
+    s.integer("nnodes", d.nnodes, 1, 4096);
+    s.integer("node_rank", d.node_rank, 0, 4095);
+    s.string("master_addr", d.master_addr, false);
+    s.integer("master_port", d.master_port, 1, 65535);
+    s.number("timeout_s", d.timeout_s, 1.0, 86400.0);
+    s.choice("backend", d.backend, {{"auto", DistBackend::Auto}, {"nccl", DistBackend::Nccl}, {"gloo", DistBackend::Gloo}});
+    if (d.node_rank >= d.nnodes)
+        s.bad("node_rank", fmt::format("{} is not below nnodes = {}: machines are numbered 0..{}", d.node_rank,
+                                       d.nnodes, d.nnodes - 1));
+    s.finish();
+}
+
+// Cross-table checks.
+void check_config(const Config& c) {
+    const std::string& file = c.file.string();
+    if (c.train.eval_every && c.data.eval_path.empty())
+        fail("{}: [train] eval_every = {} needs held-out data: set [data] eval_path to a pre-tokenized JSONL file, or "
+             "remove eval_every", file, c.train.eval_every);
+    const bool gpu = std::any_of(c.topology.drafters.begin(), c.topology.drafters.end(), [](const Place& p) { return !p.is_cpu(); });
+    const bool cpu = std::any_of(c.topology.drafters.begin(), c.topology.drafters.end(), [](const Place& p) { return p.is_cpu(); });
+    if (gpu && cpu)
+        fail("{}: [topology] drafters mixes GPUs and \"cpu\": data-parallel drafters all run on GPUs (NCCL) or all on "
+             "the CPU (Gloo)", file);
+    if (cpu && c.distributed.backend == DistBackend::Nccl)
+        fail("{}: [distributed] backend = \"nccl\" needs GPU drafters; CPU drafters use \"gloo\" (or \"auto\")", file);
+}
+
 } // namespace
+
+const char* to_string(DistBackend b) {
+    switch (b) {
+    case DistBackend::Auto: return "auto";
+    case DistBackend::Nccl: return "nccl";
+    case DistBackend::Gloo: return "gloo";
+    }
+    return "?";
+}
+
+void apply_launcher_overrides(Config& cfg, const char* node_rank_flag) {
+    auto& d = cfg.distributed;
+    auto number = [](const char* name, const char* text, std::uint64_t hi) -> std::uint32_t {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long v = std::strtoull(text, &end, 10);
+        if (errno || end == text || *end || v > hi)
+            fail("{}={}: expected a whole number from 0 to {}", name, text, hi);
+        return static_cast<std::uint32_t>(v);
+    };
+    auto from_env = [](const char* name) -> const char* {
+        const char* v = std::getenv(name);
+        return v && *v ? v : nullptr;
+    };
+    if (const char* v = from_env(launcher_env::kMasterAddr)) d.master_addr = v;
+    if (const char* v = from_env(launcher_env::kMasterPort)) {
+        d.master_port = number(launcher_env::kMasterPort, v, 65535);
+        if (d.master_port == 0) fail("{}=0: give the master's TCP port (1..65535)", launcher_env::kMasterPort);
+    }
+    if (const char* v = from_env(launcher_env::kNnodes)) {
+        d.nnodes = number(launcher_env::kNnodes, v, 4096);
+        if (d.nnodes == 0) fail("{}=0: a run has at least one machine", launcher_env::kNnodes);
+        d.nnodes_source = launcher_env::kNnodes;
+    }
+    if (const char* v = from_env(launcher_env::kNodeRank)) {
+        d.node_rank = number(launcher_env::kNodeRank, v, 4095);
+        d.node_rank_source = launcher_env::kNodeRank;
+    }
+    if (node_rank_flag) {
+        d.node_rank = number("--node-rank", node_rank_flag, 4095);
+        d.node_rank_source = "--node-rank";
+    }
+    if (d.node_rank >= d.nnodes)
+        fail("{}: node rank {} (from {}) is not below the number of machines {} (from {}): machines are numbered "
+             "0..{}", cfg.file.string(), d.node_rank, d.node_rank_source, d.nnodes, d.nnodes_source, d.nnodes - 1);
+}
 
 Config parse_config(const std::string& text, const std::string& source_name) {
     toml::table root;
@@ -223,12 +315,12 @@ Config parse_config(const std::string& text, const std::string& source_name) {
         fail("{}:{}:{}: not valid TOML: {}", source_name, b.line, b.column, e.description());
     }
     static const std::set<std::string, std::less<>> kTables{
-        "run", "topology", "ring", "target", "drafter", "data", "train", "supervisor"};
+        "run", "topology", "ring", "target", "drafter", "data", "train", "supervisor", "distributed"};
     for (auto&& [k, v] : root) {
         if (!kTables.count(k.str())) {
             const auto& r = k.source();
             fail("{}:{}:{}: unknown table or key '{}' at the top level (allowed tables: [run], "
-                 "[topology], [ring], [target], [drafter], [data], [train], [supervisor])",
+                 "[topology], [ring], [target], [drafter], [data], [train], [supervisor], [distributed])",
                  source_name, r.begin.line, r.begin.column, k.str());
         }
     }
@@ -242,6 +334,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_data(c, root, source_name);
     read_train(c, root, source_name);
     read_supervisor(c, root, source_name);
+    read_distributed(c, root, source_name);
+    check_config(c);
     return c;
 }
 

@@ -76,7 +76,16 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
     if (d.max_seq_len > cfg.ring.slot_tokens)
         fail("{}: [data] max_seq_len {} exceeds [ring] slot_tokens {}: a sample must fit in one slot", file,
              d.max_seq_len, cfg.ring.slot_tokens);
-    d.tokens_per_step = cfg.train.tokens_per_step ? cfg.train.tokens_per_step : cfg.ring.slot_tokens;
+    // A step is whole slots on every rank: tokens_per_step rounded to slots (packing leaves each
+    // slot a little short of slot_tokens, so counting tokens against the budget would make every
+    // step one slot longer than asked), shared out evenly between the ranks.
+    d.world = cfg.distributed.nnodes * static_cast<std::uint32_t>(cfg.topology.drafters.size());
+    const std::uint64_t asked = cfg.train.tokens_per_step
+                                    ? std::max<std::uint64_t>(1, (cfg.train.tokens_per_step + cfg.ring.slot_tokens / 2) /
+                                                                     cfg.ring.slot_tokens)
+                                    : d.world;
+    d.slots_per_rank = static_cast<std::uint32_t>((asked + d.world - 1) / d.world);
+    d.slots_per_step = d.slots_per_rank * d.world;
 
     d.ring_name = cfg.ring.name.empty() ? "hsring-" + cfg.run.name : cfg.ring.name;
     d.run_dir = cfg.run.run_dir.empty() ? std::filesystem::path("runs") / cfg.run.name : cfg.run.run_dir;
@@ -90,7 +99,7 @@ std::string describe(const Config& cfg, const Derived& d) {
     std::string targets, drafters;
     for (const auto& p : cfg.topology.targets) targets += (targets.empty() ? "" : ", ") + p.str();
     for (const auto& p : cfg.topology.drafters) drafters += (drafters.empty() ? "" : ", ") + p.str();
-    return fmt::format(
+    std::string text = fmt::format(
         "config {} is valid\n"
         "  run           {} (seed {}), run dir {}\n"
         "  topology      targets [{}], drafters [{}]\n"
@@ -99,15 +108,26 @@ std::string describe(const Config& cfg, const Derived& d) {
         "  slot          {} tokens -> {} payload, {} with 2 MiB alignment, <= {} samples\n"
         "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
         "  drafter       {} layers, block {}, mask token {}, {} in-flight slots -> <= {} of hidden states on its device\n"
-        "  train         {} tokens per optimizer step, {} anchors per sequence, lr {}\n",
+        "  train         {} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens), {} anchors "
+        "per sequence, lr {}\n",
         cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
         d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size, ids,
         format_bytes(d.bytes_per_token), to_string(cfg.ring.dtype), cfg.ring.slot_tokens,
         format_bytes(d.slot_payload_bytes), format_bytes(d.slot_stride), d.max_samples_per_slot, d.ring_name,
         d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), cfg.drafter.num_layers,
         cfg.drafter.block_size, d.mask_token_id, cfg.drafter.inflight_slots,
-        format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.tokens_per_step,
-        cfg.train.num_anchors, cfg.train.lr);
+        format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.slots_per_step, d.slots_per_rank, d.world,
+        d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr);
+    if (d.world > 1)
+        text += fmt::format("  distributed   machine {} of {}, {} drafter ranks in all, master {}:{}, backend {}, "
+                            "timeout {:g} s\n", cfg.distributed.node_rank, cfg.distributed.nnodes, d.world,
+                            cfg.distributed.master_addr, cfg.distributed.master_port,
+                            to_string(cfg.distributed.backend), cfg.distributed.timeout_s);
+    if (!cfg.data.eval_path.empty())
+        text += fmt::format("  eval          {} every {}\n", cfg.resolve(cfg.data.eval_path).string(),
+                            cfg.train.eval_every ? fmt::format("{} steps and at the end", cfg.train.eval_every)
+                                                 : std::string("run: at the end"));
+    return text;
 }
 
 } // namespace hsring

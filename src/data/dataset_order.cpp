@@ -5,6 +5,7 @@
 
 #include "hsring/error.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -24,6 +25,25 @@ std::vector<std::uint32_t> epoch_order(std::size_t n, std::uint64_t seed, std::u
         std::swap(order[i], order[j]);
     }
     return order;
+}
+
+ShardOrder::ShardOrder(std::uint64_t n, std::uint64_t seed, bool shuffle, std::uint32_t nnodes, std::uint32_t node)
+    : n_(n), seed_(seed), shuffle_(shuffle), nnodes_(nnodes), node_(node), share_(shard_size(n, nnodes, node)) {
+    HSRING_ASSERT(nnodes > 0 && node < nnodes, "machine {} of {}", node, nnodes);
+    if (share_ == 0)
+        fail("the data set has {} samples, fewer than the {} machines of the run: machine {} would get none", n, nnodes,
+             node);
+}
+
+std::uint32_t ShardOrder::sample_of(std::uint64_t pos) {
+    const std::uint32_t epoch = epoch_of(pos);
+    auto it = std::find_if(cache_.begin(), cache_.end(), [&](const auto& e) { return e.first == epoch; });
+    if (it == cache_.end()) {
+        if (cache_.size() >= 3) cache_.erase(cache_.begin());
+        cache_.emplace_back(epoch, epoch_order(n_, seed_, epoch, shuffle_));
+        it = cache_.end() - 1;
+    }
+    return it->second[node_ + (pos % share_) * nnodes_];
 }
 
 } // namespace hsring::data

@@ -9,7 +9,8 @@
 //  12 KiB   ├──────────────────────────────────────────────────────────────┤
 //           │ entries: atomic u64 [epochs x N]                             │
 //           └──────────────────────────────────────────────────────────────┘
-// Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED payload = rank << 48 | step.
+// Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED and DURABLE payload =
+// rank << 48 | step (the drafter's local rank and the optimizer step the sample went into).
 #include "hsring/ledger.hpp"
 
 #include "hsring/error.hpp"
@@ -30,7 +31,7 @@ namespace hsring {
 namespace ledger_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint64_t kStatsOffset = 4096;
 inline constexpr std::uint64_t kEntriesOffset = kStatsOffset + Ledger::kMaxWorkers * 128;
 
@@ -50,6 +51,9 @@ struct LedgerHeader {
     std::uint64_t total;
     std::int64_t creator_pid;
     std::uint64_t tokens_per_epoch;
+    std::uint64_t dataset_samples;
+    std::uint32_t nnodes;
+    std::uint32_t node_rank;
     // Next position never handed out yet.
     alignas(64) std::atomic<std::uint64_t> cursor;
     // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
@@ -104,6 +108,9 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->total = info.total();
         h->creator_pid = ::getpid();
         h->tokens_per_epoch = info.tokens_per_epoch;
+        h->dataset_samples = info.dataset_samples ? info.dataset_samples : info.samples;
+        h->nnodes = info.nnodes;
+        h->node_rank = info.node_rank;
         for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kStatsOffset + i * 128) StatsEntry{};
         // Entries: a fresh file reads as zero = PENDING with payload 0.
         std::memcpy(h->magic, kMagic, sizeof kMagic);
@@ -125,13 +132,17 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     if (kEntriesOffset + h->total * 8 > l.region_->size()) fail("ledger {} is truncated", path);
     l.header_ = h;
     l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0,
-                         h->tokens_per_epoch};
+                         h->dataset_samples, h->nnodes, h->node_rank, h->tokens_per_epoch};
     if (expected) {
         const LedgerInfo& e = *expected;
         if (e.data_fingerprint != l.info_.data_fingerprint || e.samples != l.info_.samples)
             fail("ledger '{}' belongs to another data set ({} samples, fingerprint {:016x}; this run has {} samples, "
                  "{:016x}): remove the run's ring (hsring ring rm, or hsring run --fresh) to start over",
                  name, l.info_.samples, l.info_.data_fingerprint, e.samples, e.data_fingerprint);
+        if (e.nnodes != l.info_.nnodes || e.node_rank != l.info_.node_rank)
+            fail("ledger '{}' holds machine {} of {}'s share of the data; this run is machine {} of {}: start over "
+                 "with hsring run --fresh (or hsring ring rm)", name, l.info_.node_rank, l.info_.nnodes, e.node_rank,
+                 e.nnodes);
         if (e.epochs != l.info_.epochs || e.seed != l.info_.seed || e.shuffle != l.info_.shuffle)
             fail("ledger '{}' was made for {} epochs, seed {}, shuffle {}; this run asks for {} epochs, seed {}, shuffle "
                  "{}: use the same [data]/[run] settings, or start over with hsring run --fresh",
@@ -233,7 +244,7 @@ std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
     for (std::uint64_t p = 0; p < info_.total(); ++p) {
         std::uint64_t e = entry(p).load(memory_order_relaxed);
         if (state_of(e) == EntryState::Consumed && consumed_rank(e) == rank && consumed_step(e) <= step &&
-            entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel))
+            entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
             ++n;
     }
     return n;
@@ -243,9 +254,12 @@ Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     Recovery r;
     for (std::uint64_t p = 0; p < info_.total(); ++p) {
         std::uint64_t e = entry(p).load(memory_order_relaxed);
-        if (state_of(e) != EntryState::Consumed || consumed_rank(e) != rank) continue;
+        const EntryState st = state_of(e);
+        if ((st != EntryState::Consumed && st != EntryState::Durable) || consumed_rank(e) != rank) continue;
         if (consumed_step(e) <= step) {
-            if (entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel)) ++r.durable;
+            if (st == EntryState::Consumed &&
+                entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
+                ++r.durable;
         } else if (to_pending(p, e)) {
             header_->consumed_or_durable.fetch_sub(1, memory_order_relaxed);
             ++r.repended;
@@ -254,12 +268,13 @@ Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     return r;
 }
 
-void Ledger::mark_durable(const std::vector<std::uint64_t>& positions) {
-    for (std::uint64_t p : positions) {
-        std::uint64_t e = entry(p).load(memory_order_relaxed);
+void Ledger::mark_durable(const std::vector<Trained>& trained) {
+    for (const Trained& t : trained) {
+        std::uint64_t e = entry(t.pos).load(memory_order_relaxed);
         if (state_of(e) == EntryState::Durable) continue;
-        HSRING_ASSERT(state_of(e) == EntryState::Pending, "mark_durable on a position in use ({})", p);
-        if (entry(p).compare_exchange_strong(e, make(EntryState::Durable), memory_order_acq_rel))
+        HSRING_ASSERT(state_of(e) == EntryState::Pending, "mark_durable on a position in use ({})", t.pos);
+        if (entry(t.pos).compare_exchange_strong(e, make(EntryState::Durable, consumed_payload(t.rank, t.step)),
+                                                 memory_order_acq_rel))
             header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
     }
 }

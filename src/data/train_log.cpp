@@ -70,8 +70,8 @@ bool LineageReport::ok() const {
     return !epochs.empty();
 }
 
-std::vector<std::uint64_t> surviving_positions(const std::filesystem::path& log, std::uint64_t final_step,
-                                               LineageReport* report) {
+std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log, std::uint32_t rank,
+                                               std::uint64_t final_step, LineageReport* report) {
     struct Line {
         char kind;
         std::uint64_t step, pos;
@@ -92,42 +92,56 @@ std::vector<std::uint64_t> surviving_positions(const std::filesystem::path& log,
         if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
     }
     // Walk backwards: each resume bounds the steps of everything before it.
-    std::vector<std::uint64_t> out;
+    std::vector<Ledger::Trained> out;
     std::uint64_t bound = final_step, records = 0;
     for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
         if (it->kind == 'R') {
             bound = std::min(bound, it->step);
         } else {
             ++records;
-            if (it->step <= bound) out.push_back(it->pos);
+            if (it->step <= bound) out.push_back({it->pos, rank, it->step});
         }
     }
     if (report) {
         report->final_step = final_step;
-        report->incarnations = incarnations;
-        report->records = records;
-        report->surviving = out.size();
+        report->incarnations += incarnations;
+        report->records += records;
+        report->surviving += out.size();
     }
     return out;
 }
 
-LineageReport verify_lineage(const std::filesystem::path& log, std::uint64_t final_step, const LedgerInfo& info) {
+LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_t final_step,
+                             std::uint64_t dataset_samples, std::uint32_t epochs, std::uint64_t seed, bool shuffle) {
     LineageReport r;
-    std::vector<std::uint64_t> pos = surviving_positions(log, final_step, &r);
-    std::vector<std::uint32_t> count(info.total(), 0);
-    for (std::uint64_t p : pos) {
-        if (p >= info.total()) fail("train log {}: position {} is outside the ledger ({} entries)", log.string(), p, info.total());
-        ++count[p];
+    const std::uint64_t total = dataset_samples * epochs;
+    std::vector<std::uint32_t> count(total, 0);
+    for (const LogOfMachine& m : logs) {
+        data::ShardOrder order(dataset_samples, seed, shuffle, m.nnodes, m.node_rank);
+        for (const Ledger::Trained& t : surviving_records(m.log, m.rank, final_step, &r)) {
+            const std::uint64_t epoch = order.epoch_of(t.pos);
+            if (epoch >= epochs)
+                fail("train log {}: position {} is outside the run's {} epochs of {} samples", m.log.string(), t.pos,
+                     epochs, order.share());
+            ++count[epoch * dataset_samples + order.sample_of(t.pos)];
+        }
     }
-    r.epochs.resize(info.epochs);
-    for (std::uint64_t p = 0; p < info.total(); ++p) {
-        EpochReport& e = r.epochs[p / info.samples];
+    r.final_step = final_step;
+    r.epochs.resize(epochs);
+    for (std::uint64_t p = 0; p < total; ++p) {
+        EpochReport& e = r.epochs[p / dataset_samples];
         ++e.total;
         if (count[p] == 0) ++e.missing;
         else if (count[p] == 1) ++e.exactly_once;
         else ++e.more_than_once;
     }
     return r;
+}
+
+LineageReport verify_lineage(const std::filesystem::path& log, std::uint64_t final_step, const LedgerInfo& info) {
+    const std::uint64_t n = info.dataset_samples ? info.dataset_samples : info.samples;
+    return verify_lineage({LogOfMachine{log, 0, info.nnodes, info.node_rank}}, final_step, n, info.epochs, info.seed,
+                          info.shuffle);
 }
 
 } // namespace hsring

@@ -1,6 +1,8 @@
 // Run directory files and run.json (see run_files.hpp).
 #include "supervisor/run_files.hpp"
 
+#include "hsring/dataset.hpp"
+
 #include "hsring/error.hpp"
 
 #include <fcntl.h>
@@ -76,6 +78,9 @@ void write_run_record(const RunFiles& files, const RunRecord& r) {
         {"fingerprint", hex64(r.fingerprint)},
         {"seed", r.seed},
         {"shuffle", r.shuffle},
+        {"nnodes", r.nnodes},
+        {"node_rank", r.node_rank},
+        {"drafters", r.drafters},
         {"started", r.started},
         {"supervisor_pid", r.supervisor_pid},
         {"supervisor_start_ticks", r.supervisor_start_ticks},
@@ -115,6 +120,12 @@ RunRecord read_run_record(const fs::path& file) {
     if (ec != std::errc() || ptr != fp.data() + fp.size()) fail("{}: \"fingerprint\" is not a hex number: {}", file.string(), fp);
     r.seed = get<std::uint64_t>(j, "seed", file);
     r.shuffle = get<bool>(j, "shuffle", file);
+    r.nnodes = j.value("nnodes", 1u);
+    r.node_rank = j.value("node_rank", 0u);
+    r.drafters = j.value("drafters", 1u);
+    if (r.nnodes == 0 || r.node_rank >= r.nnodes || r.drafters == 0)
+        fail("{}: machine {} of {} with {} drafters is not a valid place in a run", file.string(), r.node_rank,
+             r.nnodes, r.drafters);
     r.started = get<std::string>(j, "started", file);
     r.supervisor_pid = get<pid_t>(j, "supervisor_pid", file);
     r.supervisor_start_ticks = j.value("supervisor_start_ticks", std::uint64_t{0});
@@ -128,6 +139,19 @@ RunRecord read_run_record(const fs::path& file) {
         r.end = RunEnd{e.value("time", ""), e.value("exit_code", 0), e.value("reason", "")};
     }
     return r;
+}
+
+LedgerInfo RunRecord::ledger_info() const {
+    LedgerInfo i;
+    i.data_fingerprint = fingerprint;
+    i.samples = data::shard_size(samples, nnodes, node_rank);
+    i.epochs = epochs;
+    i.seed = seed;
+    i.shuffle = shuffle;
+    i.dataset_samples = samples;
+    i.nnodes = nnodes;
+    i.node_rank = node_rank;
+    return i;
 }
 
 std::string iso_time_now() {

@@ -7,7 +7,7 @@
 //   RUN_DIR/supervisor.lock       flock held by the running supervisor (one per run dir)
 //   RUN_DIR/logs/<worker>.log     each worker's stdout and stderr, appended across restarts
 //   RUN_DIR/checkpoints/latest    step of the drafter's latest committed checkpoint (the drafter writes it)
-//   RUN_DIR/train-log.<rank>.txt  the drafter's train log (include/hsring/train_log.hpp)
+//   RUN_DIR/train-log.<rank>.txt  each local drafter rank's train log (include/hsring/train_log.hpp)
 #include "hsring/ledger.hpp"
 
 #include <sys/types.h>
@@ -63,18 +63,21 @@ struct RunEnd {
 struct RunRecord {
     std::string config;     // absolute path of the config file
     std::string ring, ledger;
-    std::uint64_t samples = 0;
+    std::uint64_t samples = 0;   // of the whole data set
     std::uint32_t epochs = 1;
     std::uint64_t fingerprint = 0;
     std::uint64_t seed = 0;
     bool shuffle = true;
+    std::uint32_t nnodes = 1, node_rank = 0;  // this machine's place in the run
+    std::uint32_t drafters = 1;               // drafter ranks on this machine (train-log.<rank>.txt)
     std::string started;    // ISO 8601, local time
     pid_t supervisor_pid = 0;
     std::uint64_t supervisor_start_ticks = 0;
     std::vector<WorkerRecord> workers;  // the latest process of each worker name
     std::optional<RunEnd> end;
 
-    LedgerInfo ledger_info() const { return {fingerprint, samples, epochs, seed, shuffle}; }
+    // The facts of this machine's ledger (its share of the data set).
+    LedgerInfo ledger_info() const;
 };
 
 // Write to a temporary file and rename, so a reader never sees half a record.

@@ -44,11 +44,16 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     try {
         // A new ledger for a run that already has a checkpoint: what is in those weights is done.
         if (auto step = read_latest_checkpoint(plan.files)) {
-            const auto positions = surviving_positions(plan.files.train_log(plan.drafter_rank), *step);
-            ledger.mark_durable(positions);
-            marked = positions.size();
-            say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} ({}): marked durable",
-                            name, marked, *step, plan.files.train_log(plan.drafter_rank).string()));
+            std::vector<Ledger::Trained> trained;
+            for (std::uint32_t r = 0; r < plan.drafters; ++r) {
+                auto t = surviving_records(plan.files.train_log(r), r, *step);
+                trained.insert(trained.end(), t.begin(), t.end());
+            }
+            ledger.mark_durable(trained);
+            marked = trained.size();
+            say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
+                            "drafter rank(s) in {}): marked durable", name, marked, *step, plan.drafters,
+                            plan.files.dir.string()));
         }
     } catch (...) {
         Ledger::remove(name);

@@ -7,7 +7,8 @@
 //   ring new, ledger exists     the ledger's IN_SLOT entries name slots that are gone: replaced
 //   ledger exists               attach; another data set / epochs / seed is refused
 //   ledger new                  all PENDING; if RUN_DIR/checkpoints/latest exists, the positions
-//                               in that checkpoint's weights (train log) are marked DURABLE
+//                               in that checkpoint's weights (every local drafter's train log)
+//                               are marked DURABLE
 // Then the slots of dead owners are reclaimed (their samples re-pended) and a stopping flag left
 // by an earlier stop is cleared. A failure leaves nothing new behind.
 #include "hsring/ledger.hpp"
@@ -26,7 +27,7 @@ struct RunMemoryPlan {
     LedgerInfo info;
     bool fresh = false;
     RunFiles files;
-    std::uint32_t drafter_rank = 0;  // whose checkpoint and train log seed a new ledger
+    std::uint32_t drafters = 1;  // local drafter ranks: their train logs seed a new ledger
 };
 
 struct RunMemory {

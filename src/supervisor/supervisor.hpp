@@ -38,6 +38,7 @@ struct RunOptions {
     std::filesystem::path config;
     std::optional<std::filesystem::path> run_dir;  // overrides [run] run_dir
     bool fresh = false;                            // remove an existing ring and ledger first
+    std::optional<std::string> node_rank;          // --node-rank N (overrides NODE_RANK and the file)
 };
 
 class Supervisor {
@@ -67,6 +68,13 @@ private:
     void start_or_fail(Worker& w);
     void on_exit(Worker& w, int wait_status);
     void after_failure(Worker& w, bool failed);
+    void after_decision(Worker& w, const RestartDecision& d);
+    // The drafters are one gang (data parallel, c10d): they start together and, when one ends
+    // before the run is complete, all of them start again together (gang restart).
+    void on_drafter_exit(Worker& w, const ExitReason& reason);
+    void restart_gang(Worker& cause, std::chrono::duration<double> delay, bool kill_others);
+    void start_gang();
+    std::vector<Worker*> drafters();
     void signal_worker(Worker& w, int sig);
     bool any_alive() const;
     void kill_and_reap();
@@ -91,7 +99,7 @@ private:
     Config cfg_;
     Derived derived_;
     RunFiles files_;
-    std::uint64_t samples_ = 0, fingerprint_ = 0;
+    std::uint64_t samples_ = 0, fingerprint_ = 0, tokens_per_epoch_ = 0;
     std::optional<RunMemory> mem_;
     std::optional<RunRecord> previous_;
     RunRecord record_;
@@ -107,6 +115,8 @@ private:
     Clock::time_point start_time_{}, next_status_{}, stop_deadline_{};
     int sigints_ = 0;
     std::uint32_t incarnation_base_ = 0;
+    std::uint32_t gang_generation_ = 0;            // gang starts in this supervisor (HSRING_GANG)
+    std::optional<Clock::time_point> gang_start_at_;  // a gang restart is due once no drafter is left
 };
 
 } // namespace hsring::supervisor

@@ -45,6 +45,15 @@ ControlReply Supervisor::on_control(const json& req) {
             console_.info("restarting {} on request: SIGTERM to pid {}", w.spec.name, w.pid);
             return ok(fmt::format("SIGTERM sent to {} (pid {}); it starts again when it has exited", w.spec.name, w.pid));
         }
+        if (w.spec.role == WorkerRole::Drafter) {
+            const auto gang = drafters();
+            if (std::any_of(gang.begin(), gang.end(), [](const Worker* d) { return d->alive(); }))
+                fail("{} is not running but other drafters of its gang are: restart one of them (the whole gang "
+                     "restarts)", w.spec.name);
+            console_.info("starting the drafter gang on request ({} was {})", w.spec.name, to_string(w.state));
+            start_gang();
+            return ok(fmt::format("drafter gang started ({} pid {})", w.spec.name, w.pid));
+        }
         console_.info("starting {} on request (it was {})", w.spec.name, to_string(w.state));
         start_or_fail(w);
         return ok(fmt::format("{} started (pid {})", w.spec.name, w.pid));

@@ -131,13 +131,20 @@ void Supervisor::tick() {
     const auto now = Clock::now();
     control_->expire();
     for (auto& w : workers_) {
-        if (w->state == WorkerState::Restarting && phase_ == Phase::Running && now >= w->next_start) start_or_fail(*w);
+        // Drafters start again as a gang (below), never one by one.
+        if (w->state == WorkerState::Restarting && phase_ == Phase::Running && now >= w->next_start &&
+            w->spec.role != WorkerRole::Drafter)
+            start_or_fail(*w);
         if (w->alive() && w->kill_at && now >= *w->kill_at) {
             console_.warn("{} (pid {}) did not exit within {:g} s of SIGTERM ([supervisor] stop_timeout_s): SIGKILL",
                           w->spec.name, w->pid, cfg_.supervisor.stop_timeout_s);
             signal_worker(*w, SIGKILL);
             w->kill_at.reset();
         }
+    }
+    if (gang_start_at_ && phase_ == Phase::Running && now >= *gang_start_at_) {
+        const auto gang = drafters();
+        if (std::none_of(gang.begin(), gang.end(), [](const Worker* d) { return d->alive(); })) start_gang();
     }
     if ((phase_ == Phase::Stopping || phase_ == Phase::Completing) && now >= stop_deadline_ && any_alive()) {
         for (auto& w : workers_) {
@@ -165,6 +172,7 @@ int Supervisor::poll_timeout_ms() const {
         if (w->state == WorkerState::Restarting && phase_ == Phase::Running) next = std::min(next, w->next_start);
         if (w->kill_at) next = std::min(next, *w->kill_at);
     }
+    if (gang_start_at_ && phase_ == Phase::Running) next = std::min(next, *gang_start_at_);
     if (phase_ == Phase::Stopping || phase_ == Phase::Completing) next = std::min(next, stop_deadline_);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     // Wake at least every second: the control server expires idle clients.
@@ -179,6 +187,7 @@ void Supervisor::begin_stop(Phase phase, int exit_code, std::string reason) {
             end_reason_ = reason;
         }
         phase_ = Phase::Killing;
+        gang_start_at_.reset();
         console_.warn("{}: SIGKILL to every worker; the ring and the ledger are kept", reason);
         for (auto& w : workers_) {
             if (w->state == WorkerState::Restarting) w->state = WorkerState::Stopped;
@@ -197,6 +206,7 @@ void Supervisor::begin_stop(Phase phase, int exit_code, std::string reason) {
                                         std::chrono::duration<double>(cfg_.supervisor.stop_timeout_s));
     for (auto& w : workers_)
         if (w->state == WorkerState::Restarting) w->state = WorkerState::Stopped;
+    gang_start_at_.reset();
     if (phase == Phase::Completing) {
         console_.info("the drafter trained every epoch: stopping the targets");
         for (auto& w : workers_) {

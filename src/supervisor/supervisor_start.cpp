@@ -35,6 +35,9 @@ void Supervisor::start() {
     record_.fingerprint = fingerprint_;
     record_.seed = cfg_.run.seed;
     record_.shuffle = cfg_.data.shuffle;
+    record_.nnodes = cfg_.distributed.nnodes;
+    record_.node_rank = cfg_.distributed.node_rank;
+    record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());
@@ -43,16 +46,24 @@ void Supervisor::start() {
     console_.info("run '{}': {} targets, {} drafter(s), ring '{}' ({} slots), run dir {}", cfg_.run.name,
                   cfg_.topology.targets.size(), cfg_.topology.drafters.size(), derived_.ring_name,
                   derived_.slots, files_.dir.string());
+    if (cfg_.distributed.nnodes > 1 || derived_.world > 1)
+        console_.info("machine {} of {} ({}), {} drafter ranks in all, master {}:{}; this machine trains {} of the {} "
+                      "samples of each epoch", cfg_.distributed.node_rank, cfg_.distributed.nnodes,
+                      cfg_.distributed.node_rank_source, derived_.world, cfg_.distributed.master_addr,
+                      cfg_.distributed.master_port, mem_->ledger.info().samples, samples_);
     if (mem_->ledger.done()) {
         console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
         begin_stop(Phase::Completing, 0, "already complete");
         return;
     }
-    for (auto& w : workers_) start_worker(*w);
+    for (auto& w : workers_)
+        if (w->spec.role == WorkerRole::Target) start_worker(*w);
+    start_gang();
 }
 
 void Supervisor::load_config_and_data() {
     cfg_ = load_config(opts_.config);
+    apply_launcher_overrides(cfg_, opts_.node_rank ? opts_.node_rank->c_str() : nullptr);
     derived_ = derive(cfg_);
     if (opts_.run_dir) derived_.run_dir = *opts_.run_dir;
     policy_.emplace(cfg_.supervisor);
@@ -68,6 +79,7 @@ void Supervisor::load_config_and_data() {
     const auto ds = data::Dataset::load(data_path, data::dataset_options(cfg_, derived_));
     samples_ = ds.size();
     fingerprint_ = ds.fingerprint();
+    tokens_per_epoch_ = ds.total_tokens();
     console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
 }
 
@@ -103,10 +115,15 @@ void Supervisor::open_memory() {
     plan.ring_name = derived_.ring_name;
     plan.geometry = RingGeometry::from(cfg_, derived_);
     plan.huge_pages = cfg_.ring.huge_pages;
-    plan.info = LedgerInfo{fingerprint_, samples_, cfg_.data.epochs, cfg_.run.seed, cfg_.data.shuffle};
+    const DistributedConfig& dist = cfg_.distributed;
+    plan.info = LedgerInfo{fingerprint_, data::shard_size(samples_, dist.nnodes, dist.node_rank), cfg_.data.epochs,
+                           cfg_.run.seed, cfg_.data.shuffle, samples_, dist.nnodes, dist.node_rank, tokens_per_epoch_};
+    if (plan.info.samples == 0)
+        fail("the data set {} has {} samples, fewer than the {} machines of the run ([distributed] nnodes): machine "
+             "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);
     plan.fresh = opts_.fresh;
     plan.files = files_;
-    plan.drafter_rank = 0;
+    plan.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     mem_.emplace(open_run_memory(plan, [this](const std::string& m) { console_.info("{}", m); }));
     const auto& m = *mem_;
     if (m.ring_created)

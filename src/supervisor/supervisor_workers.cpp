@@ -19,16 +19,25 @@ void Supervisor::start_worker(Worker& w) {
     spec.argv.push_back(s.program);
     spec.argv.insert(spec.argv.end(), s.role_args.begin(), s.role_args.end());
     spec.argv.insert(spec.argv.end(), {"--config", record_.config, "--run-dir", files_.dir.string()});
+    const DistributedConfig& dist = cfg_.distributed;
     spec.env = {
-        {"HSRING_WORKER_NAME", s.name},
-        {"HSRING_ROLE", to_string(s.role)},
-        {"HSRING_RANK", std::to_string(s.rank)},
-        {"HSRING_INCARNATION", std::to_string(incarnation)},
-        {"HSRING_RING", derived_.ring_name},
-        {"HSRING_LEDGER", record_.ledger},
-        {"CUDA_VISIBLE_DEVICES", s.place.is_cpu() ? "" : std::to_string(s.place.gpu)},
-        {"HSRING_DEVICE", s.place.is_cpu() ? "cpu" : "cuda"},
-        {"HSRING_SUPERVISOR_PID", std::to_string(::getpid())},
+        {env::kWorkerName, s.name},
+        {env::kRole, to_string(s.role)},
+        {env::kRank, std::to_string(s.rank)},
+        {env::kIncarnation, std::to_string(incarnation)},
+        {env::kRing, derived_.ring_name},
+        {env::kLedger, record_.ledger},
+        {env::kCudaVisibleDevices, s.place.is_cpu() ? "" : std::to_string(s.place.gpu)},
+        {env::kDevice, s.place.is_cpu() ? "cpu" : "cuda"},
+        {env::kSupervisorPid, std::to_string(::getpid())},
+        // Every worker knows its machine's place (targets take this machine's share of the data).
+        {env::kNodeRank, std::to_string(dist.node_rank)},
+        {env::kNnodes, std::to_string(dist.nnodes)},
+        {env::kLocalWorld, std::to_string(cfg_.topology.drafters.size())},
+        {env::kMasterAddr, dist.master_addr},
+        {env::kMasterPort, std::to_string(dist.master_port)},
+        {env::kDistTimeout, fmt::format("{}", dist.timeout_s)},
+        {env::kGangGeneration, std::to_string(gang_generation_)},
     };
 
     w.output.open_log(files_.worker_log(s.name));
@@ -66,7 +75,8 @@ void Supervisor::start_or_fail(Worker& w) {
         console_.error("cannot start {}: {}", w.spec.name, e.what());
         w.last_exit = ExitReason{127, 0, false};
         w.pid = 0;
-        after_failure(w, true);
+        if (w.spec.role == WorkerRole::Drafter) on_drafter_exit(w, *w.last_exit);
+        else after_failure(w, true);
     }
 }
 
@@ -93,6 +103,10 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
         w.state = WorkerState::Stopped;
         return;
     }
+    if (w.spec.role == WorkerRole::Drafter && !reason.fatal()) {
+        on_drafter_exit(w, reason);
+        return;
+    }
     if (w.restart_requested) {  // hsring restart: at once, whatever the policy says
         start_or_fail(w);
         return;
@@ -105,11 +119,6 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
                                line.empty() ? "(it printed no message; see " + files_.worker_log(w.spec.name).string() + ")" : line));
         return;
     }
-    if (w.spec.role == WorkerRole::Drafter && !reason.failed() && mem_->ledger.done()) {
-        w.state = WorkerState::Exited;
-        begin_stop(Phase::Completing, 0, "complete");
-        return;
-    }
     // Exiting cleanly once the run is done (or stopping) is what a target does: not a restart case.
     if (!reason.failed() && (mem_->ledger.done() || mem_->ring.stopping())) {
         w.state = WorkerState::Exited;
@@ -118,8 +127,9 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
     after_failure(w, reason.failed());
 }
 
-void Supervisor::after_failure(Worker& w, bool failed) {
-    const RestartDecision d = policy_->decide(failed, w.history, Clock::now());
+void Supervisor::after_failure(Worker& w, bool failed) { after_decision(w, policy_->decide(failed, w.history, Clock::now())); }
+
+void Supervisor::after_decision(Worker& w, const RestartDecision& d) {
     const std::string log = files_.worker_log(w.spec.name).string();
     const std::string exit = w.last_exit ? w.last_exit->str() : "?";
     switch (d.kind) {
@@ -157,6 +167,78 @@ void Supervisor::after_failure(Worker& w, bool failed) {
         begin_stop(Phase::Stopping, 1,
                    fmt::format("every target has exited but the run is not complete (the last: {}, {}). Its log: {}",
                                w.spec.name, exit, log));
+}
+
+std::vector<Worker*> Supervisor::drafters() {
+    std::vector<Worker*> out;
+    for (auto& w : workers_)
+        if (w->spec.role == WorkerRole::Drafter) out.push_back(w.get());
+    return out;
+}
+
+void Supervisor::start_gang() {
+    ++gang_generation_;
+    gang_start_at_.reset();
+    for (Worker* d : drafters()) start_or_fail(*d);
+}
+
+void Supervisor::on_drafter_exit(Worker& w, const ExitReason& reason) {
+    const auto gang = drafters();
+    if (gang_start_at_) {
+        // A gang restart is under way: this one was stopped with the others.
+        w.state = WorkerState::Restarting;
+        return;
+    }
+    if (reason.code == exit_code::kOk && mem_->ledger.done()) {
+        w.state = WorkerState::Exited;
+        if (std::all_of(gang.begin(), gang.end(), [](const Worker* d) { return d->state == WorkerState::Exited; }))
+            begin_stop(Phase::Completing, 0, "complete");
+        return;
+    }
+    if (reason.code == exit_code::kGangStopped) {
+        w.state = WorkerState::Exited;
+        begin_stop(Phase::Stopping, 0, fmt::format("{} stopped: another machine of the run stops it, so this one stops too",
+                                                   w.spec.name));
+        return;
+    }
+    if (reason.code == exit_code::kGangRestart || w.restart_requested) {
+        // A peer rank (or this one, on request) stopped the gang at a checkpoint: everyone starts
+        // again at once, nobody failed.
+        restart_gang(w, std::chrono::duration<double>(0), false);
+        return;
+    }
+    // A failure, or a clean exit before the run is complete: the restart policy decides, and
+    // counts it against this worker.
+    const RestartDecision d = policy_->decide(reason.failed(), w.history, Clock::now());
+    if (d.kind != RestartDecision::Restart) {
+        after_decision(w, d);  // gives up, or a clean exit that is not restarted: the run stops
+        return;
+    }
+    console_.info("restarting the drafter gang ({}) in {:.1f} s: {} ended ({}); restart {} of at most {} within {:g} s",
+                  gang.size() == 1 ? w.spec.name : fmt::format("{} ranks", gang.size()), d.delay.count(), w.spec.name,
+                  reason.str(), w.history.recent(Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(cfg_.supervisor.restart_window_s))),
+                  cfg_.supervisor.max_restarts, cfg_.supervisor.restart_window_s);
+    // The others are stuck in a collective with a dead peer: kill them rather than wait for the
+    // timeout. Their consumed samples go back with the gang's resume (exactly once).
+    restart_gang(w, d.delay, true);
+}
+
+void Supervisor::restart_gang(Worker& cause, std::chrono::duration<double> delay, bool kill_others) {
+    gang_start_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(delay);
+    for (Worker* d : drafters()) {
+        d->state = d->alive() ? WorkerState::Stopping : WorkerState::Restarting;
+        d->restart_requested = false;
+        if (!d->alive() || d == &cause) continue;
+        if (kill_others) {
+            console_.info("{} (pid {}): SIGKILL, its gang restarts", d->spec.name, d->pid);
+            signal_worker(*d, SIGKILL);
+        } else {
+            // It checkpoints with the gang and exits by itself; SIGKILL if it does not.
+            d->kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(cfg_.supervisor.stop_timeout_s));
+        }
+    }
 }
 
 void Supervisor::signal_worker(Worker& w, int sig) {

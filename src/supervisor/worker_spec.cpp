@@ -6,8 +6,6 @@
 
 namespace hsring::supervisor {
 
-const char* to_string(WorkerRole r) { return r == WorkerRole::Target ? "target" : "drafter"; }
-
 std::vector<WorkerSpec> worker_specs(const Config& cfg) {
     const bool synthetic = cfg.run.mode == RunMode::Synthetic;
     std::vector<WorkerSpec> out;
@@ -24,15 +22,12 @@ std::vector<WorkerSpec> worker_specs(const Config& cfg) {
             } else {
                 s.program = role == WorkerRole::Target ? "hsring-target" : "hsring-drafter";
             }
-            s.stats_index = role == WorkerRole::Target ? rank : Ledger::kDrafterStatsBase + rank;
+            s.stats_index = hsring::stats_index(role, rank);
             out.push_back(std::move(s));
         }
     };
     add(WorkerRole::Target, cfg.topology.targets);
     add(WorkerRole::Drafter, cfg.topology.drafters);
-    if (cfg.topology.targets.size() > Ledger::kDrafterStatsBase)
-        fail("{}: [topology] targets: {} targets, at most {} are supported", cfg.file.string(),
-             cfg.topology.targets.size(), Ledger::kDrafterStatsBase);
     return out;
 }
 

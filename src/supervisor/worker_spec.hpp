@@ -3,6 +3,7 @@
 // drafter.0 in every command, log and status line, with the program and arguments of
 // src/worker/CONTRACT.md for the run's [run] mode.
 #include "hsring/config.hpp"
+#include "hsring/worker_contract.hpp"
 
 #include <cstdint>
 #include <string>
@@ -11,17 +12,16 @@
 
 namespace hsring::supervisor {
 
-enum class WorkerRole { Target, Drafter };
-const char* to_string(WorkerRole r);
+using hsring::WorkerRole;
 
 struct WorkerSpec {
     std::string name;                   // "target.0"
     WorkerRole role = WorkerRole::Target;
-    std::uint32_t rank = 0;             // index in its [topology] list
+    std::uint32_t rank = 0;             // index in its [topology] list (a drafter's local rank)
     Place place;
     std::string program;                // found with locate_program()
     std::vector<std::string> role_args; // e.g. {"--role", "target"} for the synthetic worker
-    std::uint32_t stats_index = 0;      // its WorkerStats entry in the ledger
+    std::uint32_t stats_index = 0;      // its WorkerStats entry (hsring::stats_index)
 };
 
 // Targets first, then drafters, in [topology] order.

@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace hsring::worker {
 
 std::unique_ptr<Context> Context::open(int argc, char** argv) {
@@ -14,8 +16,13 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
         if (std::string(argv[i]) == "--config") cfg_path = argv[i + 1];
     if (cfg_path.empty()) fail("--config FILE is required");
     Config cfg = load_config(cfg_path);
+    // The supervisor passes the machine's place in the run (launcher variables and --node-rank
+    // applied); by hand, the launcher variables apply as they do for `hsring run`.
+    apply_launcher_overrides(cfg);
+    for (auto [key, field] : {std::pair{env::kNnodes, &cfg.distributed.nnodes}, {env::kNodeRank, &cfg.distributed.node_rank}})
+        if (const char* v = std::getenv(key); v && *v) *field = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
     Derived derived = derive(cfg);
-    WorkerEnv env = parse_worker_env(argc, argv, &derived);
+    WorkerEnv env = parse_worker_env(argc, argv, &cfg, &derived);
     setup_process(env);
     // `hsring run --run-dir DIR` overrides [run] run_dir: the default export dir follows it.
     derived.run_dir = env.run_dir;
@@ -27,7 +34,9 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     std::optional<LedgerInfo> want;
     if (env.role == WorkerRole::Target) {
         data = data::Dataset::load(cfg.resolve(cfg.data.path), data::dataset_options(cfg, derived));
-        want = LedgerInfo{data->fingerprint(), data->size(), cfg.data.epochs, cfg.run.seed, cfg.data.shuffle};
+        const auto& dist = cfg.distributed;
+        want = LedgerInfo{data->fingerprint(), data::shard_size(data->size(), dist.nnodes, dist.node_rank),
+                          cfg.data.epochs, cfg.run.seed, cfg.data.shuffle, data->size(), dist.nnodes, dist.node_rank};
     }
     Ledger ledger = Ledger::attach(env.ledger, want ? &*want : nullptr);
     auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),

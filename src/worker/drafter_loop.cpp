@@ -1,209 +1,353 @@
 #include "worker/drafter_loop.hpp"
 
+#include "hsring/acceptance.hpp"
+#include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/train_log.hpp"
 #include "worker/checkpoint_store.hpp"
+#include "worker/lr_schedule.hpp"
 #include "worker/metrics.hpp"
 
-#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <deque>
 #include <fstream>
-#include <numeric>
 
 namespace hsring::worker {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using nlohmann::json;
 
 namespace {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Sums the per-batch results of one optimizer step.
-struct StepTotals {
-    double loss_sum = 0, weight_sum = 0, h2d_ms = 0, compute_ms = 0, wait_ms = 0;
-    std::vector<double> correct, counted;
-    std::uint64_t tokens = 0, samples = 0, batches = 0;
+// What one rank did in one round (one optimizer step), and the same summed over the gang. The
+// sum travels as one vector of doubles (one small collective per step); see pack()/unpack().
+struct RoundStats {
+    double slots = 0, samples = 0, tokens = 0;  // tokens: of the trained (kept) samples
+    double loss_sum = 0, weight_sum = 0;
+    double exhausted = 0;     // ranks with no data left (nothing staged, their machine's ledger consumed)
+    double stop_run = 0;      // ranks whose machine stops the run (ring stopping)
+    double stop_self = 0;     // ranks asked to stop themselves (SIGTERM: hsring restart, supervisor gone)
+    std::vector<double> correct, counted;  // per block position 1..B-1
+    std::vector<double> wait_ms;           // per global rank (each rank fills its own entry)
+    // Local only (not summed).
+    double h2d_ms = 0, compute_ms = 0, sync_ms = 0;
+
+    RoundStats(std::size_t positions, std::uint32_t world)
+        : correct(positions, 0.0), counted(positions, 0.0), wait_ms(world, 0.0) {}
+
     void add(const BatchResult& r) {
         loss_sum += r.loss_sum;
         weight_sum += r.weight_sum;
         h2d_ms += r.h2d_ms;
         compute_ms += r.compute_ms;
-        tokens += r.tokens;
-        ++batches;
-        if (correct.size() < r.correct.size()) {
-            correct.resize(r.correct.size());
-            counted.resize(r.counted.size());
-        }
-        for (std::size_t i = 0; i < r.correct.size(); ++i) {
+        sync_ms += r.sync_ms;
+        for (std::size_t i = 0; i < r.correct.size() && i < correct.size(); ++i) {
             correct[i] += r.correct[i];
             counted[i] += r.counted[i];
         }
     }
+    std::vector<double> pack() const {
+        std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self};
+        v.insert(v.end(), correct.begin(), correct.end());
+        v.insert(v.end(), counted.begin(), counted.end());
+        v.insert(v.end(), wait_ms.begin(), wait_ms.end());
+        return v;
+    }
+    void unpack(const std::vector<double>& v) {
+        std::size_t i = 0;
+        for (double* f : {&slots, &samples, &tokens, &loss_sum, &weight_sum, &exhausted, &stop_run, &stop_self})
+            *f = v[i++];
+        for (auto* vec : {&correct, &counted, &wait_ms})
+            for (double& x : *vec) x = v[i++];
+    }
+};
+
+// A staged slot as the loop sees it (the compute holds the data, in the same order).
+struct StagedSlot {
+    std::uint64_t step = 0;     // the optimizer step it trains in
+    std::uint64_t samples = 0;  // kept (trained) samples
+    std::uint64_t tokens = 0;   // their tokens
 };
 
 class Drafter {
 public:
-    Drafter(Context& ctx, DrafterCompute& compute)
-        : ctx_(ctx), compute_(compute), store_(ctx.env.run_dir / "checkpoints"),
-          log_(ctx.env.run_dir / fmt::format("train-log.{}.txt", ctx.env.rank)),
-          metrics_(ctx.env.run_dir / "metrics.jsonl") {}
+    Drafter(Context& ctx, DrafterCompute& compute, Gang& gang)
+        : ctx_(ctx), compute_(compute), gang_(gang), positions_(ctx.cfg.drafter.block_size - 1),
+          store_(ctx.env.run_dir / "checkpoints"),
+          log_(ctx.env.run_dir / fmt::format("train-log.{}.txt", ctx.env.rank)) {
+        const TrainConfig& t = ctx.cfg.train;
+        const LedgerInfo& info = ctx.ledger.info();
+        lr_ = LrSchedule{t.lr, t.min_lr_ratio, t.warmup_steps, t.max_steps, info.tokens_per_epoch * info.epochs};
+        if (!t.max_steps && !lr_.total_tokens)
+            log::warn("the ledger does not say how many tokens the run trains: the learning rate stays at its peak "
+                      "after warmup (a ledger made by an older hsring; `hsring run --fresh` rebuilds it)");
+        if (gang_.place().is_master()) metrics_.emplace(ctx.env.run_dir / "metrics.jsonl");
+    }
 
     int run();
 
 private:
     void restore();
-    bool fill_pipeline();
-    void train_one_batch();
-    void finish_step(std::uint64_t step);
+    RoundStats gather_and_train();
+    bool next_training_batch(RoundStats& r);
+    void fill_pipeline(RoundStats& r);
+    bool exhausted() const;
+    void apply_step(const RoundStats& g, const RoundStats& local, double stats_ms);
+    void write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms);
     void checkpoint(std::uint64_t step);
-    void write_metrics(std::uint64_t step, const StepTotals& t, const StepResult& r);
+    void barrier();
 
     Context& ctx_;
     DrafterCompute& compute_;
+    Gang& gang_;
+    const std::size_t positions_;
     CheckpointStore store_;
     TrainLog log_;
-    MetricsFile metrics_;
+    std::optional<MetricsFile> metrics_;  // the master's
+    LrSchedule lr_;
     WorkerStats stats_;
 
-    std::uint64_t step_ = 0;             // last applied optimizer step
-    std::uint64_t checkpointed_ = 0;     // step of the last committed checkpoint
-    std::uint64_t assign_step_ = 1;      // the step the next staged batch goes into
-    std::uint64_t assign_tokens_ = 0;
-    std::deque<std::uint64_t> staged_steps_;  // step of each staged batch, oldest first
-    bool accumulating_ = false;          // gradients of step step_+1 are pending
-    StepTotals totals_;
+    std::uint64_t step_ = 0;              // last applied optimizer step
+    std::uint64_t checkpointed_ = 0;      // step of the last committed checkpoint
+    std::uint64_t tokens_done_ = 0;       // trained tokens of the whole gang up to step_
+    std::uint64_t samples_done_ = 0;
+    std::uint64_t warmup_end_tokens_ = 0; // tokens_done_ at the end of warmup
+    std::uint64_t assign_step_ = 1;       // the step the next staged slot trains in
+    std::uint32_t assigned_ = 0;          // slots already assigned to assign_step_
+    std::deque<StagedSlot> staged_;
+    bool gang_stopping_ = false;          // another rank stops: take no new slots
     Clock::time_point step_start_ = Clock::now();
     Clock::time_point run_start_ = Clock::now();
-    std::uint64_t tokens_total_ = 0;
 };
 
+void Drafter::barrier() {
+    double one = 1;
+    gang_.allreduce_sum({&one, 1});
+}
+
 void Drafter::restore() {
-    const std::uint64_t s = store_.latest_step();
-    if (s) {
-        const auto dir = store_.dir_of(s);
-        compute_.restore(&dir);
-        log::info("resumed from checkpoint step {} ({})", s, dir.string());
+    // Resume from the oldest of the machines' latest checkpoints: the master keeps the last two,
+    // and a machine that died between the master's commit and its own marker is one behind.
+    const std::uint64_t mine = store_.latest_step();
+    double v = -static_cast<double>(mine);
+    gang_.allreduce_max({&v, 1});
+    const auto s = static_cast<std::uint64_t>(-v);
+    double state[3] = {0, 0, 0};  // tokens_done, warmup_end_tokens, samples_done (from the master)
+    if (gang_.place().is_master()) {
+        if (s) {
+            const auto dir = store_.dir_of(s);
+            if (!std::filesystem::is_directory(dir / "drafter") && ctx_.cfg.run.mode == RunMode::Train)
+                fail("the gang resumes from step {} (the oldest latest checkpoint of its machines), but {} holds no "
+                     "weights of that step: the master's run directory lost them", s, dir.string());
+            compute_.restore(&dir);
+            std::ifstream in(dir / "state.json");
+            const json st = json::parse(in, nullptr, false);
+            if (st.is_object()) {
+                state[0] = st.value("tokens_total", 0.0);
+                state[1] = st.value("warmup_end_tokens", 0.0);
+                state[2] = st.value("samples_total", 0.0);
+            }
+            log::info("resumed from checkpoint step {} ({})", s, dir.string());
+        } else {
+            compute_.restore(nullptr);
+            log::info("no checkpoint: fresh drafter weights");
+        }
     } else {
-        compute_.restore(nullptr);
-        log::info("no checkpoint: fresh drafter weights");
+        compute_.prepare_replica();
     }
+    if (gang_.world() > 1) {
+        compute_.broadcast_state();
+        gang_.allreduce_sum(state);  // the others contributed zeros
+        log::info("drafter rank {} of {} (machine {}, local rank {}): state of step {} received from the master",
+                  gang_.rank(), gang_.world(), gang_.place().node_rank, gang_.place().local_rank, s);
+    }
+    tokens_done_ = static_cast<std::uint64_t>(state[0]);
+    warmup_end_tokens_ = static_cast<std::uint64_t>(state[1]);
+    samples_done_ = static_cast<std::uint64_t>(state[2]);
     step_ = checkpointed_ = s;
     stats_.step = s;  // status shows the restored step, not 0, until the first new one
     assign_step_ = s + 1;
     log_.resume(ctx_.env.incarnation, s);
-    // Samples consumed into weights that died with an earlier incarnation are produced again.
+    // Samples consumed into weights that are not the ones resumed from are produced again.
     auto rec = ctx_.ledger.recover(ctx_.env.rank, s);
     if (rec.repended || rec.durable)
         log::info("ledger: {} samples of earlier incarnations made durable, {} re-issued", rec.durable, rec.repended);
 }
 
-// Stages READY slots up to the in-flight limit. False when nothing is staged and nothing came.
-bool Drafter::fill_pipeline() {
+bool Drafter::exhausted() const {
+    return compute_.staged() == 0 && ctx_.ledger.consumed_or_durable() >= ctx_.ledger.total();
+}
+
+// Stages READY slots up to the in-flight limit; waits (a little) only when nothing is staged.
+void Drafter::fill_pipeline(RoundStats& r) {
     const std::size_t limit = ctx_.cfg.drafter.inflight_slots;
-    const std::uint64_t per_step = ctx_.derived.tokens_per_step;
-    while (compute_.staged() < limit && !stop_requested()) {
+    const bool local_stop = ctx_.ring.stopping();
+    while (compute_.staged() < limit && !stop_requested() && (!gang_stopping_ || local_stop)) {
         const bool idle = compute_.staged() == 0;
         auto t0 = Clock::now();
-        auto slot = ctx_.ring.acquire(idle ? 200ms : 0ms);
+        auto slot = ctx_.ring.acquire(idle && !local_stop ? 200ms : 0ms);
         if (idle) {
-            totals_.wait_ms += ms_since(t0);
-            stats_.wait_ns += static_cast<std::uint64_t>(ms_since(t0) * 1e6);
+            const double waited = ms_since(t0);
+            r.wait_ms[gang_.rank()] += waited;
+            stats_.wait_ns += static_cast<std::uint64_t>(waited * 1e6);
         }
         if (!slot) break;
         PackedBatch batch = read_meta(slot->meta());
         std::vector<std::uint8_t> keep(batch.positions.size(), 0);
         std::vector<std::uint64_t> kept;
-        std::uint64_t kept_tokens = 0;
+        StagedSlot info{assign_step_};
         for (std::size_t i = 0; i < batch.positions.size(); ++i) {
             if (ctx_.ledger.consume(batch.positions[i], slot->ticket(), ctx_.env.rank, assign_step_)) {
                 keep[i] = 1;
                 kept.push_back(batch.positions[i]);
-                kept_tokens += batch.lengths[i];
+                info.tokens += batch.lengths[i];
             }
         }
+        info.samples = kept.size();
         if (kept.size() < batch.positions.size())
             log::info("slot ticket {}: {} of {} samples were re-issued meanwhile and are skipped", slot->ticket(),
                       batch.positions.size() - kept.size(), batch.positions.size());
         log_.trained(ctx_.env.incarnation, assign_step_, kept);
-        totals_.samples += kept.size();
-        staged_steps_.push_back(assign_step_);
+        staged_.push_back(info);
         compute_.stage(std::move(*slot), std::move(batch), std::move(keep));
-        assign_tokens_ += kept_tokens;
-        if (assign_tokens_ >= per_step) {
+        if (++assigned_ == ctx_.derived.slots_per_rank) {
             ++assign_step_;
-            assign_tokens_ = 0;
+            assigned_ = 0;
         }
     }
     compute_.poll();
-    return compute_.staged() > 0;
 }
 
-void Drafter::train_one_batch() {
-    const std::uint64_t s = staged_steps_.front();
-    staged_steps_.pop_front();
-    auto t0 = Clock::now();
-    BatchResult r = compute_.train_one();
-    stats_.busy_ns += static_cast<std::uint64_t>(ms_since(t0) * 1e6);
-    totals_.add(r);
-    tokens_total_ += r.tokens;
-    stats_.tokens += r.tokens;
-    stats_.slots += 1;
-    accumulating_ = true;
-    // Step s is complete once no staged batch belongs to it and the assigner has moved on.
-    const bool complete = staged_steps_.empty() ? assign_step_ > s : staged_steps_.front() != s;
-    if (complete) finish_step(s);
+// True when the oldest staged slot is a training slot of this step; false when this rank gets
+// no more slots in this round (no data left on its machine, or a stop).
+bool Drafter::next_training_batch(RoundStats& r) {
+    for (;;) {
+        fill_pipeline(r);
+        if (!staged_.empty()) return true;
+        if (exhausted() || stop_requested() || gang_stopping_) return false;
+        if (ctx_.ring.stopping()) return false;  // drained: nothing READY is left
+        ctx_.publish(stats_);
+    }
 }
 
-void Drafter::finish_step(std::uint64_t step) {
-    StepResult r = compute_.optimizer_step(step);
+RoundStats Drafter::gather_and_train() {
+    RoundStats r(positions_, gang_.world());
+    const std::uint32_t quota = ctx_.derived.slots_per_rank;
+    const bool gang = gang_.world() > 1;
+    bool synced = false;
+    while (r.slots < quota && next_training_batch(r)) {
+        const StagedSlot s = staged_.front();
+        staged_.pop_front();
+        const bool last = r.slots + 1 == quota;
+        auto t0 = Clock::now();
+        BatchResult b = compute_.train_one(gang && last);
+        synced = gang && last && compute_.synced();
+        stats_.busy_ns += static_cast<std::uint64_t>(ms_since(t0) * 1e6);
+        r.add(b);
+        r.slots += 1;
+        r.samples += static_cast<double>(s.samples);
+        r.tokens += static_cast<double>(s.tokens);
+        stats_.tokens += s.tokens;
+        stats_.samples += s.samples;
+        stats_.slots += 1;
+    }
+    // Every rank takes part in exactly one gradient sum per round, with or without data.
+    if (gang && !synced) r.sync_ms += compute_.sync_grads();
+    r.exhausted = exhausted() ? 1 : 0;
+    r.stop_run = ctx_.ring.stopping() ? 1 : 0;
+    r.stop_self = stop_requested() ? 1 : 0;
+    return r;
+}
+
+void Drafter::apply_step(const RoundStats& g, const RoundStats& local, double stats_ms) {
+    const std::uint64_t step = step_ + 1;
+    tokens_done_ += static_cast<std::uint64_t>(g.tokens);
+    samples_done_ += static_cast<std::uint64_t>(g.samples);
+    const double lr = lr_.at(step, tokens_done_, warmup_end_tokens_);
+    const StepResult r = compute_.optimizer_step(lr, g.weight_sum);
     step_ = step;
-    accumulating_ = false;
+    if (step == lr_.warmup_steps) warmup_end_tokens_ = tokens_done_;
     stats_.step = step;
-    stats_.samples += totals_.samples;
-    stats_.loss = totals_.weight_sum > 0 ? totals_.loss_sum / totals_.weight_sum : 0;
-    if (step % ctx_.cfg.train.log_every == 0) write_metrics(step, totals_, r);
-    totals_ = StepTotals{};
+    stats_.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0;
+    if (step % ctx_.cfg.train.log_every == 0) write_metrics(g, local, r, lr, stats_ms);
     step_start_ = Clock::now();
     if (step % ctx_.cfg.train.checkpoint_every == 0) checkpoint(step);
     ctx_.publish(stats_);
 }
 
-void Drafter::write_metrics(std::uint64_t step, const StepTotals& t, const StepResult& r) {
+void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms) {
     std::vector<double> acc;
-    for (std::size_t i = 0; i < t.correct.size(); ++i) acc.push_back(t.counted[i] > 0 ? t.correct[i] / t.counted[i] : 0.0);
-    const double accept = acc.empty() ? 0.0 : expected_accept_length(acc.data(), acc.size());
+    for (std::size_t i = 0; i < g.correct.size(); ++i) acc.push_back(g.counted[i] > 0 ? g.correct[i] / g.counted[i] : 0.0);
+    const double accept = expected_accept_length(acc.data(), acc.size());
     stats_.accept_len = accept;
+    if (!metrics_) return;
     const double step_ms = ms_since(step_start_);
     const Occupancy o = ctx_.ring.occupancy();
-    std::string accs;
-    for (double a : acc) accs += fmt::format("{}{:.4f}", accs.empty() ? "" : ",", a);
-    metrics_.append(fmt::format(
-        "{{\"step\":{},\"time\":{:.3f},\"loss\":{:.6f},\"acc\":[{}],\"accept_len\":{:.4f},\"lr\":{:.6g},"
-        "\"grad_norm\":{:.4f},\"tokens\":{},\"tokens_total\":{},\"samples\":{},\"batches\":{},\"step_ms\":{:.2f},"
-        "\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.2f},\"h2d_ms\":{:.2f},\"compute_ms\":{:.2f},"
-        "\"ring\":{{\"free\":{},\"writing\":{},\"ready\":{},\"reading\":{}}},\"device_peak_bytes\":{},"
-        "\"incarnation\":{}}}",
-        step, std::chrono::duration<double>(Clock::now() - run_start_).count(),
-        t.weight_sum > 0 ? t.loss_sum / t.weight_sum : 0.0, accs, accept, r.lr, r.grad_norm, t.tokens, tokens_total_,
-        t.samples, t.batches, step_ms, step_ms > 0 ? double(t.tokens) / (step_ms / 1000.0) : 0.0, t.wait_ms, t.h2d_ms,
-        t.compute_ms, o.free, o.writing, o.ready, o.reading, r.device_peak_bytes, ctx_.env.incarnation));
+    const LedgerInfo& info = ctx_.ledger.info();
+    json m = {
+        {"step", step_},
+        {"time", std::chrono::duration<double>(Clock::now() - run_start_).count()},
+        {"loss", g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0},
+        {"acc", acc},
+        {"accept_len", accept},
+        {"lr", lr},
+        {"lr_progress", lr_.progress(step_, tokens_done_, warmup_end_tokens_)},
+        {"grad_norm", s.grad_norm},
+        {"tokens", g.tokens},
+        {"tokens_total", tokens_done_},
+        {"samples", g.samples},
+        {"samples_total", samples_done_},
+        {"slots", g.slots},
+        {"epoch", info.tokens_per_epoch ? double(tokens_done_) / double(info.tokens_per_epoch) : 0.0},
+        {"step_ms", step_ms},
+        {"tokens_per_s", step_ms > 0 ? g.tokens / (step_ms / 1000.0) : 0.0},
+        {"data_wait_ms", local.wait_ms[gang_.rank()]},
+        {"h2d_ms", local.h2d_ms},
+        {"compute_ms", local.compute_ms},
+        {"ring", {{"free", o.free}, {"writing", o.writing}, {"ready", o.ready}, {"reading", o.reading}}},
+        {"device_peak_bytes", s.device_peak_bytes},
+        {"incarnation", ctx_.env.incarnation},
+        {"world", gang_.world()},
+    };
+    if (gang_.world() > 1) {
+        m["rank_data_wait_ms"] = g.wait_ms;
+        m["allreduce_ms"] = local.sync_ms;  // gradient sum as the master saw it (exposed, not hidden by backward)
+        m["stats_allreduce_ms"] = stats_ms;
+    }
+    metrics_->append(m.dump());
 }
 
 void Drafter::checkpoint(std::uint64_t step) {
     if (step == checkpointed_) return;
     auto t0 = Clock::now();
-    log_.sync();  // every sample of steps <= step is on disk before the checkpoint exists
-    const auto tmp = store_.begin(step);
-    compute_.save(tmp);
-    {
-        std::ofstream st(tmp / "state.json");
-        st << fmt::format("{{\"step\":{},\"incarnation\":{},\"tokens_total\":{}}}\n", step, ctx_.env.incarnation,
-                          tokens_total_);
+    // Exactly once (DESIGN.md invariant 4): every rank's train records of steps <= step are on
+    // disk before the checkpoint exists; samples turn durable only after it exists.
+    log_.sync();
+    barrier();
+    const GangPlace& p = gang_.place();
+    if (p.is_master()) {
+        const auto tmp = store_.begin(step);
+        compute_.save(tmp);
+        const json st = {{"step", step}, {"incarnation", ctx_.env.incarnation}, {"tokens_total", tokens_done_},
+                         {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_},
+                         {"world", gang_.world()}};
+        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.commit(step, tmp);
     }
-    store_.commit(step, tmp);
+    barrier();
+    if (p.is_local_leader() && p.node_rank != 0) {
+        // The other machines record that the master committed `step` (the weights stay with the
+        // master); their supervisors rebuild a lost ledger from it and their train logs.
+        const auto tmp = store_.begin(step);
+        const json st = {{"step", step}, {"marker", true}, {"weights", "on machine 0 (the master)"}};
+        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.commit(step, tmp);
+    }
     checkpointed_ = step;
     log_.checkpoint(ctx_.env.incarnation, step);
     const std::uint64_t n = ctx_.ledger.make_durable(ctx_.env.rank, step);
@@ -214,9 +358,8 @@ int Drafter::run() {
     restore();
     mark_started();
     ctx_.publish(stats_, true);
-    const std::uint64_t total = ctx_.ledger.total();
     const std::uint64_t max_steps = ctx_.cfg.train.max_steps;
-    bool done = false;
+    bool done = false, stopped_by_peer = false, run_stops = false;
     for (;;) {
         if (max_steps && step_ >= max_steps) {
             // [train] max_steps: the run ends here even if the data has more epochs; batches
@@ -225,36 +368,55 @@ int Drafter::run() {
             done = true;
             break;
         }
-        const bool have = fill_pipeline();
-        if (have) {
-            train_one_batch();
-            continue;
-        }
-        if (ctx_.ledger.consumed_or_durable() >= total) {
+        RoundStats local = gather_and_train();
+        RoundStats global = local;
+        std::vector<double> v = local.pack();
+        const auto t0 = Clock::now();
+        gang_.allreduce_sum(v);
+        const double stats_ms = ms_since(t0);
+        global.unpack(v);
+        if (global.slots > 0) apply_step(global, local, stats_ms);
+        else compute_.discard_grads();
+        const auto world = static_cast<double>(gang_.world());
+        if (global.slots == 0 && global.exhausted == world) {
             done = true;
             break;
         }
-        if (stop_requested() || ctx_.ring.stopping()) break;
+        const bool stopping = global.stop_run > 0 || global.stop_self > 0;
+        if (stopping && !gang_stopping_) {
+            gang_stopping_ = true;  // no new slots from here on; drain what is staged (and READY, locally stopping)
+            if (local.stop_run == 0 && local.stop_self == 0)
+                log::info("another drafter rank stops ({}): finishing the staged slots and checkpointing",
+                          global.stop_run > 0 ? "its machine stops the run" : "it was asked to stop");
+        }
+        if (gang_stopping_ && global.slots == 0) {
+            stopped_by_peer = local.stop_run == 0 && local.stop_self == 0;
+            run_stops = global.stop_run > 0;
+            break;
+        }
         ctx_.publish(stats_);
     }
-    // Gradients of a partial step go in rather than being lost: every consumed sample is in the
-    // final weights.
-    if (accumulating_ && !(max_steps && step_ >= max_steps)) finish_step(assign_step_);
+    // The last step is checkpointed: every consumed sample is in the final weights (or re-issued).
     checkpoint(step_);
     if (done) {
-        const auto out = ctx_.derived.export_dir;
-        compute_.export_model(out);
-        ctx_.ledger.set_done();
-        log::info("trained every epoch ({} optimizer steps); drafter exported to {}", step_, out.string());
+        if (gang_.place().is_master()) {
+            const auto out = ctx_.derived.export_dir;
+            compute_.export_model(out);
+            log::info("trained every epoch ({} optimizer steps); drafter exported to {}", step_, out.string());
+        }
+        barrier();  // the export exists before any machine reports its run complete
+        if (gang_.place().is_local_leader()) ctx_.ledger.set_done();
+        if (!gang_.place().is_master()) log::info("trained every epoch ({} optimizer steps)", step_);
     } else {
         log::info("stopped at step {} (checkpointed)", step_);
     }
     ctx_.publish(stats_, true);
-    return kExitOk;
+    if (!stopped_by_peer || ctx_.ring.stopping()) return exit_code::kOk;
+    return run_stops ? exit_code::kGangStopped : exit_code::kGangRestart;
 }
 
 } // namespace
 
-int run_drafter(Context& ctx, DrafterCompute& compute) { return Drafter(ctx, compute).run(); }
+int run_drafter(Context& ctx, DrafterCompute& compute, Gang& gang) { return Drafter(ctx, compute, gang).run(); }
 
 } // namespace hsring::worker

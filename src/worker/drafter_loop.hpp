@@ -1,9 +1,24 @@
 #pragma once
-// The drafter worker's loop: restore the latest checkpoint, re-issue what died with earlier
-// weights, then keep up to [drafter] inflight_slots batches staged (the oldest READY slots,
-// copied out and released as soon as their copy completes), train them, step the optimizer
-// every [train] tokens_per_step, checkpoint, and finish when every epoch is trained.
+// The drafter worker's loop. Every drafter rank of the run (one or more per machine, DESIGN.md
+// invariant 9) runs it in lockstep with the others; one round per optimizer step:
+//
+//   1. gather + train: take this rank's share of the step, [train] slots_per_rank training slots
+//      (the oldest READY slots of this machine's ring, copied out and released as soon as their
+//      copy completes, up to [drafter] inflight_slots staged), forward + backward each; fewer
+//      when this machine's data is exhausted or the run stops.
+//   2. gradient sync (a collective): the accumulated gradients are summed over the gang, inside
+//      the backward of the step's last batch (overlapped) or afterwards.
+//   3. stats (a collective): loss and weight sums, tokens, slots, flags of every rank.
+//   4. if any rank trained something: the optimizer step (gradients / the global weight sum, so N
+//      ranks make exactly the update one rank would on the same global batch), metrics,
+//      checkpoints every [train] checkpoint_every steps (collective: train logs synced, the
+//      master commits, then each rank makes its samples durable).
+//   The run ends when every rank is out of data (or at [train] max_steps, or when a rank stops).
+// At start the ranks agree on the step to resume from (the oldest latest checkpoint of any
+// machine), the master loads it and sends its state to every rank, and each rank re-issues what
+// it consumed after that step.
 #include "worker/context.hpp"
+#include "distributed/gang.hpp"
 #include "worker/packer.hpp"
 
 #include <cstdint>
@@ -12,6 +27,8 @@
 
 namespace hsring::worker {
 
+using distributed::Gang;
+
 struct BatchResult {
     double loss_sum = 0;       // weighted loss summed over counted positions
     double weight_sum = 0;     // total weight (the loss mean is loss_sum / weight_sum)
@@ -19,35 +36,51 @@ struct BatchResult {
     std::uint64_t tokens = 0;  // context tokens of the batch
     double h2d_ms = 0;         // time the staging copy took (device path)
     double compute_ms = 0;
+    double sync_ms = 0;        // gradient sync inside this batch's backward (its last micro-batch)
 };
 
 struct StepResult {
-    double lr = 0, grad_norm = 0;
+    double grad_norm = 0;
     std::uint64_t device_peak_bytes = 0;
 };
 
 class DrafterCompute {
 public:
     virtual ~DrafterCompute() = default;
-    // Loads a committed checkpoint directory, or initialises fresh weights when null.
+    // The master (and a single rank): loads a committed checkpoint directory, or initialises
+    // fresh weights ([drafter] init or random) when null.
     virtual void restore(const std::filesystem::path* checkpoint) = 0;
+    // Every other rank: builds the model to receive the master's state.
+    virtual void prepare_replica() = 0;
+    // Collective (world > 1): every rank takes the master's weights and optimizer state.
+    virtual void broadcast_state() = 0;
     // Takes the slot: copies its payload (and the batch) into an in-flight buffer and releases
     // the slot as soon as the copy completes (now, or from poll()/train_one()). keep[i] == 0:
     // sample i must not be trained (its ledger entry was re-issued).
     virtual void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) = 0;
     virtual std::size_t staged() const = 0;
     // Forward + backward on the oldest staged batch; gradients accumulate until optimizer_step.
-    virtual BatchResult train_one() = 0;
-    // Applies the accumulated gradients as optimizer step `step` (1-based; sets the LR).
-    virtual StepResult optimizer_step(std::uint64_t step) = 0;
-    // Writes everything a restart needs into `dir`.
+    // sync_grads: it is the step's last batch: sum the accumulated gradients over the gang in its
+    // backward (a collective; see synced()).
+    virtual BatchResult train_one(bool sync_grads) = 0;
+    // Whether the last train_one(true) did sum the gradients (false when its last micro-batch had
+    // no block to train: then sync_grads() must run).
+    virtual bool synced() const = 0;
+    // Collective: sums the accumulated gradients over the gang now (the step's last batch did not).
+    // Returns the milliseconds it took.
+    virtual double sync_grads() = 0;
+    // Applies the (summed) gradients divided by the gang's total loss weight, at learning rate lr.
+    virtual StepResult optimizer_step(double lr, double weight_sum) = 0;
+    // Drops accumulated gradients (a round in which no rank trained anything).
+    virtual void discard_grads() = 0;
+    // Writes everything a restart needs into `dir` (master only).
     virtual void save(const std::filesystem::path& dir) = 0;
-    // The trained drafter in the format users load (HF directory).
+    // The trained drafter in the format users load (HF directory; master only).
     virtual void export_model(const std::filesystem::path& dir) = 0;
     // Releases slots whose copies have completed.
     virtual void poll() {}
 };
 
-int run_drafter(Context& ctx, DrafterCompute& compute);
+int run_drafter(Context& ctx, DrafterCompute& compute, Gang& gang);
 
 } // namespace hsring::worker

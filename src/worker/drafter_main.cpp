@@ -1,7 +1,9 @@
-// hsring-drafter --config FILE --run-dir DIR: the drafter worker (CONTRACT.md). Trains the
-// DFlash drafter on hidden states from the ring, checkpoints, exports.
+// hsring-drafter --config FILE --run-dir DIR: the drafter worker (CONTRACT.md). Joins the
+// data-parallel gang of the run's drafter ranks (alone when there is one), trains the DFlash
+// drafter on hidden states from the ring, checkpoints, exports.
 #include "hsring/error.hpp"
 #include "worker/context.hpp"
+#include "worker/gang_options.hpp"
 #include "worker/torch_drafter.hpp"
 
 namespace {
@@ -9,9 +11,13 @@ namespace {
 int body(int argc, char** argv) {
     using namespace hsring::worker;
     auto ctx = Context::open(argc, argv);
-    if (ctx->env.role != WorkerRole::Drafter) hsring::fail("hsring-drafter runs the drafter; targets are hsring-target");
-    TorchDrafter compute(*ctx);
-    return run_drafter(*ctx, compute);  // marks started once the checkpoint is restored
+    if (ctx->env.role != hsring::WorkerRole::Drafter) hsring::fail("hsring-drafter runs the drafter; targets are hsring-target");
+    // A gang restarted after a failure retries its rendezvous as a restartable failure; the first
+    // start of a run reports an unreachable master or a mismatch as a user error (exit 3).
+    if (ctx->env.gang_generation > 1) mark_started();
+    auto gang = hsring::distributed::open_gang(gang_options(*ctx));
+    TorchDrafter compute(*ctx, *gang);
+    return run_drafter(*ctx, compute, *gang);  // marks started once the checkpoint is restored
 }
 
 } // namespace

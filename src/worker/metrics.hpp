@@ -20,8 +20,5 @@ private:
     int fd_ = -1;
 };
 
-// DFlash's expected acceptance length from per-position accuracies a_1..a_{B-1}: the bonus
-// token plus the expected run of consecutive correct drafts, 1 + sum_k prod_{j<=k} a_j.
-double expected_accept_length(const double* acc, std::size_t n);
 
 } // namespace hsring::worker

@@ -13,22 +13,15 @@ std::vector<std::int64_t> PackedBatch::cu_seqlens() const {
 }
 
 Packer::Packer(const data::Dataset& data, Ledger& ledger, std::uint64_t slot_tokens, std::uint32_t max_samples)
-    : data_(data), ledger_(ledger), slot_tokens_(slot_tokens), max_samples_(max_samples) {
-    if (ledger.info().samples != data.size())
-        fail("the ledger has {} samples per epoch but the data set {} has {}: the run's ring belongs to other data",
-             ledger.info().samples, data.source(), data.size());
+    : data_(data), ledger_(ledger), slot_tokens_(slot_tokens), max_samples_(max_samples),
+      order_(data.size(), ledger.info().seed, ledger.info().shuffle, ledger.info().nnodes, ledger.info().node_rank) {
+    if (ledger.info().dataset_samples != data.size() || order_.share() != ledger.info().samples)
+        fail("the ledger has {} samples per epoch (machine {} of {}) but the data set {} has {}: the run's ring "
+             "belongs to other data", ledger.info().samples, ledger.info().node_rank, ledger.info().nnodes,
+             data.source(), data.size());
 }
 
-std::uint32_t Packer::sample_of(std::uint64_t pos) {
-    const LedgerInfo& info = ledger_.info();
-    const auto epoch = static_cast<std::uint32_t>(pos / info.samples);
-    auto it = orders_.find(epoch);
-    if (it == orders_.end()) {
-        if (orders_.size() > 2) orders_.clear();  // targets move forward: keep a couple of epochs
-        it = orders_.emplace(epoch, data::epoch_order(info.samples, info.seed, epoch, info.shuffle)).first;
-    }
-    return it->second[pos % info.samples];
-}
+std::uint32_t Packer::sample_of(std::uint64_t pos) { return order_.sample_of(pos); }
 
 PackedBatch Packer::pack(std::uint64_t ticket) {
     PackedBatch b;

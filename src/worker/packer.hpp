@@ -8,7 +8,6 @@
 #include "hsring/ring.hpp"
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace hsring::worker {
@@ -38,7 +37,7 @@ private:
     Ledger& ledger_;
     std::uint64_t slot_tokens_;
     std::uint32_t max_samples_;
-    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> orders_;  // epoch -> order
+    data::ShardOrder order_;  // this machine's share of each epoch
 };
 
 // The batch's samples, tokens and mask into a claimed slot's metadata (counts included).

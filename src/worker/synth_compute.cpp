@@ -39,11 +39,42 @@ void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
     }
 }
 
+void SynthDrafter::Sum::add(std::uint64_t x) {
+    for (int i = 0; i < 4; ++i) limbs[i] += static_cast<double>((x >> (16 * i)) & 0xffff);
+    count += 1;
+}
+
+std::uint64_t SynthDrafter::Sum::value() const {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 4; ++i) v += static_cast<std::uint64_t>(limbs[i]) << (16 * i);  // mod 2^64
+    return v;
+}
+
+std::uint64_t SynthDrafter::mix_of(std::uint32_t node_rank, std::uint64_t pos) {
+    return synth_mix(pos ^ (std::uint64_t{node_rank} << 48));
+}
+
 void SynthDrafter::restore(const std::filesystem::path* checkpoint) {
-    state_sum_ = state_count_ = accum_sum_ = accum_count_ = 0;
+    state_sum_ = state_count_ = 0;
+    accum_ = Sum{};
     if (!checkpoint) return;
     std::ifstream in(*checkpoint / "synth_state.txt");
     if (!(in >> state_sum_ >> state_count_)) fail("{}: no synth_state.txt: not a synthetic-mode checkpoint", checkpoint->string());
+}
+
+void SynthDrafter::broadcast_state() {
+    // The master's state, split into exact limbs (the others contribute zeros).
+    Sum s;
+    if (gang_.place().is_master()) {
+        for (int i = 0; i < 4; ++i) s.limbs[i] = static_cast<double>((state_sum_ >> (16 * i)) & 0xffff);
+        s.count = static_cast<double>(state_count_);
+    }
+    std::vector<double> v(s.limbs, s.limbs + 4);
+    v.push_back(s.count);
+    gang_.allreduce_sum(v);
+    std::copy(v.begin(), v.begin() + 4, s.limbs);
+    state_sum_ = s.value();
+    state_count_ = static_cast<std::uint64_t>(v[4]);
 }
 
 void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
@@ -67,22 +98,38 @@ void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     staged_.push_back(std::move(s));
 }
 
-BatchResult SynthDrafter::train_one() {
+BatchResult SynthDrafter::train_one(bool sync_grads) {
     Staged s = std::move(staged_.front());
     staged_.pop_front();
     if (step_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms_));
-    for (std::uint64_t p : s.positions) accum_sum_ += synth_mix(p);
-    accum_count_ += s.positions.size();
+    for (std::uint64_t p : s.positions) accum_.add(mix_of(node_rank_, p));
     BatchResult r;
     r.tokens = s.tokens;
     r.compute_ms = step_ms_;
+    // A sample's "loss weight" is one: the step's weight sum counts the samples trained.
+    r.weight_sum = static_cast<double>(s.positions.size());
+    synced_ = false;
+    if (sync_grads && gang_.world() > 1) r.sync_ms = sync_grads_now();
     return r;
 }
 
-StepResult SynthDrafter::optimizer_step(std::uint64_t) {
-    state_sum_ += accum_sum_;
-    state_count_ += accum_count_;
-    accum_sum_ = accum_count_ = 0;
+double SynthDrafter::sync_grads() { return sync_grads_now(); }
+
+double SynthDrafter::sync_grads_now() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<double> v(accum_.limbs, accum_.limbs + 4);
+    v.push_back(accum_.count);
+    gang_.allreduce_sum(v);
+    std::copy(v.begin(), v.begin() + 4, accum_.limbs);
+    accum_.count = v[4];
+    synced_ = true;
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+StepResult SynthDrafter::optimizer_step(double, double) {
+    state_sum_ += accum_.value();
+    state_count_ += static_cast<std::uint64_t>(accum_.count);
+    accum_ = Sum{};
     return {};
 }
 

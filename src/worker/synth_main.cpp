@@ -1,11 +1,13 @@
 // hsring-synth-worker --role target|drafter --config FILE --run-dir DIR: the [run] mode =
-// "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No torch, no CUDA.
+// "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No model and no CUDA; data-parallel
+// drafter ranks form their gang over c10d (Gloo) like the real drafters.
 //   HSRING_SYNTH_STEP_MS=N  simulate N ms of compute per drafter batch (tests kill mid-step)
 //   HSRING_SYNTH_FAIL=ROLE  exit 1 at start when this worker has that role (crash-loop drills)
 //   HSRING_SYNTH_WRITE_MS=N hold each slot WRITING N ms (tests kill a target mid-write)
 //   HSRING_SYNTH_STAGE_MS=N hold each slot READING N ms (tests kill the drafter mid-read)
 #include "hsring/log.hpp"
 #include "worker/context.hpp"
+#include "worker/gang_options.hpp"
 #include "worker/synth_compute.hpp"
 
 #include <cstdlib>
@@ -17,12 +19,12 @@ int body(int argc, char** argv) {
     using namespace hsring::worker;
     auto ctx = Context::open(argc, argv);
     const char* fail_role = std::getenv("HSRING_SYNTH_FAIL");
-    const std::string role = ctx->env.role == WorkerRole::Target ? "target" : "drafter";
+    const std::string role = hsring::to_string(ctx->env.role);
     if (fail_role && role == fail_role) {
         hsring::log::error("HSRING_SYNTH_FAIL={}: failing on purpose", fail_role);
         return kExitFailure;
     }
-    if (ctx->env.role == WorkerRole::Target) {
+    if (ctx->env.role == hsring::WorkerRole::Target) {
         mark_started();
         const char* wms = std::getenv("HSRING_SYNTH_WRITE_MS");
         SynthTarget t(ctx->ring.geometry(), wms ? std::atof(wms) : 0.0);
@@ -30,8 +32,12 @@ int body(int argc, char** argv) {
     }
     const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");
     const char* sms = std::getenv("HSRING_SYNTH_STAGE_MS");
-    SynthDrafter d(ctx->ring.geometry(), ms ? std::atof(ms) : 0.0, sms ? std::atof(sms) : 0.0);
-    return run_drafter(*ctx, d);
+    if (ctx->env.gang_generation > 1) mark_started();  // see drafter_main.cpp
+    auto options = gang_options(*ctx);
+    options.cuda = false;  // synthetic drafters compute nothing on a GPU: Gloo
+    auto gang = hsring::distributed::open_gang(options);
+    SynthDrafter d(ctx->ring.geometry(), *gang, ctx->env.gang.node_rank, ms ? std::atof(ms) : 0.0, sms ? std::atof(sms) : 0.0);
+    return run_drafter(*ctx, d, *gang);
 }
 
 } // namespace

@@ -9,7 +9,7 @@ namespace {
 int body(int argc, char** argv) {
     using namespace hsring::worker;
     auto ctx = Context::open(argc, argv);
-    if (ctx->env.role != WorkerRole::Target) hsring::fail("hsring-target runs targets; the drafter is hsring-drafter");
+    if (ctx->env.role != hsring::WorkerRole::Target) hsring::fail("hsring-target runs targets; the drafter is hsring-drafter");
     TorchTarget compute(*ctx);
     mark_started();
     return run_target(*ctx, compute);

@@ -8,7 +8,7 @@
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/target.hpp"
-#include "worker/lr_schedule.hpp"
+#include "distributed/gradient_sync.hpp"
 #include "worker/torch_util.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -58,7 +58,9 @@ struct TorchDrafter::Impl {
     model::TargetHead head;
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;
-    LrSchedule lr;
+    distributed::Gang& gang;
+    std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
+    bool synced = false;               // the last train_one(true) summed the gradients
     model::DFlashLossOptions loss_opts;
     std::vector<at::Tensor> buffers;   // inflight_slots device buffers
     std::vector<bool> buffer_busy;
@@ -69,8 +71,8 @@ struct TorchDrafter::Impl {
     std::optional<c10::cuda::CUDAStream> copy_stream;
 #endif
 
-    Impl(Context& c)
-        : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
+    Impl(Context& c, distributed::Gang& gang_)
+        : ctx(c), gang(gang_), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
           dcfg(model::dflash_config_for(c.derived.target, static_cast<int>(c.cfg.drafter.num_layers),
                                         static_cast<int>(c.cfg.drafter.block_size), c.derived.mask_token_id,
                                         c.derived.layer_ids)) {
@@ -80,10 +82,6 @@ struct TorchDrafter::Impl {
         loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);
         loss_opts.gamma = c.cfg.train.loss_decay_gamma;
         loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
-        const TrainConfig& t = c.cfg.train;
-        lr = LrSchedule{t.lr, t.min_lr_ratio, t.warmup_steps, t.max_steps};
-        if (!lr.total_steps && c.ledger.info().tokens_per_epoch)
-            lr.total_steps = c.ledger.info().tokens_per_epoch * c.ledger.info().epochs / c.derived.tokens_per_step;
         const RingGeometry& g = c.ring.geometry();
         for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
             buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},
@@ -98,14 +96,23 @@ struct TorchDrafter::Impl {
 #endif
     }
 
+    // After the model exists (restore or replica): the optimizer, and the gang's gradient sums
+    // over exactly these parameter tensors.
     void make_optimizer() {
-        torch::optim::AdamWOptions o(lr.peak);
+        torch::optim::AdamWOptions o(ctx.cfg.train.lr);
         o.betas({ctx.cfg.train.beta1, ctx.cfg.train.beta2}).eps(ctx.cfg.train.eps).weight_decay(ctx.cfg.train.weight_decay);
         optimizer = std::make_unique<torch::optim::AdamW>(drafter->parameters(), o);
+        if (auto* c10d = dynamic_cast<distributed::C10dGang*>(&gang))
+            sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->parameters());
+    }
+    void describe() const {
+        std::int64_t n = 0;
+        for (const auto& p : drafter->parameters()) n += p.numel();
+        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}", dcfg.num_layers, double(n) / 1e6, device.str());
     }
 };
 
-TorchDrafter::TorchDrafter(Context& ctx) : impl_(std::make_unique<Impl>(ctx)) {}
+TorchDrafter::TorchDrafter(Context& ctx, distributed::Gang& gang) : impl_(std::make_unique<Impl>(ctx, gang)) {}
 TorchDrafter::~TorchDrafter() = default;
 
 void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
@@ -127,9 +134,52 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         m.make_optimizer();
     }
     m.drafter->train();
-    std::int64_t n = 0;
-    for (const auto& p : m.drafter->parameters()) n += p.numel();
-    log::info("drafter: {} layers, {:.1f} M trainable parameters on {}", m.dcfg.num_layers, double(n) / 1e6, m.device.str());
+    m.describe();
+}
+
+void TorchDrafter::prepare_replica() {
+    Impl& m = *impl_;
+    // Any weights do: the master's replace them (broadcast_state).
+    m.drafter = model::DFlashDrafter(m.dcfg, m.ctx.cfg.run.seed, m.device);
+    m.make_optimizer();
+    m.drafter->train();
+    m.describe();
+}
+
+void TorchDrafter::broadcast_state() {
+    Impl& m = *impl_;
+    if (!m.sync) return;
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> params = m.drafter->parameters();
+    // AdamW's state exists once the master made a step (a restored checkpoint): the others make
+    // room for it, then every state tensor is sent like the weights.
+    double has_state = m.optimizer->state().empty() ? 0.0 : 1.0;
+    m.gang.allreduce_max({&has_state, 1});
+    std::vector<at::Tensor> tensors = params;
+    if (has_state > 0) {
+        for (auto& p : params) {
+            auto& slot = m.optimizer->state()[p.unsafeGetTensorImpl()];
+            if (!slot) {
+                auto st = std::make_unique<torch::optim::AdamWParamState>();
+                st->step(0);
+                st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+                st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+                slot = std::move(st);
+            }
+            auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+            tensors.push_back(st.exp_avg());
+            tensors.push_back(st.exp_avg_sq());
+        }
+        std::vector<double> steps;
+        for (auto& p : params)
+            steps.push_back(double(static_cast<torch::optim::AdamWParamState&>(*m.optimizer->state()[p.unsafeGetTensorImpl()]).step()));
+        if (!m.gang.place().is_master()) std::fill(steps.begin(), steps.end(), 0.0);
+        m.gang.allreduce_sum(steps);
+        for (std::size_t i = 0; i < params.size(); ++i)
+            static_cast<torch::optim::AdamWParamState&>(*m.optimizer->state()[params[i].unsafeGetTensorImpl()])
+                .step(static_cast<std::int64_t>(steps[i]));
+    }
+    m.sync->broadcast(tensors);
 }
 
 void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
@@ -177,7 +227,7 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
 
 std::size_t TorchDrafter::staged() const { return impl_->staged.size(); }
 
-BatchResult TorchDrafter::train_one() {
+BatchResult TorchDrafter::train_one(bool sync_grads) {
     Impl& m = *impl_;
     Impl::Staged s = std::move(m.staged.front());
     m.staged.pop_front();
@@ -196,9 +246,11 @@ BatchResult TorchDrafter::train_one() {
     // micro-batch's first sample, so a redelivered or re-produced batch draws the same blocks.
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
+    m.synced = false;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;  // sequences [first, last)
         while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
+        const bool final_micro_batch = last + 1 == cu.size();
         const std::int64_t begin = cu[first], len = cu[last] - cu[first];
         std::vector<std::int64_t> sub;
         for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
@@ -206,7 +258,23 @@ BatchResult TorchDrafter::train_one() {
                                  s.loss_mask.narrow(0, begin, len), sub};
         at::Generator gen = at::detail::createCPUGenerator(mix64(m.ctx.cfg.run.seed ^ s.batch.positions[first]));
         model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
-        if (loss.num_blocks > 0) loss.loss_sum.backward();
+        if (loss.num_blocks > 0) {
+            // The step's last backward sums the accumulated gradients over the gang, bucket by
+            // bucket while the rest of the backward runs.
+            const bool arm = sync_grads && final_micro_batch && m.sync;
+            if (arm) m.sync->arm(loss.loss_sum);
+            const auto b0 = Clock::now();
+            try {
+                loss.loss_sum.backward();
+            } catch (const std::exception& e) {
+                if (!arm) throw;
+                fail("the drafter gang broke while summing gradients (a peer rank died or hung): {}", e.what());
+            }
+            if (arm) {
+                m.synced = true;
+                r.sync_ms = ms_since(b0);
+            }
+        }
         r.loss_sum += loss.loss_sum.item<double>();
         r.weight_sum += loss.weight_sum.item<double>();
         auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
@@ -226,16 +294,33 @@ BatchResult TorchDrafter::train_one() {
     return r;
 }
 
-StepResult TorchDrafter::optimizer_step(std::uint64_t step) {
+bool TorchDrafter::synced() const { return impl_->synced; }
+
+double TorchDrafter::sync_grads() {
+    Impl& m = *impl_;
+    if (!m.sync) return 0;
+    const auto t0 = Clock::now();
+    m.sync->reduce_now();
+    return ms_since(t0);
+}
+
+void TorchDrafter::discard_grads() {
+    impl_->optimizer->zero_grad();
+    impl_->step_weight = 0;
+}
+
+StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     Impl& m = *impl_;
     StepResult r;
-    r.lr = m.lr.at(step);
     for (auto& group : m.optimizer->param_groups())
-        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
-    if (m.step_weight > 0) {
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    if (weight_sum > 0) {
         torch::NoGradGuard no_grad;
+        // The gang's reducer averaged the ranks' sums: back to the sum, then the token-weighted mean
+        // over the whole global batch.
+        const double scale = (m.sync ? double(m.sync->world()) : 1.0) / weight_sum;
         for (auto& p : m.drafter->parameters())
-            if (p.grad().defined()) p.grad().div_(m.step_weight);
+            if (p.grad().defined()) p.grad().mul_(scale);
         const double clip = m.ctx.cfg.train.grad_clip;
         r.grad_norm = torch::nn::utils::clip_grad_norm_(m.drafter->parameters(), clip > 0 ? clip : 1e30);
         m.optimizer->step();

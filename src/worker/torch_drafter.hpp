@@ -8,7 +8,9 @@
 //
 // Precision: fp32 master parameters and AdamW state, bf16 compute on GPU (the model casts
 // weights in forward), fp32 on CPU. Gradient accumulation is token-weighted: each batch
-// back-propagates its summed weighted loss and the step divides by the step's total weight.
+// back-propagates its summed weighted loss and the step divides by the step's total weight over
+// the whole gang (distributed/gradient_sync.hpp sums the ranks' gradients in the step's last
+// backward), so N ranks make the update one rank would make on the same global batch.
 #include "worker/context.hpp"
 #include "worker/drafter_loop.hpp"
 
@@ -18,13 +20,18 @@ namespace hsring::worker {
 
 class TorchDrafter final : public DrafterCompute {
 public:
-    explicit TorchDrafter(Context& ctx);
+    TorchDrafter(Context& ctx, distributed::Gang& gang);
     ~TorchDrafter() override;
     void restore(const std::filesystem::path* checkpoint) override;
+    void prepare_replica() override;
+    void broadcast_state() override;
     void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) override;
     std::size_t staged() const override;
-    BatchResult train_one() override;
-    StepResult optimizer_step(std::uint64_t step) override;
+    BatchResult train_one(bool sync_grads) override;
+    bool synced() const override;
+    double sync_grads() override;
+    StepResult optimizer_step(double lr, double weight_sum) override;
+    void discard_grads() override;
     void save(const std::filesystem::path& dir) override;
     void export_model(const std::filesystem::path& dir) override;
 

@@ -24,17 +24,22 @@ std::string env_or(const char* key, const std::string& fallback) {
     return v && *v ? v : fallback;
 }
 
+std::uint32_t env_number(const char* key, std::uint32_t fallback) {
+    const char* v = std::getenv(key);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v, &end, 10);
+    if (end == v || *end || n > 0xffffffffUL) fail("{}={} is not a whole number", key, v);
+    return static_cast<std::uint32_t>(n);
+}
+
 } // namespace
 
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 
-std::uint32_t WorkerEnv::stats_index() const {
-    return role == WorkerRole::Target ? rank : Ledger::kDrafterStatsBase + rank;
-}
-
-WorkerEnv parse_worker_env(int argc, char** argv, const Derived* d) {
+WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg, const Derived* d) {
     WorkerEnv e;
-    std::string role = env_or("HSRING_ROLE", "");
+    std::string role = env_or(env::kRole, "");
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -50,14 +55,32 @@ WorkerEnv parse_worker_env(int argc, char** argv, const Derived* d) {
     else if (role == "drafter") e.role = WorkerRole::Drafter;
     else fail("the worker role must be target or drafter (--role or HSRING_ROLE), got '{}'", role);
     if (e.config_file.empty()) fail("--config FILE is required");
-    e.rank = static_cast<std::uint32_t>(std::atoi(env_or("HSRING_RANK", "0").c_str()));
-    e.incarnation = static_cast<std::uint32_t>(std::atoi(env_or("HSRING_INCARNATION", "1").c_str()));
-    e.name = env_or("HSRING_WORKER_NAME", role + "." + std::to_string(e.rank));
-    e.cuda = env_or("HSRING_DEVICE", "cpu") == "cuda";
-    e.supervisor = static_cast<pid_t>(std::atoi(env_or("HSRING_SUPERVISOR_PID", "0").c_str()));
+    e.rank = env_number(env::kRank, 0);
+    e.incarnation = env_number(env::kIncarnation, 1);
+    e.name = env_or(env::kWorkerName, role + "." + std::to_string(e.rank));
+    e.cuda = env_or(env::kDevice, "cpu") == "cuda";
+    e.supervisor = static_cast<pid_t>(env_number(env::kSupervisorPid, 0));
     const std::string ring_default = d ? d->ring_name : "", run_dir_default = d ? d->run_dir.string() : "";
-    e.ring = env_or("HSRING_RING", ring_default);
-    e.ledger = env_or("HSRING_LEDGER", Ledger::name_for_ring(e.ring));
+    e.ring = env_or(env::kRing, ring_default);
+    e.ledger = env_or(env::kLedger, Ledger::name_for_ring(e.ring));
+    // The gang: the supervisor passes the effective values (launcher variables and --node-rank
+    // applied); a drafter started by hand reads the config's [distributed] table.
+    const DistributedConfig dist = cfg ? cfg->distributed : DistributedConfig{};
+    const auto drafters = cfg ? static_cast<std::uint32_t>(cfg->topology.drafters.size()) : 1u;
+    e.gang.node_rank = env_number(env::kNodeRank, dist.node_rank);
+    e.gang.nnodes = env_number(env::kNnodes, dist.nnodes);
+    e.gang.local_world = env_number(env::kLocalWorld, drafters);
+    e.gang.local_rank = e.role == WorkerRole::Drafter ? e.rank : 0;
+    e.master_addr = env_or(env::kMasterAddr, dist.master_addr);
+    e.master_port = env_number(env::kMasterPort, dist.master_port);
+    e.gang_generation = env_number(env::kGangGeneration, 0);
+    if (const char* t = std::getenv(env::kDistTimeout); t && *t) e.dist_timeout_s = std::atof(t);
+    else e.dist_timeout_s = dist.timeout_s;
+    if (e.gang.nnodes == 0 || e.gang.node_rank >= e.gang.nnodes || e.gang.local_world == 0 ||
+        (e.role == WorkerRole::Drafter && e.gang.local_rank >= e.gang.local_world))
+        fail("inconsistent gang: machine {} of {}, drafter rank {} of {} on this machine ({}, {}, {}, {})",
+             e.gang.node_rank, e.gang.nnodes, e.gang.local_rank, e.gang.local_world, env::kNodeRank, env::kNnodes,
+             env::kRank, env::kLocalWorld);
     if (e.run_dir.empty()) e.run_dir = run_dir_default;
     if (e.ring.empty() || e.run_dir.empty()) fail("the ring name and run dir are unknown: start workers with `hsring run`");
     return e;

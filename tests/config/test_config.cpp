@@ -176,13 +176,86 @@ TEST_CASE("bad topologies are refused") {
         auto end = s.find("[ring]");
         return s.replace(b, end - b, t);
     };
-    CHECK(error_of(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\n")).find("GPU 0 appears twice") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\n")).find("GPU 0 is used twice (target.0 and target.1)") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = []\n")).find("[topology] drafters: must name at least one") != std::string::npos);
-    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [0]\n")).find("already taken") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [0]\n")).find("GPU 0 is used twice (target.0 and drafter.0)") != std::string::npos);
+    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, 2, 1]\n")).find("GPU 1 is used twice (drafter.0 and drafter.2)") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [\"gpu\"]\ndrafters = [1]\n")).find("GPU indices or \"cpu\"") != std::string::npos);
-    // Sharing is allowed when asked for.
+    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, \"cpu\"]\n")).find("mixes GPUs and \"cpu\"") != std::string::npos);
+    // Sharing is allowed when asked for: targets with targets, and a target with a drafter.
     Config c = parse_config(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\nallow_shared_gpus = true\n"), "t.toml");
     CHECK(c.topology.targets.size() == 2);
+    c = parse_config(topo("[topology]\ntargets = [0]\ndrafters = [0, 1]\nallow_shared_gpus = true\n"), "t.toml");
+    CHECK(c.topology.drafters.size() == 2);
+}
+
+TEST_CASE("data-parallel drafters: a step is whole slots shared out between every rank of every machine") {
+    auto steps = [](const char* drafters, const char* extra) {
+        std::string s = kMinimal;
+        s.replace(s.find("drafters = [\"cpu\"]"), std::string("drafters = [\"cpu\"]").size(), drafters);
+        s.insert(s.find("[data]"), extra);
+        Config c = parse_config(s, "t.toml");
+        return derive(c, preset_shape("tiny"));
+    };
+    Derived d = steps("drafters = [\"cpu\"]", "");
+    CHECK(d.world == 1);
+    CHECK(d.slots_per_rank == 1);  // tokens_per_step = 0: one slot per rank
+    d = steps("drafters = [\"cpu\", \"cpu\"]", "");
+    CHECK(d.world == 2);
+    CHECK(d.slots_per_step == 2);
+    // 512-token slots: 1,000 tokens round to 2 slots; 1,300 to 3, which 2 ranks share as 2 each.
+    d = steps("drafters = [\"cpu\"]", "[train]\ntokens_per_step = 1000\n");
+    CHECK(d.slots_per_rank == 2);
+    d = steps("drafters = [\"cpu\", \"cpu\"]", "[train]\ntokens_per_step = 1300\n");
+    CHECK(d.slots_per_rank == 2);
+    CHECK(d.slots_per_step == 4);
+    d = steps("drafters = [\"cpu\", \"cpu\"]", "[train]\ntokens_per_step = 512\n[distributed]\nnnodes = 2\n");
+    CHECK(d.world == 4);
+    CHECK(d.slots_per_rank == 1);  // fewer slots than ranks: one each
+    CHECK(d.slots_per_step == 4);
+}
+
+TEST_CASE("[distributed]: node_rank below nnodes; the launcher's variables and --node-rank win, naming themselves") {
+    std::string s = kMinimal;
+    s += "[distributed]\nnnodes = 2\nnode_rank = 2\n";
+    CHECK(error_of(s).find("[distributed] node_rank: 2 is not below nnodes = 2") != std::string::npos);
+    std::string ok = kMinimal;
+    ok += "[distributed]\nnnodes = 2\nnode_rank = 1\nmaster_addr = \"10.0.0.1\"\n";
+    Config c = parse_config(ok, "t.toml");
+    ::setenv("NODE_RANK", "0", 1);
+    ::setenv("MASTER_PORT", "4242", 1);
+    apply_launcher_overrides(c);
+    CHECK(c.distributed.node_rank == 0);
+    CHECK(c.distributed.master_port == 4242);
+    CHECK(c.distributed.master_addr == "10.0.0.1");
+    ::setenv("NNODES", "3", 1);
+    apply_launcher_overrides(c, "2");
+    CHECK(c.distributed.nnodes == 3);
+    CHECK(c.distributed.node_rank == 2);
+    std::string msg;
+    try {
+        apply_launcher_overrides(c, "5");
+    } catch (const Error& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("node rank 5 (from --node-rank) is not below the number of machines 3 (from NNODES)") != std::string::npos);
+    ::setenv("NODE_RANK", "x", 1);
+    msg.clear();
+    try {
+        apply_launcher_overrides(c);
+    } catch (const Error& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("NODE_RANK=x: expected a whole number") != std::string::npos);
+    ::unsetenv("NODE_RANK");
+    ::unsetenv("MASTER_PORT");
+    ::unsetenv("NNODES");
+}
+
+TEST_CASE("held-out evaluation needs its data") {
+    std::string s = kMinimal;
+    s += "[train]\neval_every = 10\n";
+    CHECK(error_of(s).find("[train] eval_every = 10 needs held-out data: set [data] eval_path") != std::string::npos);
 }
 
 TEST_CASE("model-dependent checks name the key") {

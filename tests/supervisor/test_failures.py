@@ -50,13 +50,13 @@ def test_bad_topologies_are_refused():
     try:
         r.write_config(targets="[0, 0]", drafters="[1]")
         res = r.cli("run", r.config, run_dir=False, expect=2)
-        check("GPU 0 appears twice" in res.stderr and "allow_shared_gpus" in res.stderr, res.stderr)
+        check("GPU 0 is used twice (target.0 and target.1)" in res.stderr and "allow_shared_gpus" in res.stderr, res.stderr)
         r.write_config(targets="[0]", drafters="[]")
         res = r.cli("run", r.config, run_dir=False, expect=2)
         check("drafters" in res.stderr and "must name at least one place" in res.stderr, res.stderr)
         r.write_config(targets="[0]", drafters="[0]")
         res = r.cli("run", r.config, run_dir=False, expect=2)
-        check("already taken by a target" in res.stderr, res.stderr)
+        check("GPU 0 is used twice (target.0 and drafter.0)" in res.stderr, res.stderr)
         check(r.shm_exists() == (False, False), "nothing is created for a refused config")
     finally:
         r.cleanup()

@@ -149,7 +149,7 @@ TEST_CASE("workers are named by role and rank; an unknown name lists the valid o
     REQUIRE(specs.size() == 3);
     CHECK(specs[1].name == "target.1");
     CHECK(specs[2].name == "drafter.0");
-    CHECK(specs[2].stats_index == Ledger::kDrafterStatsBase);
+    CHECK(specs[2].stats_index == kDrafterStatsBase);
     CHECK(specs[0].program == "hsring-synth-worker");
     CHECK(specs[0].role_args == std::vector<std::string>{"--role", "target"});
     CHECK(find_worker(specs, "drafter.0") == 2);
@@ -172,6 +172,9 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     r.fingerprint = 0xfedcba9876543210ull;
     r.seed = 99;
     r.shuffle = false;
+    r.nnodes = 2;
+    r.node_rank = 1;
+    r.drafters = 3;
     r.started = iso_time_now();
     r.supervisor_pid = 42;
     r.workers = {{"target.0", 43, 7, 1234}};
@@ -181,6 +184,11 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     CHECK(back.fingerprint == r.fingerprint);
     CHECK(back.ledger_info().epochs == 3);
     CHECK_FALSE(back.ledger_info().shuffle);
+    // Machine 1 of 2 holds half of the 12 samples of each epoch.
+    CHECK(back.drafters == 3);
+    CHECK(back.ledger_info().samples == 6);
+    CHECK(back.ledger_info().dataset_samples == 12);
+    CHECK(back.ledger_info().node_rank == 1);
     CHECK(back.workers.at(0).incarnation == 7);
     CHECK(back.end->reason == "why");
 

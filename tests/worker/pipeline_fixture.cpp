@@ -71,7 +71,10 @@ checkpoint_every = 4
     auto ds = data::Dataset::load(cfg_.resolve(cfg_.data.path), data::dataset_options(cfg_, d));
     ring_ = std::make_unique<Ring>(Ring::create({ring_name_, g, HugePages::Off, true}));
     ledger_name_ = Ledger::name_for_ring(ring_name_);
-    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, {ds.fingerprint(), ds.size(), epochs, cfg_.run.seed, cfg_.data.shuffle, ds.total_tokens()}));
+    LedgerInfo info{ds.fingerprint(), ds.size(), epochs, cfg_.run.seed, cfg_.data.shuffle};
+    info.dataset_samples = ds.size();
+    info.tokens_per_epoch = ds.total_tokens();
+    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info));
 }
 
 SynthRun::~SynthRun() {

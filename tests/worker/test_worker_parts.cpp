@@ -2,6 +2,7 @@
 #include "worker/checkpoint_store.hpp"
 #include "worker/lr_schedule.hpp"
 #include "worker/metrics.hpp"
+#include "hsring/acceptance.hpp"
 
 #include <doctest/doctest.h>
 
@@ -11,18 +12,31 @@
 #include <fstream>
 
 using namespace hsring::worker;
+using hsring::expected_accept_length;
 namespace fs = std::filesystem;
 
-TEST_CASE("LR: linear warmup, cosine to the floor, constant after") {
-    LrSchedule s{1e-3, 0.1, 10, 110};
-    CHECK(s.at(1) == doctest::Approx(1e-4));
-    CHECK(s.at(10) == doctest::Approx(1e-3));
-    CHECK(s.at(60) == doctest::Approx(1e-4 + 0.9e-3 * 0.5));
-    CHECK(s.at(110) == doctest::Approx(1e-4));
-    CHECK(s.at(500) == doctest::Approx(1e-4));
-    LrSchedule flat{1e-3, 0.1, 0, 0};
-    CHECK(flat.at(1) == doctest::Approx(1e-3));
-    CHECK(flat.at(1000) == doctest::Approx(1e-3));
+TEST_CASE("LR with max_steps: linear warmup, cosine over the steps to the floor, constant after") {
+    LrSchedule s{1e-3, 0.1, 10, 110, 0};
+    CHECK(s.at(1, 0, 0) == doctest::Approx(1e-4));
+    CHECK(s.at(10, 0, 0) == doctest::Approx(1e-3));
+    CHECK(s.at(60, 0, 0) == doctest::Approx(1e-4 + 0.9e-3 * 0.5));
+    CHECK(s.at(110, 0, 0) == doctest::Approx(1e-4));
+    CHECK(s.at(500, 0, 0) == doctest::Approx(1e-4));
+}
+
+TEST_CASE("LR without max_steps: cosine over the trained tokens, the floor exactly when every token is trained") {
+    // 10 warmup steps trained 1,000 tokens; 9,000 more to go.
+    LrSchedule s{1e-3, 0.1, 10, 0, 10000};
+    CHECK(s.at(5, 500, 0) == doctest::Approx(5e-4));          // warmup is by steps
+    CHECK(s.at(11, 1000, 1000) == doctest::Approx(1e-3));     // no progress yet
+    CHECK(s.at(40, 5500, 1000) == doctest::Approx(1e-4 + 0.9e-3 * 0.5));  // half way in tokens
+    CHECK(s.at(77, 10000, 1000) == doctest::Approx(1e-4));    // the last step, whatever its number
+    CHECK(s.progress(77, 10000, 1000) == doctest::Approx(1.0));
+    // The same tokens give the same rate at another step number (a resumed run packs differently).
+    CHECK(s.at(41, 5500, 1000) == doctest::Approx(s.at(40, 5500, 1000)));
+    LrSchedule flat{1e-3, 0.1, 0, 0, 0};  // length unknown: no decay
+    CHECK(flat.at(1, 10, 0) == doctest::Approx(1e-3));
+    CHECK(flat.at(1000, 100000, 0) == doctest::Approx(1e-3));
 }
 
 TEST_CASE("expected acceptance length from per-position accuracy") {
