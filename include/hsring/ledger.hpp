@@ -29,7 +29,7 @@
 
 namespace hsring {
 
-namespace ring_detail {
+namespace shm {
 class Region;
 }
 namespace ledger_detail {
@@ -130,7 +130,7 @@ private:
     void lower_low_water(std::uint64_t pos);
     bool to_pending(std::uint64_t pos, std::uint64_t expected_entry);
 
-    std::unique_ptr<ring_detail::Region> region_;
+    std::unique_ptr<shm::Region> region_;
     ledger_detail::LedgerHeader* header_ = nullptr;
     LedgerInfo info_;
 };

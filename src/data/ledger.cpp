@@ -15,8 +15,8 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
-#include "ring/futex.hpp"
-#include "ring/region.hpp"
+#include "shm/futex.hpp"
+#include "shm/region.hpp"
 
 #include <unistd.h>
 
@@ -109,7 +109,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
-    l.region_ = ring_detail::Region::create(name, bytes, HugePages::Off, false, init);
+    l.region_ = shm::Region::create(name, bytes, HugePages::Off, false, init);
     l.header_ = reinterpret_cast<LedgerHeader*>(l.region_->base());
     l.info_ = info;
     return l;
@@ -117,7 +117,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
 
 Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     Ledger l;
-    l.region_ = ring_detail::Region::open(name);
+    l.region_ = shm::Region::open(name);
     auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
     const std::string& path = l.region_->info().path;
     if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0) fail("{} is not an hsring ledger (bad magic)", path);
@@ -140,8 +140,8 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     return l;
 }
 
-bool Ledger::exists(std::string_view name) { return !ring_detail::Region::find(name).empty(); }
-bool Ledger::remove(std::string_view name) { return ring_detail::Region::remove(name); }
+bool Ledger::exists(std::string_view name) { return !shm::Region::find(name).empty(); }
+bool Ledger::remove(std::string_view name) { return shm::Region::remove(name); }
 
 Ledger::Ledger(Ledger&&) noexcept = default;
 Ledger& Ledger::operator=(Ledger&&) noexcept = default;
@@ -184,7 +184,7 @@ void Ledger::lower_low_water(std::uint64_t pos) {
                                                      memory_order_acq_rel)) {
     }
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
-    if (header_->pending_waiters.load(memory_order_seq_cst) > 0) ring_detail::futex_wake_all(header_->pending_seq);
+    if (header_->pending_waiters.load(memory_order_seq_cst) > 0) shm::futex_wake_all(header_->pending_seq);
 }
 
 bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
@@ -200,7 +200,7 @@ void Ledger::wait_pending(std::chrono::milliseconds timeout) {
     const std::uint32_t seen = header_->pending_seq.load(memory_order_seq_cst);
     if (header_->done.load(memory_order_acquire)) return;
     header_->pending_waiters.fetch_add(1, memory_order_seq_cst);
-    ring_detail::futex_wait(header_->pending_seq, seen, timeout);
+    shm::futex_wait(header_->pending_seq, seen, timeout);
     header_->pending_waiters.fetch_sub(1, memory_order_relaxed);
 }
 
@@ -286,7 +286,7 @@ bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0
 void Ledger::set_done() {
     header_->done.store(1, memory_order_release);
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
-    ring_detail::futex_wake_all(header_->pending_seq);
+    shm::futex_wake_all(header_->pending_seq);
 }
 
 static StatsEntry& stats_entry(std::byte* base, std::uint32_t i) {
