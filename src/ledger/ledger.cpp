@@ -5,8 +5,6 @@
 //           │   seed, shuffle), cursor | low water | pending futex |        │
 //           │   counters | done   (each hot word on its own cache line)     │
 //  4 KiB    ├──────────────────────────────────────────────────────────────┤
-//           │ StatsEntry[64]  (128 B each, one writer each)                │
-//  12 KiB   ├──────────────────────────────────────────────────────────────┤
 //           │ entries: atomic u64 [epochs x N]                             │
 //           └──────────────────────────────────────────────────────────────┘
 // Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED payload = rank << 48 | step.
@@ -20,9 +18,7 @@
 
 #include <unistd.h>
 
-#include <bit>
 #include <cstring>
-#include <ctime>
 #include <new>
 
 namespace hsring {
@@ -30,14 +26,9 @@ namespace hsring {
 namespace ledger_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
-inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::uint64_t kStatsOffset = 4096;
-inline constexpr std::uint64_t kEntriesOffset = kStatsOffset + Ledger::kMaxWorkers * 128;
-
-struct StatsEntry {
-    std::atomic<std::uint64_t> w[16];  // WorkerStats fields, see publish()
-};
-static_assert(sizeof(StatsEntry) == 128);
+// 2: the worker stats moved out to the status board (hsring/status_board.hpp).
+inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint64_t kEntriesOffset = 4096;
 
 struct LedgerHeader {
     char magic[8];
@@ -59,7 +50,7 @@ struct LedgerHeader {
     alignas(64) std::atomic<std::uint64_t> consumed_or_durable;
     std::atomic<std::uint32_t> done;
 };
-static_assert(sizeof(LedgerHeader) <= kStatsOffset);
+static_assert(sizeof(LedgerHeader) <= kEntriesOffset);
 
 constexpr std::uint64_t kStateShift = 62;
 constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 62) - 1;
@@ -104,7 +95,6 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->total = info.total();
         h->creator_pid = ::getpid();
         h->tokens_per_epoch = info.tokens_per_epoch;
-        for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kStatsOffset + i * 128) StatsEntry{};
         // Entries: a fresh file reads as zero = PENDING with payload 0.
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
@@ -287,55 +277,6 @@ void Ledger::set_done() {
     header_->done.store(1, memory_order_release);
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
     shm::futex_wake_all(header_->pending_seq);
-}
-
-static StatsEntry& stats_entry(std::byte* base, std::uint32_t i) {
-    return *reinterpret_cast<StatsEntry*>(base + kStatsOffset + i * 128);
-}
-
-void Ledger::publish(std::uint32_t index, const WorkerStats& s) {
-    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
-    StatsEntry& e = stats_entry(region_->base(), index);
-    auto put = [&](int i, std::uint64_t v) { e.w[i].store(v, memory_order_relaxed); };
-    put(0, (std::uint64_t{s.role} << 32) | s.rank);
-    put(1, (std::uint64_t(static_cast<std::uint32_t>(s.pid)) << 32) | s.incarnation);
-    put(2, s.slots);
-    put(3, s.samples);
-    put(4, s.tokens);
-    put(5, s.busy_ns);
-    put(6, s.wait_ns);
-    put(7, s.step);
-    put(8, std::bit_cast<std::uint64_t>(s.loss));
-    put(9, std::bit_cast<std::uint64_t>(s.accept_len));
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    put(10, static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec));
-}
-
-WorkerStats Ledger::stats(std::uint32_t index) const {
-    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
-    StatsEntry& e = stats_entry(region_->base(), index);
-    auto get = [&](int i) { return e.w[i].load(memory_order_relaxed); };
-    WorkerStats s;
-    s.role = static_cast<std::uint32_t>(get(0) >> 32);
-    s.rank = static_cast<std::uint32_t>(get(0));
-    s.pid = static_cast<std::int32_t>(get(1) >> 32);
-    s.incarnation = static_cast<std::uint32_t>(get(1));
-    s.slots = get(2);
-    s.samples = get(3);
-    s.tokens = get(4);
-    s.busy_ns = get(5);
-    s.wait_ns = get(6);
-    s.step = get(7);
-    s.loss = std::bit_cast<double>(get(8));
-    s.accept_len = std::bit_cast<double>(get(9));
-    s.heartbeat_ns = get(10);
-    return s;
-}
-
-void Ledger::clear_stats(std::uint32_t index) {
-    StatsEntry& e = stats_entry(region_->base(), index);
-    for (auto& w : e.w) w.store(0, memory_order_relaxed);
 }
 
 } // namespace hsring

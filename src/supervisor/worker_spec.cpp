@@ -2,7 +2,7 @@
 #include "supervisor/worker_spec.hpp"
 
 #include "hsring/error.hpp"
-#include "hsring/ledger.hpp"
+#include "hsring/status_board.hpp"
 
 namespace hsring::supervisor {
 
@@ -24,15 +24,15 @@ std::vector<WorkerSpec> worker_specs(const Config& cfg) {
             } else {
                 s.program = role == WorkerRole::Target ? "hsring-target" : "hsring-drafter";
             }
-            s.stats_index = role == WorkerRole::Target ? rank : Ledger::kDrafterStatsBase + rank;
+            s.stats_index = role == WorkerRole::Target ? rank : StatusBoard::kDrafterStatsBase + rank;
             out.push_back(std::move(s));
         }
     };
     add(WorkerRole::Target, cfg.topology.targets);
     add(WorkerRole::Drafter, cfg.topology.drafters);
-    if (cfg.topology.targets.size() > Ledger::kDrafterStatsBase)
+    if (cfg.topology.targets.size() > StatusBoard::kDrafterStatsBase)
         fail("{}: [topology] targets: {} targets, at most {} are supported", cfg.file.string(),
-             cfg.topology.targets.size(), Ledger::kDrafterStatsBase);
+             cfg.topology.targets.size(), StatusBoard::kDrafterStatsBase);
     return out;
 }
 

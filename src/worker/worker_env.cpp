@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/ledger.hpp"
+#include "hsring/status_board.hpp"
 #include "hsring/log.hpp"
 
 #include <signal.h>
@@ -29,7 +30,7 @@ std::string env_or(const char* key, const std::string& fallback) {
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 
 std::uint32_t WorkerEnv::stats_index() const {
-    return role == WorkerRole::Target ? rank : Ledger::kDrafterStatsBase + rank;
+    return role == WorkerRole::Target ? rank : StatusBoard::kDrafterStatsBase + rank;
 }
 
 WorkerEnv parse_worker_env(int argc, char** argv, const Derived* d) {
@@ -58,6 +59,7 @@ WorkerEnv parse_worker_env(int argc, char** argv, const Derived* d) {
     const std::string ring_default = d ? d->ring_name : "", run_dir_default = d ? d->run_dir.string() : "";
     e.ring = env_or("HSRING_RING", ring_default);
     e.ledger = env_or("HSRING_LEDGER", Ledger::name_for_ring(e.ring));
+    e.status = StatusBoard::name_for_ring(e.ring);
     if (e.run_dir.empty()) e.run_dir = run_dir_default;
     if (e.ring.empty() || e.run_dir.empty()) fail("the ring name and run dir are unknown: start workers with `hsring run`");
     return e;

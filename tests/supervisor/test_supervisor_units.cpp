@@ -149,7 +149,7 @@ TEST_CASE("workers are named by role and rank; an unknown name lists the valid o
     REQUIRE(specs.size() == 3);
     CHECK(specs[1].name == "target.1");
     CHECK(specs[2].name == "drafter.0");
-    CHECK(specs[2].stats_index == Ledger::kDrafterStatsBase);
+    CHECK(specs[2].stats_index == StatusBoard::kDrafterStatsBase);
     CHECK(specs[0].program == "hsring-synth-worker");
     CHECK(specs[0].role_args == std::vector<std::string>{"--role", "target"});
     CHECK(find_worker(specs, "drafter.0") == 2);

@@ -72,6 +72,8 @@ checkpoint_every = 4
     ring_ = std::make_unique<Ring>(Ring::create({ring_name_, g, HugePages::Off, true}));
     ledger_name_ = Ledger::name_for_ring(ring_name_);
     ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, {ds.fingerprint(), ds.size(), epochs, cfg_.run.seed, cfg_.data.shuffle, ds.total_tokens()}));
+    status_name_ = StatusBoard::name_for_ring(ring_name_);
+    status_ = std::make_unique<StatusBoard>(StatusBoard::create(status_name_));
 }
 
 SynthRun::~SynthRun() {
@@ -81,8 +83,10 @@ SynthRun::~SynthRun() {
     }
     ring_.reset();
     ledger_.reset();
+    status_.reset();
     Ring::remove(ring_name_);
     Ledger::remove(ledger_name_);
+    StatusBoard::remove(status_name_);
     fs::remove_all(dir_);
 }
 
