@@ -18,8 +18,8 @@
 // after its samples were re-issued (and possibly taken again) can no longer consume them, so a
 // sample is never trained twice. Every transition is a CAS; no lock, nothing a dead process holds.
 //
-// The same region carries the run's live status: a done flag and per-worker counters, written
-// by each worker for its own entry and read by the supervisor (`hsring status`).
+// The same region carries the run's done flag and the trained-passes counter; the per-worker
+// live counters are on the status board (hsring/status_board.hpp), a region of their own.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -31,7 +31,7 @@
 
 namespace hsring {
 
-namespace ring_detail {
+namespace shm {
 class Region;
 }
 namespace ledger_detail {
@@ -58,24 +58,8 @@ struct LedgerCounts {
     std::uint64_t pending = 0, in_slot = 0, consumed = 0, durable = 0;
 };
 
-// Live counters of one worker (relaxed atomics in shared memory; one writer each).
-struct WorkerStats {
-    std::uint32_t role = 0;   // 1 target, 2 drafter
-    std::uint32_t rank = 0;
-    std::int32_t pid = 0;
-    std::uint32_t incarnation = 0;
-    std::uint64_t slots = 0, samples = 0, tokens = 0;  // produced (target) / trained (drafter)
-    std::uint64_t busy_ns = 0, wait_ns = 0;            // computing / waiting for data or a slot
-    std::uint64_t step = 0;
-    double loss = 0, accept_len = 0;
-    std::uint64_t heartbeat_ns = 0;                    // CLOCK_REALTIME of the last update
-};
-
 class Ledger {
 public:
-    static constexpr std::uint32_t kMaxWorkers = 64;
-    static constexpr std::uint32_t kDrafterStatsBase = 48;  // drafter r's stats live at 48 + r
-
     // Creates the region (all PENDING). Fails if the name exists.
     static Ledger create(std::string_view name, const LedgerInfo& info);
     // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error.
@@ -133,9 +117,6 @@ public:
     std::uint64_t consumed_or_durable() const;  // O(1) counter
     bool done() const;
     void set_done();
-    WorkerStats stats(std::uint32_t index) const;
-    void publish(std::uint32_t index, const WorkerStats& s);
-    void clear_stats(std::uint32_t index);
 
 private:
     Ledger() = default;
@@ -143,7 +124,7 @@ private:
     void lower_low_water(std::uint64_t pos);
     bool to_pending(std::uint64_t pos, std::uint64_t expected_entry);
 
-    std::unique_ptr<ring_detail::Region> region_;
+    std::unique_ptr<shm::Region> region_;
     ledger_detail::LedgerHeader* header_ = nullptr;
     LedgerInfo info_;
 };

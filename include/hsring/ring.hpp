@@ -16,6 +16,8 @@
 // belong to one thread at a time. The hot path (claim, commit, acquire, release) never throws:
 // it returns an optional or a bool.
 #include "hsring/config.hpp"
+#include "hsring/liveness.hpp"
+#include "hsring/region_info.hpp"
 
 #include <sys/types.h>
 
@@ -37,8 +39,10 @@ struct RingHeader;
 struct SlotControl;
 struct SlotMetaHeader;
 struct OwnerEntry;
-class Region;
 } // namespace ring_detail
+namespace shm {
+class Region;
+}
 
 // Everything that fixes the shared layout. Two processes agree on the layout iff their
 // geometries hash equal (the hash also covers the layout version).
@@ -160,13 +164,6 @@ struct RingOptions {
     bool prefault = true;     // touch every page at creation (reservation failures surface now)
 };
 
-// Where the region lives and what backs it (for messages and status).
-struct RegionInfo {
-    std::string path;         // /dev/hugepages/NAME or /dev/shm/NAME
-    bool huge_pages = false;
-    std::uint64_t bytes = 0;
-};
-
 // A process registered in the ring's owner table (join()), as `hsring status` / `ring rm` see it.
 struct OwnerInfo {
     Owner owner;
@@ -243,7 +240,7 @@ private:
     friend class WriteSlot;
     friend class ReadSlot;
     Ring() = default;
-    void bind(std::unique_ptr<ring_detail::Region> region);
+    void bind(std::unique_ptr<shm::Region> region);
     ring_detail::SlotControl& control(std::uint32_t slot) const;
     ring_detail::SlotMetaHeader* meta_header(std::uint32_t slot) const;
     bool transition(std::uint32_t slot, std::uint64_t from, std::uint64_t to);
@@ -252,7 +249,7 @@ private:
     void maybe_reclaim_on_timeout();
 
     std::string name_;
-    std::unique_ptr<ring_detail::Region> region_;
+    std::unique_ptr<shm::Region> region_;
     ring_detail::RingHeader* header_ = nullptr;
     RingGeometry geometry_;
     Owner self_;
@@ -266,9 +263,5 @@ private:
 // "commit.after", "acquire", "release.before", "release.after", "abort.before"). Default: none.
 using RingTestHook = void (*)(const char* point);
 void set_ring_test_hook(RingTestHook hook);
-
-// Liveness of a process as the ring sees it: exists and (if known) started at `start_ticks`.
-bool process_alive(pid_t pid, std::uint64_t start_ticks = 0);
-std::uint64_t process_start_ticks(pid_t pid);  // 0 if unknown
 
 } // namespace hsring

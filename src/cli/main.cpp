@@ -25,7 +25,7 @@ const Command kCommands[] = {
     {"restart", hsring::cli::restart_or_kill, "restart WORKER", "stop a worker gracefully and start it again"},
     {"kill", hsring::cli::restart_or_kill, "kill WORKER", "SIGKILL a worker (a drill: the restart policy applies)"},
     {"stop", hsring::cli::stop, "stop [--now]", "stop the run (graceful; --now: SIGKILL, keep the ring)"},
-    {"ring", hsring::cli::ring, "ring rm NAME [--force]", "remove a ring and its ledger"},
+    {"ring", hsring::cli::ring, "ring rm NAME [--force]", "remove a ring, its ledger and status board"},
     {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR", "exactly-once check of the latest checkpoint"},
     {"model", hsring::cli::model, "model dump-hidden MODEL ...", "captured target layers to safetensors (hsring-model)"},
 };

@@ -1,10 +1,12 @@
-// hsring ring rm NAME [--force]: remove a run's ring and its ledger (after a crash, or to start
-// over). Refused while the process that created the ring is alive, unless --force.
+// hsring ring rm NAME [--force]: remove a run's ring, its ledger and its status board (after a
+// crash, or to start over). Refused while the process that created the ring is alive, unless
+// --force.
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "hsring/error.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
+#include "hsring/status_board.hpp"
 
 #include <fmt/format.h>
 
@@ -13,8 +15,8 @@ namespace hsring::cli {
 int ring(Args args) {
     constexpr const char* kUsage =
         "usage: hsring ring rm NAME [--force]\n"
-        "  removes the shared-memory ring NAME and its ledger NAME-ledger; refused while the supervisor\n"
-        "  that created it runs (stop it with hsring stop), unless --force\n";
+        "  removes the shared-memory ring NAME, its ledger NAME-ledger and its status board NAME-status;\n"
+        "  refused while the supervisor that created it runs (stop it with hsring stop), unless --force\n";
     ParsedArgs p;
     try {
         p = parse_args(args.subspan(1), {}, {"--force", "--help"});
@@ -32,9 +34,11 @@ int ring(Args args) {
     }
     const std::string name = p.positional[1];
     const std::string ledger = Ledger::name_for_ring(name);
+    const std::string status = StatusBoard::name_for_ring(name);
     const bool force = p.flag("--force");
     const bool has_ring = Ring::exists(name);
-    if (!has_ring && !Ledger::exists(ledger)) fail("no ring '{}' and no ledger '{}' to remove", name, ledger);
+    if (!has_ring && !Ledger::exists(ledger) && !StatusBoard::exists(status))
+        fail("no ring '{}', no ledger '{}' and no status board '{}' to remove", name, ledger, status);
     if (has_ring && !force) {
         Ring ring = [&] {
             try {
@@ -51,6 +55,7 @@ int ring(Args args) {
     std::string removed;
     if (Ring::remove(name)) removed = fmt::format("ring '{}'", name);
     if (Ledger::remove(ledger)) removed += fmt::format("{}ledger '{}'", removed.empty() ? "" : " and ", ledger);
+    if (StatusBoard::remove(status)) removed += fmt::format("{}status board '{}'", removed.empty() ? "" : " and ", status);
     fmt::print("removed {}\n", removed);
     return 0;
 }

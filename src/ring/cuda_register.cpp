@@ -3,7 +3,7 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
-#include "ring/region.hpp"
+#include "shm/region.hpp"
 
 #include <boost/interprocess/sync/file_lock.hpp>
 #include <boost/interprocess/sync/scoped_lock.hpp>
@@ -19,7 +19,7 @@ namespace hsring {
 namespace {
 // One lock file per ring name in the shm directory (tmpfs: flock works there; hugetlbfs holds
 // only huge-page-sized files).
-std::string lock_path(const Ring& ring) { return ring_detail::shm_dir() + "/." + ring.name() + ".cuda-register.lock"; }
+std::string lock_path(const Ring& ring) { return shm::shm_dir() + "/." + ring.name() + ".cuda-register.lock"; }
 } // namespace
 
 CudaRegistration::CudaRegistration(const Ring& ring, std::size_t chunk_bytes) {

@@ -5,9 +5,9 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
-#include "ring/futex.hpp"
 #include "ring/layout.hpp"
-#include "ring/region.hpp"
+#include "shm/futex.hpp"
+#include "shm/region.hpp"
 
 #include <unistd.h>
 
@@ -21,6 +21,9 @@
 namespace hsring {
 
 using namespace ring_detail;
+using shm::futex_wait;
+using shm::futex_wake_all;
+using shm::Region;
 using std::memory_order_acq_rel;
 using std::memory_order_acquire;
 using std::memory_order_relaxed;

@@ -61,11 +61,12 @@ std::size_t wait_for_previous_workers(const RunRecord& r, double timeout_s, Cons
     return count;
 }
 
-std::uint32_t max_incarnation_seen(const std::optional<RunRecord>& record, const Ring& ring, const Ledger& ledger) {
+std::uint32_t max_incarnation_seen(const std::optional<RunRecord>& record, const Ring& ring,
+                                   const StatusBoard& status) {
     std::uint32_t m = 0;
     if (record)
         for (const auto& w : record->workers) m = std::max(m, w.incarnation);
-    for (std::uint32_t i = 0; i < Ledger::kMaxWorkers; ++i) m = std::max(m, ledger.stats(i).incarnation);
+    for (std::uint32_t i = 0; i < StatusBoard::kMaxWorkers; ++i) m = std::max(m, status.stats(i).incarnation);
     for (std::uint32_t s = 0; s < ring.geometry().slot_count; ++s)
         if (auto o = ring.owner_of(s)) m = std::max(m, o->incarnation);
     return m;

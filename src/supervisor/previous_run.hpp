@@ -9,6 +9,7 @@
 
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
+#include "hsring/status_board.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -22,9 +23,10 @@ void check_previous_supervisor(const RunRecord& record);
 // alive. Returns how many there were.
 std::size_t wait_for_previous_workers(const RunRecord& record, double timeout_s, Console& console);
 
-// The largest incarnation any earlier process of this ring used: from run.json, the ledger's
-// worker stats and the owners of the ring's slots. New incarnations start above it so that
+// The largest incarnation any earlier process of this ring used: from run.json, the status
+// board's worker stats and the owners of the ring's slots. New incarnations start above it so that
 // (pid, incarnation) never repeats within a ring (src/worker/CONTRACT.md).
-std::uint32_t max_incarnation_seen(const std::optional<RunRecord>& record, const Ring& ring, const Ledger& ledger);
+std::uint32_t max_incarnation_seen(const std::optional<RunRecord>& record, const Ring& ring,
+                                   const StatusBoard& status);
 
 } // namespace hsring::supervisor

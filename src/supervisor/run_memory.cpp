@@ -1,4 +1,4 @@
-// The run's ring and ledger (see run_memory.hpp).
+// The run's ring, ledger and status board (see run_memory.hpp).
 #include "supervisor/run_memory.hpp"
 
 #include "hsring/error.hpp"
@@ -62,10 +62,34 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     return ledger;
 }
 
+StatusBoard open_status(const std::string& name, bool ring_created, bool& created) {
+    if (StatusBoard::exists(name)) {
+        if (!ring_created) {
+            created = false;
+            return StatusBoard::attach(name);
+        }
+        // Its entries describe the processes of a ring that is gone.
+        StatusBoard::remove(name);
+    }
+    created = true;
+    return StatusBoard::create(name);
+}
+
+// Removes what this start made if a later step fails.
+struct Undo {
+    const std::string& name;
+    bool (*remove)(std::string_view);
+    bool armed;
+    ~Undo() {
+        if (armed) remove(name);
+    }
+};
+
 } // namespace
 
 RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(const std::string&)>& say) {
     const std::string ledger_name = Ledger::name_for_ring(plan.ring_name);
+    const std::string status_name = StatusBoard::name_for_ring(plan.ring_name);
     if (plan.fresh) {
         const std::string removed = remove_run_memory(plan.ring_name);
         if (!removed.empty()) say("--fresh: removed " + removed);
@@ -73,14 +97,11 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
 
     bool ring_created = false;
     Ring ring = open_ring(plan, ring_created);
-    // Whatever fails from here on must not leave a ring we just made.
-    struct Undo {
-        const std::string& name;
-        bool armed;
-        ~Undo() {
-            if (armed) Ring::remove(name);
-        }
-    } undo_ring{plan.ring_name, ring_created};
+    // Whatever fails from here on must not leave a ring or a status board we just made.
+    Undo undo_ring{plan.ring_name, &Ring::remove, ring_created};
+    bool status_created = false;
+    StatusBoard status = open_status(status_name, ring_created, status_created);
+    Undo undo_status{status_name, &StatusBoard::remove, status_created};
 
     if (ring_created && Ledger::exists(ledger_name)) {
         // Its IN_SLOT entries point at slots of a ring that is gone: nobody would ever re-pend
@@ -93,14 +114,16 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     std::uint64_t marked = 0;
     Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
 
-    RunMemory m{std::move(ring), std::move(ledger)};
+    RunMemory m{std::move(ring), std::move(ledger), std::move(status)};
     m.ring_created = ring_created;
     m.ledger_created = ledger_created;
+    m.status_created = status_created;
     m.marked_durable = marked;
     Ledger* l = &m.ledger;
     m.reclaimed = m.ring.reclaim_dead([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
     m.ring.set_stopping(false);
     undo_ring.armed = false;
+    undo_status.armed = false;
     return m;
 }
 
@@ -109,6 +132,9 @@ std::string remove_run_memory(const std::string& ring_name) {
     std::string removed;
     if (Ring::remove(ring_name)) removed = "ring '" + ring_name + "'";
     if (Ledger::remove(ledger_name)) removed += (removed.empty() ? "" : ", ") + std::string("ledger '") + ledger_name + "'";
+    const std::string status_name = StatusBoard::name_for_ring(ring_name);
+    if (StatusBoard::remove(status_name))
+        removed += (removed.empty() ? "" : ", ") + std::string("status board '") + status_name + "'";
     return removed;
 }
 

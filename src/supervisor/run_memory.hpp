@@ -1,18 +1,22 @@
 #pragma once
-// The run's shared memory: the ring and the ledger beside it, created by the supervisor or
-// re-attached after a supervisor restart (the READY slots and the ledger's progress survive).
+// The run's shared memory: the ring, the ledger and the status board beside it, created by the
+// supervisor or re-attached after a supervisor restart (the READY slots and the ledger's
+// progress survive).
 //
-//   --fresh                     remove both first
+//   --fresh                     remove all three first
 //   ring exists                 attach; another layout is refused (the message says --fresh)
 //   ring new, ledger exists     the ledger's IN_SLOT entries name slots that are gone: replaced
 //   ledger exists               attach; another data set / epochs / seed is refused
 //   ledger new                  all PENDING; if RUN_DIR/checkpoints/latest exists, the positions
 //                               in that checkpoint's weights (every local drafter's train log)
 //                               are marked DURABLE
+//   status board                goes with the ring: new with a new ring (an old one is replaced),
+//                               else attached (created if missing)
 // Then the slots of dead owners are reclaimed (their samples re-pended) and a stopping flag left
 // by an earlier stop is cleared. A failure leaves nothing new behind.
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
+#include "hsring/status_board.hpp"
 #include "supervisor/run_files.hpp"
 
 #include <functional>
@@ -33,8 +37,10 @@ struct RunMemoryPlan {
 struct RunMemory {
     Ring ring;
     Ledger ledger;
+    StatusBoard status;
     bool ring_created = false;
     bool ledger_created = false;
+    bool status_created = false;
     std::uint64_t marked_durable = 0;  // positions a new ledger took from the checkpoint
     ReclaimResult reclaimed;           // what reclaim_dead undid at start
 };
@@ -42,7 +48,8 @@ struct RunMemory {
 // `say` receives progress messages for the console. Throws hsring::Error.
 RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(const std::string&)>& say);
 
-// Removes the ring and its ledger; returns what was removed ("ring X, ledger Y").
+// Removes the ring, its ledger and its status board; returns what was removed
+// ("ring X, ledger Y, status board Z").
 std::string remove_run_memory(const std::string& ring_name);
 
 } // namespace hsring::supervisor

@@ -1,6 +1,6 @@
 #pragma once
 // The run's status as one JSON object: what `hsring status [--json]` prints and what the live
-// status line shows. Built by the supervisor from its worker table, the ring and the ledger;
+// status line shows. Built by the supervisor from its worker table, the ring, the ledger and the status board;
 // rendered from the JSON alone, so the CLI and the supervisor show the same thing.
 //
 //   {"run": {"name", "run_dir", "config", "pid", "phase", "uptime_s", "mode"},
@@ -15,6 +15,7 @@
 //    "drafter": {"step", "loss"}}
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
+#include "hsring/status_board.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -56,7 +57,7 @@ struct WorkerStatus {
     std::uint32_t rank = 0, restarts = 0, incarnation = 0;
     int pid = 0;
     std::uint32_t writing = 0, reading = 0;  // ring slots its process holds now
-    WorkerStats stats;       // from the ledger; meaningful when `has_stats`
+    WorkerStats stats;       // from the status board; meaningful when `has_stats`
     bool has_stats = false;  // the current process published stats
     RateMeter::Rate rate;
 };

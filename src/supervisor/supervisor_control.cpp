@@ -87,7 +87,7 @@ json Supervisor::collect_status(bool update_rates) {
         s.last_exit = w->last_exit ? w->last_exit->str() : "";
         s.log = files_.worker_log(w->spec.name).string();
         // The stats of the last process stay readable after it ended (the final step and loss).
-        s.stats = mem_->ledger.stats(w->spec.stats_index);
+        s.stats = mem_->status.stats(w->spec.stats_index);
         s.has_stats = w->last_pid > 0 && s.stats.pid == w->last_pid;
         // A process that published its stats is up (it attached the ring and the ledger).
         if (w->alive() && s.has_stats && w->state == WorkerState::Starting) w->state = WorkerState::Running;

@@ -47,14 +47,19 @@ int Supervisor::run() {
     try {
         start();
     } catch (const std::exception& e) {
-        // Nothing half-started stays: no orphan worker, no ring or ledger that this start made
-        // (re-attached ones keep their READY slots), and run.json says why.
+        // Nothing half-started stays: no orphan worker, no ring, ledger or status board that this
+        // start made (re-attached ones keep their READY slots), and run.json says why.
         kill_and_reap();
         if (mem_) {
-            const bool ring_created = mem_->ring_created, ledger_created = mem_->ledger_created;
+            const bool ring_created = mem_->ring_created, ledger_created = mem_->ledger_created,
+                       status_created = mem_->status_created;
             mem_.reset();
-            if (ring_created) remove_run_memory(derived_.ring_name);
-            else if (ledger_created) Ledger::remove(Ledger::name_for_ring(derived_.ring_name));
+            if (ring_created) {
+                remove_run_memory(derived_.ring_name);
+            } else {
+                if (ledger_created) Ledger::remove(Ledger::name_for_ring(derived_.ring_name));
+                if (status_created) StatusBoard::remove(StatusBoard::name_for_ring(derived_.ring_name));
+            }
         }
         if (!record_.started.empty()) {
             record_.end = RunEnd{iso_time_now(), 2, e.what()};

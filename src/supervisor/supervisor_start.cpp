@@ -136,7 +136,7 @@ void Supervisor::open_memory() {
     if (!m.reclaimed.empty())
         console_.info("reclaimed the slots of dead processes: {} WRITING -> FREE (samples re-issued), {} READING -> READY",
                       m.reclaimed.writing_freed.size(), m.reclaimed.reading_returned.size());
-    incarnation_base_ = max_incarnation_seen(previous_, m.ring, m.ledger);
+    incarnation_base_ = max_incarnation_seen(previous_, m.ring, m.status);
 }
 
 void Supervisor::write_record() { write_run_record(files_, record_); }

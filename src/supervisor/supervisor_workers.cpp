@@ -42,7 +42,7 @@ void Supervisor::start_worker(Worker& w) {
 
     w.output.open_log(files_.worker_log(s.name));
     // Stale numbers of an earlier process must not show as this one's.
-    mem_->ledger.clear_stats(s.stats_index);
+    mem_->status.clear_stats(s.stats_index);
     const Spawned p = spawn(spec);
     w.output.attach(p.out_fd, p.err_fd);
     if (w.starts > 0) ++w.restarts;

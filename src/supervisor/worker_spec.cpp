@@ -2,7 +2,7 @@
 #include "supervisor/worker_spec.hpp"
 
 #include "hsring/error.hpp"
-#include "hsring/ledger.hpp"
+#include "hsring/status_board.hpp"
 
 namespace hsring::supervisor {
 

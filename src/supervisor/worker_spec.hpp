@@ -21,7 +21,7 @@ struct WorkerSpec {
     Place place;
     std::string program;                // found with locate_program()
     std::vector<std::string> role_args; // e.g. {"--role", "target"} for the synthetic worker
-    std::uint32_t stats_index = 0;      // its WorkerStats entry (hsring::stats_index)
+    std::uint32_t stats_index = 0;      // its WorkerStats entry on the status board (hsring::stats_index)
 };
 
 // Targets first, then drafters, in [topology] order.

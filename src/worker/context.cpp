@@ -39,8 +39,9 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
                           cfg.data.epochs, cfg.run.seed, cfg.data.shuffle, data->size(), dist.nnodes, dist.node_rank};
     }
     Ledger ledger = Ledger::attach(env.ledger, want ? &*want : nullptr);
+    StatusBoard status = StatusBoard::attach(env.status);
     auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),
-                                         std::move(ledger), std::move(data));
+                                         std::move(ledger), std::move(status), std::move(data));
     Ledger* l = &ctx->ledger;
     ctx->ring.set_reclaim_hook([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
     ctx->ring.join(ctx->env.role == WorkerRole::Target ? Role::Writer : Role::Reader, ctx->env.incarnation, ctx->env.name);
@@ -57,7 +58,7 @@ void Context::publish(WorkerStats& s, bool force) {
     s.rank = env.rank;
     s.pid = ::getpid();
     s.incarnation = env.incarnation;
-    ledger.publish(env.stats_index(), s);
+    status.publish(env.stats_index(), s);
 }
 
 } // namespace hsring::worker

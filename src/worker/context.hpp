@@ -1,10 +1,12 @@
 #pragma once
-// What every worker holds once started: its environment, the config and derived sizes, and the
-// ring and ledger it attached to (checked against the config's layout and data set).
+// What every worker holds once started: its environment, the config and derived sizes, the ring
+// and ledger it attached to (checked against the config's layout and data set), and the status
+// board it publishes its counters on.
 #include "hsring/config.hpp"
 #include "hsring/dataset.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
+#include "hsring/status_board.hpp"
 #include "worker/worker_env.hpp"
 
 #include <memory>
@@ -18,17 +20,18 @@ struct Context {
     Derived derived;
     Ring ring;
     Ledger ledger;
+    StatusBoard status;
     std::optional<data::Dataset> data;  // targets only
 
-    // Loads the config, attaches ring + ledger, sets the ring's reclaim hook to re-issue a dead
+    // Loads the config, attaches ring + ledger + status board, sets the ring's reclaim hook to re-issue a dead
     // writer's samples, joins the ring, loads the data set for targets. Throws hsring::Error.
     static std::unique_ptr<Context> open(int argc, char** argv);
 
-    Context(WorkerEnv e, Config c, Derived d, Ring r, Ledger l, std::optional<data::Dataset> ds)
+    Context(WorkerEnv e, Config c, Derived d, Ring r, Ledger l, StatusBoard sb, std::optional<data::Dataset> ds)
         : env(std::move(e)), cfg(std::move(c)), derived(std::move(d)), ring(std::move(r)), ledger(std::move(l)),
-          data(std::move(ds)) {}
+          status(std::move(sb)), data(std::move(ds)) {}
 
-    // Publishes this worker's counters (at most every `min_interval`, unless forced).
+    // Publishes this worker's counters on the status board (at most every 500 ms, unless forced).
     void publish(WorkerStats& s, bool force = false);
 
 private:

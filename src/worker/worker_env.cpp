@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/ledger.hpp"
+#include "hsring/status_board.hpp"
 #include "hsring/log.hpp"
 
 #include <signal.h>
@@ -81,6 +82,7 @@ WorkerEnv parse_worker_env(int argc, char** argv, const Config* cfg, const Deriv
         fail("inconsistent gang: machine {} of {}, drafter rank {} of {} on this machine ({}, {}, {}, {})",
              e.gang.node_rank, e.gang.nnodes, e.gang.local_rank, e.gang.local_world, env::kNodeRank, env::kNnodes,
              env::kRank, env::kLocalWorld);
+    e.status = StatusBoard::name_for_ring(e.ring);
     if (e.run_dir.empty()) e.run_dir = run_dir_default;
     if (e.ring.empty() || e.run_dir.empty()) fail("the ring name and run dir are unknown: start workers with `hsring run`");
     return e;

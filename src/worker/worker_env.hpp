@@ -1,6 +1,7 @@
 #pragma once
 // What a worker process is told by the supervisor (CONTRACT.md): its name, role, rank,
-// incarnation, the ring and ledger names, the config and the run directory. Also the process
+// incarnation, the ring and ledger names, the config and the run directory. The status board's
+// name follows from the ring's. Also the process
 // set-up every worker shares: log name, SIGTERM/SIGINT -> stop flag, parent-death check.
 #include "hsring/config.hpp"
 #include "hsring/worker_contract.hpp"
@@ -17,7 +18,7 @@ struct WorkerEnv {
     WorkerRole role = WorkerRole::Target;
     std::uint32_t rank = 0;   // local rank: index in its [topology] list
     std::uint32_t incarnation = 1;
-    std::string ring, ledger;
+    std::string ring, ledger, status;
     std::filesystem::path config_file, run_dir;
     bool cuda = false;        // HSRING_DEVICE=cuda
     pid_t supervisor = 0;

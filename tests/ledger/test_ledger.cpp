@@ -155,23 +155,9 @@ TEST_CASE("attach refuses another data set or settings") {
     CHECK_THROWS_WITH_AS(Ledger::attach(t.name, &other), doctest::Contains("made for 2 epochs"), Error);
 }
 
-TEST_CASE("worker stats round-trip through shared memory") {
+TEST_CASE("the done flag is seen through shared memory") {
     TempLedger t(info(1));
-    WorkerStats s;
-    s.role = 2;
-    s.rank = 0;
-    s.pid = 1234;
-    s.incarnation = 3;
-    s.tokens = 99;
-    s.step = 7;
-    s.loss = 2.5;
-    t.l.publish(Ledger::kDrafterStatsBase, s);
     Ledger other = Ledger::attach(t.name);
-    WorkerStats r = other.stats(Ledger::kDrafterStatsBase);
-    CHECK(r.pid == 1234);
-    CHECK(r.tokens == 99);
-    CHECK(r.loss == 2.5);
-    CHECK(r.heartbeat_ns > 0);
     CHECK_FALSE(other.done());
     t.l.set_done();
     CHECK(other.done());

@@ -4,7 +4,7 @@
 #include "hsring/ring.hpp"
 #include "hsring/units.hpp"
 #include "ring/layout.hpp"
-#include "ring/region.hpp"
+#include "shm/region.hpp"
 #include "ring_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -335,7 +335,7 @@ TEST_CASE("attach checks identity and layout") {
 
 TEST_CASE("a non-hsring object or another version is refused") {
     std::string name = unique_ring_name("junk");
-    std::string path = ring_detail::shm_dir() + "/" + name;
+    std::string path = shm::shm_dir() + "/" + name;
     {
         std::ofstream f(path);
         f << std::string(4 * MiB, 'x');
@@ -346,7 +346,7 @@ TEST_CASE("a non-hsring object or another version is refused") {
 
     TempRing t;
     {
-        int fd = ::open(ring_detail::Region::find(t.name).c_str(), O_RDWR);
+        int fd = ::open(shm::Region::find(t.name).c_str(), O_RDWR);
         std::uint32_t v = 99;
         REQUIRE(::pwrite(fd, &v, 4, offsetof(ring_detail::RingHeader, version)) == 4);
         ::close(fd);
@@ -361,14 +361,14 @@ TEST_CASE("huge pages: auto falls back to /dev/shm, require fails clearly, nothi
     {
         Ring r = Ring::create({name, small_geometry(), HugePages::Auto, true});
         CHECK_FALSE(r.region().huge_pages);
-        CHECK(r.region().path.rfind(ring_detail::shm_dir(), 0) == 0);
+        CHECK(r.region().path.rfind(shm::shm_dir(), 0) == 0);
         Ring::remove(name);
     }
     std::string e = error_of([&] { Ring::create({name, small_geometry(), HugePages::Require, true}); });
     CHECK(e.find("huge_pages = \"require\"") != std::string::npos);
     CHECK(e.find("hugetlbfs") != std::string::npos);
     CHECK_FALSE(Ring::exists(name));
-    for (const auto& entry : std::filesystem::directory_iterator(ring_detail::shm_dir()))
+    for (const auto& entry : std::filesystem::directory_iterator(shm::shm_dir()))
         CHECK(entry.path().filename().string().find(name) == std::string::npos);
 }
 
@@ -378,6 +378,6 @@ TEST_CASE("a ring larger than memory is a clear start-up error, and leaves nothi
     std::string e = error_of([&] { Ring::create({name, g, HugePages::Off, true}); });
     CHECK((e.find("cannot reserve") != std::string::npos || e.find("cannot size") != std::string::npos));
     CHECK_FALSE(Ring::exists(name));
-    for (const auto& entry : std::filesystem::directory_iterator(ring_detail::shm_dir()))
+    for (const auto& entry : std::filesystem::directory_iterator(shm::shm_dir()))
         CHECK(entry.path().filename().string().find(name) == std::string::npos);
 }

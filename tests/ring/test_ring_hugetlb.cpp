@@ -2,7 +2,7 @@
 // The GPU machine's script reserves pages first (sysctl vm.nr_hugepages, mount -t hugetlbfs).
 #include "hsring/ring.hpp"
 #include "hsring/units.hpp"
-#include "ring/region.hpp"
+#include "shm/region.hpp"
 #include "ring_test_util.hpp"
 
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -20,7 +20,7 @@ TEST_CASE("with huge pages reserved, require maps the ring on hugetlbfs and it w
     {
         Ring r = Ring::create({name, g, HugePages::Require, true});
         CHECK(r.region().huge_pages);
-        CHECK(r.region().path.find(ring_detail::probe_huge_pages().mount) == 0);
+        CHECK(r.region().path.find(shm::probe_huge_pages().mount) == 0);
         r.join(Role::Writer, 0, "t");
         auto w = r.claim(0ms);
         REQUIRE(w);
@@ -37,7 +37,7 @@ TEST_CASE("with huge pages reserved, require maps the ring on hugetlbfs and it w
 }
 
 int main(int argc, char** argv) {
-    auto probe = ring_detail::probe_huge_pages();
+    auto probe = shm::probe_huge_pages();
     if (probe.mount.empty() || probe.free_pages < 8) {
         std::fprintf(stderr, "skipped: no hugetlbfs mount with free 2 MiB pages (mount %s, %lu free)\n",
                      probe.mount.empty() ? "none" : probe.mount.c_str(), static_cast<unsigned long>(probe.free_pages));

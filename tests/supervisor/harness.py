@@ -175,7 +175,11 @@ stop_timeout_s = 20
             return json.load(f)
 
     def shm_exists(self):
-        return os.path.exists(f"/dev/shm/{self.ring}"), os.path.exists(f"/dev/shm/{self.ring}-ledger")
+        """(ring exists, ledger exists); the status board always goes with the ring."""
+        ring = os.path.exists(f"/dev/shm/{self.ring}")
+        status = os.path.exists(f"/dev/shm/{self.ring}-status")
+        check(status == ring, f"the status board {self.ring}-status exists: {status}, the ring: {ring}")
+        return ring, os.path.exists(f"/dev/shm/{self.ring}-ledger")
 
     def cleanup(self):
         if self.proc and self.proc.poll() is None:

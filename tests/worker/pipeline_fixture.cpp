@@ -75,6 +75,8 @@ checkpoint_every = 4
     info.dataset_samples = ds.size();
     info.tokens_per_epoch = ds.total_tokens();
     ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info));
+    status_name_ = StatusBoard::name_for_ring(ring_name_);
+    status_ = std::make_unique<StatusBoard>(StatusBoard::create(status_name_));
 }
 
 SynthRun::~SynthRun() {
@@ -84,8 +86,10 @@ SynthRun::~SynthRun() {
     }
     ring_.reset();
     ledger_.reset();
+    status_.reset();
     Ring::remove(ring_name_);
     Ledger::remove(ledger_name_);
+    StatusBoard::remove(status_name_);
     fs::remove_all(dir_);
 }
 

@@ -54,6 +54,7 @@ TEST_CASE("2 targets + 1 drafter train every sample of every epoch exactly once"
     auto& t0 = run.start("target", 0);
     auto& t1 = run.start("target", 1);
     auto& d = run.start("drafter", 0);
+    const pid_t pids[] = {t0.pid, t1.pid, d.pid};  // wait() forgets them
     int st = run.wait(d, 60);
     REQUIRE(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 0);
@@ -62,6 +63,17 @@ TEST_CASE("2 targets + 1 drafter train every sample of every epoch exactly once"
     CHECK(WIFEXITED(s1));
     check_exactly_once(run);
     CHECK(std::filesystem::exists(run.run_dir() / "metrics.jsonl"));
+    // Each worker's last counters stay on the status board, in its own entry.
+    const WorkerStats ds = run.status().stats(StatusBoard::kDrafterStatsBase);
+    CHECK(ds.pid == pids[2]);
+    CHECK(ds.role == 2);
+    CHECK(ds.step > 0);
+    CHECK(ds.heartbeat_ns > 0);
+    const WorkerStats ts0 = run.status().stats(0), ts1 = run.status().stats(1);
+    CHECK(ts0.pid == pids[0]);
+    CHECK(ts1.pid == pids[1]);
+    CHECK(ts1.rank == 1);
+    CHECK(ts0.samples + ts1.samples >= run.ledger().total());
 }
 
 TEST_CASE("SIGKILLed targets and drafter lose nothing and double nothing") {

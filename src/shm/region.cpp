@@ -1,4 +1,4 @@
-#include "ring/region.hpp"
+#include "shm/region.hpp"
 
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
@@ -21,7 +21,7 @@
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
 
-namespace hsring::ring_detail {
+namespace hsring::shm {
 namespace {
 
 void check_name(std::string_view name) {
@@ -279,4 +279,4 @@ Region::~Region() {
     if (base_) ::munmap(base_, info_.bytes);
 }
 
-} // namespace hsring::ring_detail
+} // namespace hsring::shm

@@ -1,7 +1,7 @@
 // Is the process behind an owner token still the one that took the slot? A pid can be reused,
 // so the owner table also records the process start time (/proc/PID/stat field 22); a zombie
 // (exited, not yet reaped) holds nothing any more and counts as dead.
-#include "hsring/ring.hpp"
+#include "hsring/liveness.hpp"
 
 #include <signal.h>
 

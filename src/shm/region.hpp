@@ -8,7 +8,7 @@
 // Creation is all-or-nothing: the file is built under a temporary name, sized, reserved,
 // initialised by the caller, and only then renamed to its final name.
 #include "hsring/config.hpp"
-#include "hsring/ring.hpp"
+#include "hsring/region_info.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace hsring::ring_detail {
+namespace hsring::shm {
 
 struct HugePageProbe {
     std::string mount;            // a hugetlbfs mount with 2 MiB pages, "" if none
@@ -56,4 +56,4 @@ private:
     RegionInfo info_;
 };
 
-} // namespace hsring::ring_detail
+} // namespace hsring::shm

@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstdint>
 
-namespace hsring::ring_detail {
+namespace hsring::shm {
 
 // Sleeps while *word == expected, at most `timeout`. Spurious returns are fine: callers re-check.
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout);
 // Wakes every waiter on the word.
 void futex_wake_all(std::atomic<std::uint32_t>& word);
 
-} // namespace hsring::ring_detail
+} // namespace hsring::shm

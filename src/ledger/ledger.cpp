@@ -5,8 +5,6 @@
 //           │   seed, shuffle), cursor | low water | pending futex |        │
 //           │   counters | done   (each hot word on its own cache line)     │
 //  4 KiB    ├──────────────────────────────────────────────────────────────┤
-//           │ StatsEntry[64]  (128 B each, one writer each)                │
-//  12 KiB   ├──────────────────────────────────────────────────────────────┤
 //           │ entries: atomic u64 [epochs x N]                             │
 //           └──────────────────────────────────────────────────────────────┘
 // Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED and DURABLE payload =
@@ -16,14 +14,12 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
-#include "ring/futex.hpp"
-#include "ring/region.hpp"
+#include "shm/futex.hpp"
+#include "shm/region.hpp"
 
 #include <unistd.h>
 
-#include <bit>
 #include <cstring>
-#include <ctime>
 #include <new>
 
 namespace hsring {
@@ -31,14 +27,10 @@ namespace hsring {
 namespace ledger_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
-inline constexpr std::uint32_t kVersion = 2;
-inline constexpr std::uint64_t kStatsOffset = 4096;
-inline constexpr std::uint64_t kEntriesOffset = kStatsOffset + Ledger::kMaxWorkers * 128;
-
-struct StatsEntry {
-    std::atomic<std::uint64_t> w[16];  // WorkerStats fields, see publish()
-};
-static_assert(sizeof(StatsEntry) == 128);
+// 3: the worker stats moved out to the status board (hsring/status_board.hpp); the machine's
+// share of the data set (nnodes, node_rank, dataset_samples) in the header.
+inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint64_t kEntriesOffset = 4096;
 
 struct LedgerHeader {
     char magic[8];
@@ -63,7 +55,7 @@ struct LedgerHeader {
     alignas(64) std::atomic<std::uint64_t> consumed_or_durable;
     std::atomic<std::uint32_t> done;
 };
-static_assert(sizeof(LedgerHeader) <= kStatsOffset);
+static_assert(sizeof(LedgerHeader) <= kEntriesOffset);
 
 constexpr std::uint64_t kStateShift = 62;
 constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 62) - 1;
@@ -111,12 +103,11 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->dataset_samples = info.dataset_samples ? info.dataset_samples : info.samples;
         h->nnodes = info.nnodes;
         h->node_rank = info.node_rank;
-        for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kStatsOffset + i * 128) StatsEntry{};
         // Entries: a fresh file reads as zero = PENDING with payload 0.
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
-    l.region_ = ring_detail::Region::create(name, bytes, HugePages::Off, false, init);
+    l.region_ = shm::Region::create(name, bytes, HugePages::Off, false, init);
     l.header_ = reinterpret_cast<LedgerHeader*>(l.region_->base());
     l.info_ = info;
     return l;
@@ -124,7 +115,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
 
 Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     Ledger l;
-    l.region_ = ring_detail::Region::open(name);
+    l.region_ = shm::Region::open(name);
     auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
     const std::string& path = l.region_->info().path;
     if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0) fail("{} is not an hsring ledger (bad magic)", path);
@@ -151,8 +142,8 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     return l;
 }
 
-bool Ledger::exists(std::string_view name) { return !ring_detail::Region::find(name).empty(); }
-bool Ledger::remove(std::string_view name) { return ring_detail::Region::remove(name); }
+bool Ledger::exists(std::string_view name) { return !shm::Region::find(name).empty(); }
+bool Ledger::remove(std::string_view name) { return shm::Region::remove(name); }
 
 Ledger::Ledger(Ledger&&) noexcept = default;
 Ledger& Ledger::operator=(Ledger&&) noexcept = default;
@@ -195,7 +186,7 @@ void Ledger::lower_low_water(std::uint64_t pos) {
                                                      memory_order_acq_rel)) {
     }
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
-    if (header_->pending_waiters.load(memory_order_seq_cst) > 0) ring_detail::futex_wake_all(header_->pending_seq);
+    if (header_->pending_waiters.load(memory_order_seq_cst) > 0) shm::futex_wake_all(header_->pending_seq);
 }
 
 bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
@@ -211,7 +202,7 @@ void Ledger::wait_pending(std::chrono::milliseconds timeout) {
     const std::uint32_t seen = header_->pending_seq.load(memory_order_seq_cst);
     if (header_->done.load(memory_order_acquire)) return;
     header_->pending_waiters.fetch_add(1, memory_order_seq_cst);
-    ring_detail::futex_wait(header_->pending_seq, seen, timeout);
+    shm::futex_wait(header_->pending_seq, seen, timeout);
     header_->pending_waiters.fetch_sub(1, memory_order_relaxed);
 }
 
@@ -301,56 +292,7 @@ bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0
 void Ledger::set_done() {
     header_->done.store(1, memory_order_release);
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
-    ring_detail::futex_wake_all(header_->pending_seq);
-}
-
-static StatsEntry& stats_entry(std::byte* base, std::uint32_t i) {
-    return *reinterpret_cast<StatsEntry*>(base + kStatsOffset + i * 128);
-}
-
-void Ledger::publish(std::uint32_t index, const WorkerStats& s) {
-    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
-    StatsEntry& e = stats_entry(region_->base(), index);
-    auto put = [&](int i, std::uint64_t v) { e.w[i].store(v, memory_order_relaxed); };
-    put(0, (std::uint64_t{s.role} << 32) | s.rank);
-    put(1, (std::uint64_t(static_cast<std::uint32_t>(s.pid)) << 32) | s.incarnation);
-    put(2, s.slots);
-    put(3, s.samples);
-    put(4, s.tokens);
-    put(5, s.busy_ns);
-    put(6, s.wait_ns);
-    put(7, s.step);
-    put(8, std::bit_cast<std::uint64_t>(s.loss));
-    put(9, std::bit_cast<std::uint64_t>(s.accept_len));
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    put(10, static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec));
-}
-
-WorkerStats Ledger::stats(std::uint32_t index) const {
-    HSRING_ASSERT(index < kMaxWorkers, "stats index {}", index);
-    StatsEntry& e = stats_entry(region_->base(), index);
-    auto get = [&](int i) { return e.w[i].load(memory_order_relaxed); };
-    WorkerStats s;
-    s.role = static_cast<std::uint32_t>(get(0) >> 32);
-    s.rank = static_cast<std::uint32_t>(get(0));
-    s.pid = static_cast<std::int32_t>(get(1) >> 32);
-    s.incarnation = static_cast<std::uint32_t>(get(1));
-    s.slots = get(2);
-    s.samples = get(3);
-    s.tokens = get(4);
-    s.busy_ns = get(5);
-    s.wait_ns = get(6);
-    s.step = get(7);
-    s.loss = std::bit_cast<double>(get(8));
-    s.accept_len = std::bit_cast<double>(get(9));
-    s.heartbeat_ns = get(10);
-    return s;
-}
-
-void Ledger::clear_stats(std::uint32_t index) {
-    StatsEntry& e = stats_entry(region_->base(), index);
-    for (auto& w : e.w) w.store(0, memory_order_relaxed);
+    shm::futex_wake_all(header_->pending_seq);
 }
 
 } // namespace hsring

@@ -1,4 +1,4 @@
-#include "ring/futex.hpp"
+#include "shm/futex.hpp"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -7,7 +7,7 @@
 #include <climits>
 #include <ctime>
 
-namespace hsring::ring_detail {
+namespace hsring::shm {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
@@ -21,4 +21,4 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-} // namespace hsring::ring_detail
+} // namespace hsring::shm
