@@ -32,35 +32,89 @@ at::Tensor block_rows(const at::Tensor& out, std::int64_t j, std::int64_t b) { r
 
 TEST_SUITE("dflash") {
 
-TEST_CASE("anchors: loss-masked, inside their sequence, sorted, at most num_anchors, deterministic") {
+// The anchor rule, restated from the public DFlash trainers: p valid iff loss_mask[p] = 1,
+// loss_mask[p+1] = 1 and p + B <= end of p's sequence.
+std::vector<std::int64_t> valid_by_rule(const std::vector<std::int64_t>& mask, std::int64_t begin, std::int64_t end,
+                                        std::int64_t b) {
+    std::vector<std::int64_t> v;
+    for (auto p = begin; p < end; ++p)
+        if (mask[static_cast<std::size_t>(p)] == 1 && p + 1 < end && mask[static_cast<std::size_t>(p + 1)] == 1 &&
+            p + b <= end)
+            v.push_back(p);
+    return v;
+}
+
+TEST_CASE("anchors: two trained tokens and a whole block, sorted, min(num_anchors, valid) per sequence, deterministic") {
     DFlashFixture f;
     const auto& cu = f.batch.cu_seqlens;
     const auto mask = host(f.batch.loss_mask.gt(0.5));
-    const auto tokens = host(f.batch.tokens);
     at::Generator g1 = cpu_generator(1), g2 = cpu_generator(1);
+    for (std::int64_t b : {2, 4, 8}) {
+        for (std::int64_t n : {1, 3, 5, 1000}) {
+            INFO("block " << b << " num_anchors " << n);
+            auto a = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, b, 511, n, 7.0, g1);
+            auto same = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, b, 511, n, 7.0, g2);
+            CHECK(bool(a.anchors == same.anchors));
+            std::vector<std::int64_t> per_seq(cu.size() - 1, 0);
+            for (std::size_t j = 0; j < a.anchors.size(); ++j) {
+                const auto p = a.anchors[j];
+                const std::size_t s = static_cast<std::size_t>(std::upper_bound(cu.begin(), cu.end(), p) - cu.begin() - 1);
+                ++per_seq[s];
+                const auto valid = valid_by_rule(mask, cu[s], cu[s + 1], b);
+                CHECK(std::find(valid.begin(), valid.end(), p) != valid.end());
+                CHECK(a.seq_begin[j] == cu[s]);
+                if (j > 0 && a.seq_begin[j - 1] == a.seq_begin[j]) CHECK(a.anchors[j - 1] < p);
+            }
+            for (std::size_t s = 0; s + 1 < cu.size(); ++s)
+                CHECK(per_seq[s] ==
+                      std::min(n, static_cast<std::int64_t>(valid_by_rule(mask, cu[s], cu[s + 1], b).size())));
+            // Slot 1 of every block is a trained token: no block carries zero weight.
+            const auto w = a.weights.reshape({a.num_blocks(), b});
+            if (a.num_blocks() > 0) CHECK(w.select(1, 1).gt(0).all().item<bool>());
+        }
+    }
     auto a = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g1);
-    auto b = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g2);
-    CHECK(bool(a.anchors == b.anchors));
     auto c = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g1);  // next draw
     CHECK(bool(a.anchors != c.anchors));
-    std::vector<int> per_seq(cu.size() - 1, 0);
-    for (std::size_t j = 0; j < a.anchors.size(); ++j) {
-        const auto p = a.anchors[j];
-        const std::size_t s = static_cast<std::size_t>(std::upper_bound(cu.begin(), cu.end(), p) - cu.begin() - 1);
-        ++per_seq[s];
-        CHECK(mask[static_cast<std::size_t>(p)] == 1);
-        CHECK(p + 1 < cu[s + 1]);
-        CHECK(a.seq_begin[j] == cu[s]);
-        if (j > 0 && a.seq_begin[j - 1] == a.seq_begin[j]) CHECK(a.anchors[j - 1] < p);
-    }
-    for (int n : per_seq) CHECK(n == 5);
+}
 
-    // Enough anchors for every valid position: all of them are taken.
-    auto all = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 1000, 7.0, g1);
-    std::size_t valid = 0;
-    for (std::size_t s = 0; s + 1 < cu.size(); ++s)
-        for (auto p = cu[s]; p + 1 < cu[s + 1]; ++p) valid += mask[static_cast<std::size_t>(p)];
-    CHECK(all.anchors.size() == valid);
+TEST_CASE("anchors: none in a sequence shorter than a block or without two consecutive trained tokens") {
+    // Sequences [0,3) all trained but shorter than B = 4; [3,13) trained every other token;
+    // [13,20) trained at 13..14 and 18..19 only: 18 + 4 > 20, and 13 + 4 <= 20 is the one valid.
+    std::vector<float> m{1, 1, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1};
+    at::Tensor mask = at::tensor(m);
+    at::Tensor tokens = at::arange(20, at::kLong);
+    const std::vector<std::int64_t> cu{0, 3, 13, 20};
+    at::Generator g = cpu_generator(3);
+    auto blocks = sample_dflash_blocks(tokens, mask, cu, 4, 511, 100, 7.0, g);
+    CHECK(bool(blocks.anchors == std::vector<std::int64_t>{13}));
+    auto none = sample_dflash_blocks(tokens.narrow(0, 0, 13), mask.narrow(0, 0, 13), {0, 3, 13}, 4, 511, 100, 7.0, g);
+    CHECK(none.num_blocks() == 0);
+    // Evaluation anchors follow the same rule, and depend on (seed, sample id) only.
+    auto ev = eval_dflash_blocks(tokens, mask, cu, 4, 511, 100, 7.0, 9, {0, 1, 2});
+    CHECK(bool(ev.anchors == std::vector<std::int64_t>{13}));
+}
+
+TEST_CASE("evaluation anchors: the same blocks for a sample whatever batch it is packed into") {
+    DFlashFixture f;
+    const auto& cu = f.batch.cu_seqlens;  // sequences [0,23) [23,32) [32,49)
+    auto all = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {10, 11, 12});
+    CHECK(all.num_blocks() > 0);
+    // The last sequence alone, with its sample id: its anchors again (shifted to the new batch).
+    auto alone = eval_dflash_blocks(f.batch.tokens.narrow(0, 32, 17), f.batch.loss_mask.narrow(0, 32, 17), {0, 17}, 4,
+                                    511, 3, 7.0, 5, {12});
+    std::vector<std::int64_t> want;
+    for (auto a : all.anchors)
+        if (a >= 32) want.push_back(a - 32);
+    CHECK(!want.empty());
+    CHECK(bool(alone.anchors == want));
+    // Another sample id or seed draws other anchors (3 of the 23-token sequence's valid ones).
+    auto other = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 6, {10, 11, 12});
+    auto other_id = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {13, 11, 12});
+    CHECK(bool(other.anchors != all.anchors));
+    CHECK(bool(other_id.anchors != all.anchors));
+    CHECK(error_of([&] { eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {1}); })
+              .find("1 sample ids for 3 sequences") != std::string::npos);
 }
 
 TEST_CASE("block slots: anchor token then mask tokens, labels at anchor+k, decayed weights, zero past the end") {
