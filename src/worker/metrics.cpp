@@ -22,13 +22,4 @@ void MetricsFile::append(const std::string& obj) {
         fail("cannot append to metrics.jsonl: {}", errno_text(errno));
 }
 
-double expected_accept_length(const double* acc, std::size_t n) {
-    double run = 1.0, total = 1.0;
-    for (std::size_t k = 0; k < n; ++k) {
-        run *= acc[k];
-        total += run;
-    }
-    return total;
-}
-
 } // namespace hsring::worker

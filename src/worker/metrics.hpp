@@ -3,6 +3,8 @@
 // (loss, per-position accuracy, acceptance estimate, rates, waits, ring occupancy, memory).
 // A person plots it with bin/plot-run; the supervisor's status line reads the live counters
 // in the ledger instead.
+#include "hsring/acceptance.hpp"  // expected_accept_length (was here; the model tools use it too)
+
 #include <filesystem>
 #include <string>
 
@@ -19,9 +21,5 @@ public:
 private:
     int fd_ = -1;
 };
-
-// DFlash's expected acceptance length from per-position accuracies a_1..a_{B-1}: the bonus
-// token plus the expected run of consecutive correct drafts, 1 + sum_k prod_{j<=k} a_j.
-double expected_accept_length(const double* acc, std::size_t n);
 
 } // namespace hsring::worker
