@@ -3,9 +3,12 @@
 // deterministic init, export -> import bit for bit, and a training step that learns.
 #include "dflash_fixture.hpp"
 #include "model/chunked_ce.hpp"
+#include "model/dflash_eval.hpp"
 #include "model/dflash_export.hpp"
 #include "model/safetensors.hpp"
 #include "model_test_util.hpp"
+
+#include "hsring/acceptance.hpp"
 
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
@@ -350,6 +353,56 @@ TEST_CASE("export -> import reproduces the drafter bit for bit, with the DFlash 
     save_safetensors(dir.path() / "drafter" / "model.safetensors", tensors);
     CHECK(error_of([&] { import_dflash(dir.path() / "drafter"); }).find("layers.1.mlp.up_proj.weight") !=
           std::string::npos);
+}
+
+TEST_CASE("evaluation: the training loss and accuracy at the same blocks, no gradients, sums add over batches") {
+    DFlashFixture f;
+    auto drafter = f.drafter();
+    const auto& cu = f.batch.cu_seqlens;
+    DFlashLossOptions opt;
+    opt.num_anchors = 4;
+    opt.gamma = 5.0;
+    opt.chunk = 7;
+    const std::vector<std::uint64_t> ids{20, 21, 22};
+    auto blocks = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 4, 5.0, 3, ids);
+    auto train = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
+    at::Tensor out;
+    DFlashEvalSums e = evaluate_dflash(drafter, f.head, f.batch, blocks, opt, &out);
+    CHECK_FALSE(out.requires_grad());
+    CHECK(out.sizes() == at::IntArrayRef({blocks.rows(), 64}));
+    CHECK(e.num_blocks == blocks.num_blocks());
+    CHECK(e.loss() == doctest::Approx(train.loss.item<double>()).epsilon(1e-6));
+    CHECK(e.weight_sum == doctest::Approx(train.weight_sum.item<double>()));
+    REQUIRE(e.correct.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(e.correct[k] == train.correct[static_cast<std::int64_t>(k)].item<double>());
+        CHECK(e.counted[k] == train.counted[static_cast<std::int64_t>(k)].item<double>());
+    }
+    const auto acc = e.accuracy();
+    CHECK(e.accept_length() == doctest::Approx(hsring::expected_accept_length(acc.data(), acc.size())));
+    // The sample-id form draws the same blocks.
+    DFlashEvalSums by_id = evaluate_dflash(drafter, f.head, f.batch, ids, 3, opt);
+    CHECK(by_id.loss_sum == doctest::Approx(e.loss_sum));
+    CHECK(bool(by_id.counted == e.counted));
+    // Each sequence alone, summed: the batch's sums (evaluation anchors follow the sample id).
+    DFlashEvalSums parts;
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+        const std::int64_t len = cu[s + 1] - cu[s];
+        DFlashBatch one{f.batch.hidden.narrow(1, cu[s], len), f.batch.tokens.narrow(0, cu[s], len),
+                        f.batch.loss_mask.narrow(0, cu[s], len), {0, len}};
+        parts.add(evaluate_dflash(drafter, f.head, one, {ids[s]}, 3, opt));
+    }
+    CHECK(parts.num_blocks == e.num_blocks);
+    CHECK(parts.loss_sum == doctest::Approx(e.loss_sum).epsilon(1e-5));
+    CHECK(bool(parts.counted == e.counted));
+    CHECK(bool(parts.correct == e.correct));
+    // Nothing to evaluate: zero loss, acceptance 1.
+    DFlashBatch untrained = f.batch;
+    untrained.loss_mask = at::zeros_like(f.batch.loss_mask);
+    DFlashEvalSums zero = evaluate_dflash(drafter, f.head, untrained, ids, 3, opt);
+    CHECK(zero.num_blocks == 0);
+    CHECK(zero.loss() == 0.0);
+    CHECK(zero.accept_length() == 1.0);
 }
 
 TEST_CASE("a batch without any trainable anchor gives an empty, zero loss") {
