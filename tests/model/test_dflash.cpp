@@ -343,6 +343,9 @@ TEST_CASE("export -> import reproduces the drafter bit for bit, with the DFlash 
     CHECK(j["dflash_config"]["mask_token_id"] == 511);
     CHECK(j["dflash_config"]["block_size"] == 4);
     CHECK(j["dtype"] == "float32");
+    // transformers' remote-code form: the public DFlash code from z-lab's hub repo.
+    CHECK(j["auto_map"]["AutoModel"] == std::string(kDFlashCodeRepo) + "--dflash.DFlashDraftModel");
+    CHECK(std::string(kDFlashCodeRepo) == "z-lab/Qwen3-8B-DFlash-b16");
     CHECK(load_safetensors(dir.path() / "drafter" / "model.safetensors").size() == drafter->parameters().size());
 
     // bf16 export for serving, and a damaged export is a clear error.
