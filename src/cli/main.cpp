@@ -27,7 +27,8 @@ const Command kCommands[] = {
     {"stop", hsring::cli::stop, "stop [--now]", "stop the run (graceful; --now: SIGKILL, keep the ring)"},
     {"ring", hsring::cli::ring, "ring rm NAME [--force]", "remove a ring, its ledger and status board"},
     {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR", "exactly-once check of the latest checkpoint"},
-    {"model", hsring::cli::model, "model dump-hidden MODEL ...", "captured target layers to safetensors (hsring-model)"},
+    {"model", hsring::cli::model, "model dump-hidden|check-drafter ...",
+     "target layers to safetensors; evaluate an exported drafter (hsring-model)"},
 };
 
 void usage() {

@@ -11,28 +11,37 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// One pass over the rows, `chunk` at a time: loss sum and argmax hits, and d(loss)/d(hidden)
+// into `grad` when given (training); without it, half the LM-head matmuls (evaluation).
+std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
+                                          const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad) {
+    const std::int64_t n = hidden.size(0);
+    const at::Tensor w_head = lm_head.scalar_type() == hidden.scalar_type() ? lm_head : lm_head.to(hidden.scalar_type());
+    at::Tensor correct = at::empty({n}, hidden.options().dtype(at::kBool));
+    at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
+    for (std::int64_t s = 0; s < n; s += chunk) {
+        const std::int64_t c = std::min(chunk, n - s);
+        at::Tensor y = labels.narrow(0, s, c).unsqueeze(1);
+        at::Tensor w = weights.narrow(0, s, c).to(at::kFloat).unsqueeze(1);
+        at::Tensor logits = at::matmul(hidden.narrow(0, s, c), w_head.t()).to(at::kFloat);  // [c, V]
+        at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);
+        loss.add_(((lse - logits.gather(1, y)) * w).sum());
+        correct.narrow(0, s, c).copy_(logits.argmax(1) == y.squeeze(1));
+        if (!grad) continue;
+        // d(sum w * CE)/d logits = w * (softmax - onehot), built in place over the logits.
+        logits.sub_(lse).exp_();
+        logits.scatter_add_(1, y, at::full({c, 1}, -1.0f, logits.options()));
+        logits.mul_(w);
+        grad->narrow(0, s, c).copy_(at::matmul(logits.to(hidden.scalar_type()), w_head));
+    }
+    return {loss, correct};
+}
+
 struct ChunkedCEFunction : public torch::autograd::Function<ChunkedCEFunction> {
     static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
                                  const at::Tensor& labels, const at::Tensor& weights, std::int64_t chunk) {
-        const std::int64_t n = hidden.size(0);
-        const at::Tensor w_head = lm_head.scalar_type() == hidden.scalar_type() ? lm_head : lm_head.to(hidden.scalar_type());
         at::Tensor grad = at::empty_like(hidden);
-        at::Tensor correct = at::empty({n}, hidden.options().dtype(at::kBool));
-        at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
-        for (std::int64_t s = 0; s < n; s += chunk) {
-            const std::int64_t c = std::min(chunk, n - s);
-            at::Tensor y = labels.narrow(0, s, c).unsqueeze(1);
-            at::Tensor w = weights.narrow(0, s, c).to(at::kFloat).unsqueeze(1);
-            at::Tensor logits = at::matmul(hidden.narrow(0, s, c), w_head.t()).to(at::kFloat);  // [c, V]
-            at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);
-            loss.add_(((lse - logits.gather(1, y)) * w).sum());
-            correct.narrow(0, s, c).copy_(logits.argmax(1) == y.squeeze(1));
-            // d(sum w * CE)/d logits = w * (softmax - onehot), built in place over the logits.
-            logits.sub_(lse).exp_();
-            logits.scatter_add_(1, y, at::full({c, 1}, -1.0f, logits.options()));
-            logits.mul_(w);
-            grad.narrow(0, s, c).copy_(at::matmul(logits.to(hidden.scalar_type()), w_head));
-        }
+        auto [loss, correct] = ce_pass(hidden, lm_head, labels, weights, chunk, &grad);
         ctx->saved_data["grad"] = grad;
         ctx->mark_non_differentiable({correct});
         return {loss, correct};
@@ -56,6 +65,10 @@ ChunkedCE chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& lm_h
     if (hidden.size(0) == 0) {
         // Keep the graph connected so backward() still works on an empty selection.
         return {hidden.sum().to(at::kFloat) * 0, at::empty({0}, hidden.options().dtype(at::kBool))};
+    }
+    if (!at::GradMode::is_enabled() || !hidden.requires_grad()) {
+        auto [loss, correct] = ce_pass(hidden, lm_head.detach(), labels, weights, chunk, nullptr);
+        return {loss, correct};
     }
     auto out = ChunkedCEFunction::apply(hidden, lm_head.detach(), labels, weights, chunk);
     return {out[0], out[1]};

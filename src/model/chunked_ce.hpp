@@ -2,7 +2,8 @@
 // Cross-entropy against a huge vocabulary without materialising all logits: rows are processed
 // `chunk` at a time and the gradient w.r.t. the hidden states is computed in the same pass (a
 // custom autograd function), so at most chunk x vocab logits exist at any moment, in forward and
-// in backward. The LM head is frozen (no gradient).
+// in backward. The LM head is frozen (no gradient). Without autograd (no-grad mode or hidden not
+// requiring grad) only the loss and hits are computed: half the LM-head work.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>

@@ -1,7 +1,9 @@
 #include "model/dflash_blocks.hpp"
 
 #include "hsring/error.hpp"
+#include "data/splitmix.hpp"
 #include "model/attention.hpp"
+#include "model/tensor_init.hpp"
 
 #include <ATen/ATen.h>
 
@@ -77,33 +79,76 @@ DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_m
     return b;
 }
 
-DFlashBlocks sample_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
-                                  const std::vector<std::int64_t>& cu, std::int64_t block_size,
-                                  std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
-                                  at::Generator& gen) {
+std::vector<std::int64_t> valid_dflash_anchors(const float* m, std::int64_t begin, std::int64_t end,
+                                               std::int64_t block_size) {
+    std::vector<std::int64_t> valid;
+    for (std::int64_t p = begin; p + block_size <= end; ++p)  // p + 1 < end follows from block_size >= 2
+        if (m[p] > 0.5f && m[p + 1] > 0.5f) valid.push_back(p);
+    return valid;
+}
+
+namespace {
+
+// min(num_anchors, |valid|) of `valid`, uniformly without replacement, ascending.
+std::vector<std::int64_t> pick_anchors(const std::vector<std::int64_t>& valid, std::int64_t num_anchors,
+                                       at::Generator& gen) {
+    if (valid.empty()) return {};
+    const auto n = std::min<std::int64_t>(num_anchors, static_cast<std::int64_t>(valid.size()));
+    // n smallest of uniform keys = a uniform n-subset.
+    at::Tensor keys = at::rand({static_cast<std::int64_t>(valid.size())}, gen);
+    at::Tensor pick = std::get<1>(at::topk(keys, n, 0, /*largest=*/false, /*sorted=*/false)).contiguous();
+    const std::int64_t* pi = pick.data_ptr<std::int64_t>();
+    std::vector<std::int64_t> chosen;
+    for (std::int64_t i = 0; i < n; ++i) chosen.push_back(valid[static_cast<std::size_t>(pi[i])]);
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
+}
+
+// Anchors of every sequence, sequence s drawn with gen_of(s).
+template <typename GenOf>
+DFlashBlocks blocks_from_rule(const at::Tensor& tokens, const at::Tensor& loss_mask, const std::vector<std::int64_t>& cu,
+                              std::int64_t block_size, std::int64_t mask_token_id, std::int64_t num_anchors,
+                              double gamma, GenOf&& gen_of) {
     check_inputs(tokens, loss_mask, block_size);
-    if (gen.device().type() != at::kCPU) fail("DFlash anchor sampling needs a CPU generator");
     if (num_anchors <= 0) fail("DFlash num_anchors must be positive, got {}", num_anchors);
     PackedSequences::make(cu, tokens.size(0), at::kCPU, "DFlash batch");
     at::Tensor mask = loss_mask.to(at::kCPU, at::kFloat).contiguous();
     const float* m = mask.data_ptr<float>();
     std::vector<std::int64_t> anchors;
     for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
-        std::vector<std::int64_t> valid;
-        for (std::int64_t p = cu[s]; p + 1 < cu[s + 1]; ++p)
-            if (m[p] > 0.5f) valid.push_back(p);
+        const auto valid = valid_dflash_anchors(m, cu[s], cu[s + 1], block_size);
         if (valid.empty()) continue;
-        const auto n = std::min<std::int64_t>(num_anchors, static_cast<std::int64_t>(valid.size()));
-        // n smallest of uniform keys = a uniform n-subset.
-        at::Tensor keys = at::rand({static_cast<std::int64_t>(valid.size())}, gen);
-        at::Tensor pick = std::get<1>(at::topk(keys, n, 0, /*largest=*/false, /*sorted=*/false)).contiguous();
-        const std::int64_t* pi = pick.data_ptr<std::int64_t>();
-        std::vector<std::int64_t> chosen;
-        for (std::int64_t i = 0; i < n; ++i) chosen.push_back(valid[static_cast<std::size_t>(pi[i])]);
-        std::sort(chosen.begin(), chosen.end());
+        const auto chosen = pick_anchors(valid, num_anchors, gen_of(s));
         anchors.insert(anchors.end(), chosen.begin(), chosen.end());
     }
     return dflash_blocks_at(tokens, loss_mask, cu, block_size, mask_token_id, anchors, gamma);
+}
+
+} // namespace
+
+DFlashBlocks sample_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
+                                  const std::vector<std::int64_t>& cu, std::int64_t block_size,
+                                  std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
+                                  at::Generator& gen) {
+    if (gen.device().type() != at::kCPU) fail("DFlash anchor sampling needs a CPU generator");
+    return blocks_from_rule(tokens, loss_mask, cu, block_size, mask_token_id, num_anchors, gamma,
+                            [&](std::size_t) -> at::Generator& { return gen; });
+}
+
+DFlashBlocks eval_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
+                                const std::vector<std::int64_t>& cu, std::int64_t block_size,
+                                std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
+                                std::uint64_t seed, const std::vector<std::uint64_t>& sample_ids) {
+    if (sample_ids.size() + 1 != cu.size())
+        fail("DFlash evaluation: {} sample ids for {} sequences", sample_ids.size(),
+             static_cast<std::int64_t>(cu.size()) - 1);
+    at::Generator gen;
+    return blocks_from_rule(tokens, loss_mask, cu, block_size, mask_token_id, num_anchors, gamma,
+                            [&](std::size_t s) -> at::Generator& {
+                                using namespace data::detail;
+                                gen = cpu_generator(mix64(seed ^ mix64(sample_ids[s] + kGolden)));
+                                return gen;
+                            });
 }
 
 } // namespace hsring::model

@@ -67,6 +67,8 @@ nlohmann::json DFlashConfig::to_hf_json() const {
         {"num_target_layers", num_target_layers},
         {"dflash_config",
          {{"target_layer_ids", target_layer_ids}, {"mask_token_id", mask_token_id}, {"block_size", block_size}}},
+        // transformers' "REPO--module.Class" form: the code comes from that hub repo (see the header).
+        {"auto_map", {{"AutoModel", std::string(kDFlashCodeRepo) + "--dflash.DFlashDraftModel"}}},
     };
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The shape of a DFlash drafter and its HF config.json (the format z-lab's DFlashDraftModel,
 // SGLang and vLLM load): a Qwen3 config with architectures ["DFlashDraftModel"], block_size,
-// num_target_layers and dflash_config {target_layer_ids, mask_token_id, block_size}.
+// num_target_layers and dflash_config {target_layer_ids, mask_token_id, block_size}, plus
+// auto_map for transformers' remote code (kDFlashCodeRepo).
 #include "hsring/model_shape.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -11,6 +12,13 @@
 #include <vector>
 
 namespace hsring::model {
+
+// The HF repo whose dflash.py (class DFlashDraftModel) transformers runs for an exported drafter:
+// config.json's auto_map {"AutoModel": "<repo>--dflash.DFlashDraftModel"} makes
+// AutoModel.from_pretrained(dir, trust_remote_code=True) fetch the public DFlash code from there
+// instead of silently building a plain Qwen3 model from model_type. The drafter is always made
+// of Qwen3 layers, so one code file serves drafters of every target.
+inline constexpr const char* kDFlashCodeRepo = "z-lab/Qwen3-8B-DFlash-b16";
 
 struct DFlashConfig {
     // Qwen3 layer shape: the target's (the drafter reads the target's embedding and LM head and

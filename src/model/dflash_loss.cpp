@@ -28,8 +28,14 @@ at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const D
 
 DFlashLossResult dflash_loss_for_blocks(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
                                         const DFlashBlocks& blocks, const DFlashLossOptions& options) {
+    if (blocks.num_blocks() == 0) return dflash_loss_of_output({}, head, blocks, options);
+    return dflash_loss_of_output(dflash_hidden(drafter, head, batch, blocks, options), head, blocks, options);
+}
+
+DFlashLossResult dflash_loss_of_output(const at::Tensor& out, const TargetHead& head, const DFlashBlocks& blocks,
+                                       const DFlashLossOptions& options) {
     const std::int64_t b = blocks.block_size;
-    const at::Device dev = batch.tokens.device();
+    const at::Device dev = blocks.block_tokens.device();
     auto f32 = at::TensorOptions().device(dev).dtype(at::kFloat);
     DFlashLossResult r;
     r.num_blocks = blocks.num_blocks();
@@ -39,7 +45,6 @@ DFlashLossResult dflash_loss_for_blocks(DFlashDrafter& drafter, const TargetHead
         r.loss = r.loss_sum = r.weight_sum = at::zeros({}, f32);
         return r;
     }
-    at::Tensor out = dflash_hidden(drafter, head, batch, blocks, options);
     // Only slots that carry weight are scored: slot 0 and masked labels cost no LM-head work.
     at::Tensor keep = (blocks.weights > 0).nonzero().squeeze(1);
     ChunkedCE ce = chunked_cross_entropy(out.index_select(0, keep), head.lm_head.detach(),
@@ -57,8 +62,7 @@ DFlashLossResult dflash_loss_for_blocks(DFlashDrafter& drafter, const TargetHead
     return r;
 }
 
-DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
-                             const DFlashLossOptions& options, at::Generator& gen) {
+void check_dflash_batch(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch) {
     const auto& c = drafter->config();
     if (batch.hidden.dim() != 3 || batch.hidden.size(1) != batch.tokens.size(0))
         fail("DFlash batch: hidden must be [L, T, H] with T = {} tokens, got {}", batch.tokens.size(0),
@@ -66,6 +70,12 @@ DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, con
     if (head.embed.size(0) != c.vocab_size || head.embed.size(1) != c.hidden_size)
         fail("DFlash loss: the target head is {} but the drafter expects [{}, {}]", shape_str(head.embed.sizes()),
              c.vocab_size, c.hidden_size);
+}
+
+DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
+                             const DFlashLossOptions& options, at::Generator& gen) {
+    const auto& c = drafter->config();
+    check_dflash_batch(drafter, head, batch);
     DFlashBlocks blocks = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, c.block_size,
                                                c.mask_token_id, options.num_anchors, options.gamma, gen);
     return dflash_loss_for_blocks(drafter, head, batch, blocks, options);

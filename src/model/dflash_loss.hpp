@@ -43,6 +43,9 @@ struct DFlashLossResult {
     std::int64_t num_blocks = 0;
 };
 
+// Throws hsring::Error when the batch's hidden states or the head do not fit the drafter.
+void check_dflash_batch(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch);
+
 // `gen` must be a CPU generator (anchor sampling; see dflash_blocks.hpp).
 DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
                              const DFlashLossOptions& options, at::Generator& gen);
@@ -50,6 +53,11 @@ DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, con
 // The same for blocks chosen by the caller (tests, evaluation).
 DFlashLossResult dflash_loss_for_blocks(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
                                         const DFlashBlocks& blocks, const DFlashLossOptions& options);
+
+// The loss of drafter output rows `out` [blocks*B, H] (what dflash_loss_for_blocks computes after
+// the drafter's forward).
+DFlashLossResult dflash_loss_of_output(const at::Tensor& out, const TargetHead& head, const DFlashBlocks& blocks,
+                                       const DFlashLossOptions& options);
 
 // Drafter output rows [blocks*B, H] for the caller's blocks (tests, evaluation).
 at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,

@@ -3,6 +3,8 @@
 // (loss, per-position accuracy, acceptance estimate, rates, waits, ring occupancy, memory).
 // A person plots it with bin/plot-run; the supervisor's status line reads the live counters
 // in the ledger instead.
+#include "hsring/acceptance.hpp"  // expected_accept_length (was here; the model tools use it too)
+
 #include <filesystem>
 #include <string>
 
@@ -19,6 +21,5 @@ public:
 private:
     int fd_ = -1;
 };
-
 
 } // namespace hsring::worker

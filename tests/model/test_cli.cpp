@@ -1,11 +1,22 @@
-// hsring-model dump-hidden end to end: the real program writes layer.K for a packed batch, equal
-// to TargetModel's captured layers; bad input is one clear line and a non-zero exit.
+// hsring-model end to end: dump-hidden writes layer.K for a packed batch, equal to TargetModel's
+// captured layers; check-drafter evaluates an exported drafter on a target and data (numbers
+// consistent with its --dump, the dump equal to the drafter's forward in this process); bad
+// input is one clear line and a non-zero exit.
+#include "hsring/acceptance.hpp"
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/dflash_export.hpp"
+#include "model/dflash_loss.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
+#include "model/tensor_init.hpp"
 #include "model_test_util.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <sys/wait.h>
 
 using namespace hsring;
@@ -13,11 +24,15 @@ using namespace hsring::model;
 
 namespace {
 
-int run(const std::string& args, const std::filesystem::path& log) {
+// Runs hsring-model with `args`: stderr to `log`, stdout to `out` (discarded when empty).
+int run(const std::string& args, const std::filesystem::path& log, const std::filesystem::path& out = {}) {
     const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/src/model/hsring-model";
-    int rc = std::system(("'" + exe + "' " + args + " 2>'" + log.string() + "'").c_str());
+    const std::string to = out.empty() ? std::string("/dev/null") : out.string();
+    int rc = std::system(("'" + exe + "' " + args + " 2>'" + log.string() + "' >'" + to + "'").c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
+
+std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
 
 std::string slurp(const std::filesystem::path& p) {
     std::ifstream in(p);
@@ -67,6 +82,196 @@ TEST_CASE("dump-hidden reports bad input on one line and fails") {
     CHECK(run("dump-hidden preset:nope --layers 1 --tokens x --out y", log) == 1);
     CHECK(slurp(log).find("unknown model preset") != std::string::npos);
     CHECK(run("dump-hidden", log) == 1);
+}
+
+// A 1-layer drafter for the tiny preset (block 4, layers 1, 4, 6), away from its fresh init, and
+// three samples: two with trained responses, one too short for a block.
+struct CheckDrafterSetup {
+    test::TempDir dir;
+    ModelShape shape = preset_shape("tiny");
+    DFlashConfig cfg = dflash_config_for(shape, 1, 4, -1, {1, 4, 6});
+    std::filesystem::path drafter = dir.path() / "drafter", data = dir.path() / "data.jsonl";
+
+    CheckDrafterSetup() {
+        DFlashDrafter d(cfg, 3, at::kCPU);
+        {
+            at::NoGradGuard ng;
+            at::Generator g = cpu_generator(8);
+            for (auto& p : d->parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+        }
+        export_dflash(drafter, d, cfg);
+        std::ofstream out(data);
+        at::Generator g = cpu_generator(2);
+        for (auto [len, prompt] : std::vector<std::pair<int, int>>{{40, 10}, {3, 0}, {25, 6}}) {
+            at::Tensor t = at::randint(500, {len}, g, at::kLong);
+            nlohmann::json j;
+            for (int i = 0; i < len; ++i) {
+                j["input_ids"].push_back(t[i].item<std::int64_t>());
+                j["loss_mask"].push_back(i < prompt ? 0 : 1);
+            }
+            out << j.dump() << "\n";
+        }
+    }
+};
+
+TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, equal to its dump and to the forward here") {
+    CheckDrafterSetup s;
+    const auto log = s.dir.path() / "log", out = s.dir.path() / "out.json", dump = s.dir.path() / "dump.safetensors";
+    const std::string common = "check-drafter " + q(s.drafter) + " --target preset:tiny --data " + q(s.data) +
+                               " --num-anchors 6 --seed 9 --gamma 4";
+    REQUIRE_MESSAGE(run(common + " --json --dump " + q(dump), log, out) == 0, slurp(log));
+    const auto j = nlohmann::json::parse(slurp(out));
+    CHECK(j["samples"] == 3);
+    CHECK(j["samples_without_blocks"] == 1);  // the 3-token sample
+    CHECK(j["blocks"] == 12);                 // 6 + 6: both long samples have more than 6 valid anchors
+    CHECK(j["block_size"] == 4);
+    const auto acc = j["acc"].get<std::vector<double>>();
+    REQUIRE(acc.size() == 3);
+    for (double a : acc) CHECK((a >= 0.0 && a <= 1.0));
+    CHECK(j["accept_len"].get<double>() == doctest::Approx(hsring::expected_accept_length(acc.data(), acc.size())));
+    CHECK(j["loss"].get<double>() > 0);
+
+    // The dump: shapes, and the numbers again from its logits.
+    auto st = read_safetensors(dump);
+    const auto& t = st.tensors;
+    const std::int64_t n = 12, b = 4, total = 40 + 3 + 25;
+    CHECK(t.at("logits").sizes() == at::IntArrayRef({n, b, 512}));
+    CHECK(test::dt(t.at("logits").scalar_type()) == "Float");
+    for (const char* k : {"block_tokens", "block_positions", "labels", "weights"}) CHECK(t.at(k).sizes() == at::IntArrayRef({n, b}));
+    CHECK(t.at("anchors").sizes() == at::IntArrayRef({n}));
+    CHECK(t.at("block_sample_id").sizes() == at::IntArrayRef({n}));
+    CHECK(t.at("sample_ids").sizes() == at::IntArrayRef({3}));
+    CHECK(t.at("cu_seqlens").sizes() == at::IntArrayRef({4}));
+    CHECK(t.at("input_ids").sizes() == at::IntArrayRef({total}));
+    CHECK(t.at("loss_mask").sizes() == at::IntArrayRef({total}));
+    CHECK(t.at("target_hidden").sizes() == at::IntArrayRef({total, 3 * 64}));
+    CHECK(st.metadata.at("seed") == "9");
+    const at::Tensor w = t.at("weights"), labels = t.at("labels"), logits = t.at("logits");
+    CHECK(w.select(1, 1).gt(0).all().item<bool>());  // slot 1 of every block is trained
+    at::Tensor ce = at::cross_entropy_loss(logits.reshape({n * b, -1}), labels.reshape({-1}), {}, at::Reduction::None);
+    const double loss = (ce * w.reshape({-1})).sum().item<double>() / w.sum().item<double>();
+    CHECK(j["loss"].get<double>() == doctest::Approx(loss).epsilon(1e-5));
+    at::Tensor hit = (logits.argmax(2) == labels) & (w > 0);
+    for (std::int64_t k = 1; k < b; ++k)
+        CHECK(acc[static_cast<std::size_t>(k - 1)] ==
+              doctest::Approx(hit.select(1, k).sum().item<double>() / (w.select(1, k) > 0).sum().item<double>()));
+
+    // In this process: the target's layers, the evaluation anchors of each sample and the
+    // drafter's forward give the dumped logits.
+    auto target = TargetModel::load(s.shape, at::kCPU, at::kFloat, 9);
+    auto [drafter, cfg] = import_dflash(s.drafter);
+    const auto cu = t.at("cu_seqlens"), ids = t.at("input_ids");
+    std::int64_t row = 0;
+    for (std::int64_t i = 0; i < 3; ++i) {
+        const std::int64_t begin = cu[i].item<std::int64_t>(), len = cu[i + 1].item<std::int64_t>() - begin;
+        DFlashBatch batch{{}, ids.narrow(0, begin, len), t.at("loss_mask").narrow(0, begin, len), {0, len}};
+        std::vector<at::Tensor> layers(3);
+        target.forward(batch.tokens, batch.cu_seqlens, cfg.target_layer_ids,
+                       [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
+        batch.hidden = at::stack(layers);
+        CHECK(at::equal(t.at("target_hidden").narrow(0, begin, len), batch.hidden.permute({1, 0, 2}).reshape({len, -1})));
+        auto blocks = eval_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, 4, 511, 6, 4.0, 9,
+                                         {static_cast<std::uint64_t>(i)});
+        const std::int64_t nb = blocks.num_blocks();
+        CHECK(nb == (i == 1 ? 0 : 6));
+        if (nb == 0) continue;
+        CHECK(at::equal(t.at("anchors").narrow(0, row, nb), at::tensor(blocks.anchors, at::kLong)));
+        CHECK(t.at("block_sample_id").narrow(0, row, nb).eq(i).all().item<bool>());
+        CHECK(at::equal(t.at("block_tokens").narrow(0, row, nb), blocks.block_tokens.reshape({nb, b})));
+        CHECK(at::equal(t.at("block_positions").narrow(0, row, nb), blocks.block_positions.reshape({nb, b})));
+        at::NoGradGuard ng;
+        at::Tensor here = at::matmul(dflash_hidden(drafter, target.head(), batch, blocks, {}), target.head().lm_head.t());
+        at::Tensor dumped = logits.narrow(0, row, nb).reshape({nb * b, -1});
+        INFO("sample " << i << " max diff " << (here - dumped).abs().max().item<double>());
+        CHECK(at::allclose(here, dumped, 1e-5, 1e-5));
+        row += nb;
+    }
+    CHECK(row == n);
+
+    // The human-readable form says the same.
+    REQUIRE(run(common, log, out) == 0);
+    const std::string text = slurp(out);
+    CHECK(text.find("accuracy at block positions 1..3") != std::string::npos);
+    CHECK(text.find("acceptance length estimate") != std::string::npos);
+    CHECK(text.find("12 blocks") != std::string::npos);
+}
+
+TEST_CASE("check-drafter without --target is a smoke check and says so") {
+    CheckDrafterSetup s;
+    const auto log = s.dir.path() / "log", out = s.dir.path() / "out";
+    REQUIRE(run("check-drafter " + q(s.drafter), log, out) == 0);
+    CHECK(slurp(out).find("smoke check only") != std::string::npos);
+    REQUIRE(run("check-drafter " + q(s.drafter) + " --json", log, out) == 0);
+    CHECK(nlohmann::json::parse(slurp(out))["check"] == "smoke");
+}
+
+TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 for a bad command line") {
+    CheckDrafterSetup s;
+    const auto log = s.dir.path() / "log";
+    // The error is one line (the data set reader may log its summary before it).
+    auto one_line = [&](const std::string& want) {
+        const std::string text = slurp(log);
+        INFO(text);
+        std::vector<std::string> errors;
+        std::istringstream lines(text);
+        for (std::string l; std::getline(lines, l);)
+            if (l.starts_with("hsring-model: ")) errors.push_back(l);
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].find(want) != std::string::npos);
+        CHECK(text.ends_with(errors[0] + "\n"));
+    };
+    const std::string drafter = "check-drafter " + q(s.drafter);
+    const std::string data = " --data " + q(s.data);
+
+    // Command line: exit 2.
+    CHECK(run(drafter + " --frobnicate", log) == 2);
+    one_line("unknown option --frobnicate");
+    CHECK(run(drafter + data, log) == 2);
+    one_line("--data needs --target MODEL");
+    CHECK(run(drafter + " --target preset:tiny", log) == 2);
+    one_line("--target needs --data");
+    CHECK(run("check-drafter", log) == 2);
+    one_line("DRAFTER_DIR is missing");
+    CHECK(run(drafter + " --target preset:tiny" + data + " --samples many", log) == 2);
+    one_line("--samples 'many'");
+
+    // A drafter for another target: hidden size, vocabulary, layer count, layer ids.
+    CHECK(run(drafter + " --target preset:qwen3-8b" + data, log) == 1);
+    one_line((s.drafter / "config.json").string() + ": the drafter's hidden_size 64 does not match");
+    auto target_dir = [&](const char* name, auto&& edit) {
+        ModelShape t = s.shape;
+        edit(t);
+        const auto d = s.dir.path() / name;
+        save_hf_model_dir(d, t, random_target_weights(t, 1, at::kCPU, at::kFloat));
+        return d;
+    };
+    const auto vocab = target_dir("vocab600", [](ModelShape& t) { t.vocab_size = 600; });
+    CHECK(run(drafter + " --target " + q(vocab) + data, log) == 1);
+    one_line("vocab_size 512 does not match");
+    const auto short_target = target_dir("layers3", [](ModelShape& t) { t.num_layers = 3; });
+    CHECK(run(drafter + " --target " + q(short_target) + data, log) == 1);
+    one_line("trained on a 8-layer target (num_target_layers) but");
+    {  // Without num_target_layers, the layer ids themselves are checked.
+        auto j = nlohmann::json::parse(slurp(s.drafter / "config.json"));
+        j.erase("num_target_layers");
+        std::ofstream(s.drafter / "config.json") << j.dump();
+    }
+    CHECK(run(drafter + " --target " + q(short_target) + data, log) == 1);
+    one_line("target layer id 4 (dflash_config.target_layer_ids) is out of range");
+
+    // Data and model files.
+    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "nope.jsonl"), log) == 1);
+    one_line((s.dir.path() / "nope.jsonl").string() + ": no such file");
+    std::ofstream(s.dir.path() / "bad.jsonl") << "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [1, 999]}\n";
+    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "bad.jsonl"), log) == 1);
+    one_line((s.dir.path() / "bad.jsonl").string() + ":2:");
+    std::ofstream(s.dir.path() / "short.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "short.jsonl"), log) == 1);
+    one_line("none of the 1 evaluated samples has a valid anchor");
+    CHECK(run(drafter + " --target " + q(s.dir.path() / "no-model") + data, log) == 1);
+    one_line("no-model': no such directory");
+    CHECK(run("check-drafter " + q(s.dir.path() / "no-drafter") + " --target preset:tiny" + data, log) == 1);
+    one_line((s.dir.path() / "no-drafter" / "config.json").string() + ": cannot open");
 }
 
 } // TEST_SUITE

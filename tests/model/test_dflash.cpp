@@ -3,9 +3,12 @@
 // deterministic init, export -> import bit for bit, and a training step that learns.
 #include "dflash_fixture.hpp"
 #include "model/chunked_ce.hpp"
+#include "model/dflash_eval.hpp"
 #include "model/dflash_export.hpp"
 #include "model/safetensors.hpp"
 #include "model_test_util.hpp"
+
+#include "hsring/acceptance.hpp"
 
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
@@ -32,35 +35,89 @@ at::Tensor block_rows(const at::Tensor& out, std::int64_t j, std::int64_t b) { r
 
 TEST_SUITE("dflash") {
 
-TEST_CASE("anchors: loss-masked, inside their sequence, sorted, at most num_anchors, deterministic") {
+// The anchor rule, restated from the public DFlash trainers: p valid iff loss_mask[p] = 1,
+// loss_mask[p+1] = 1 and p + B <= end of p's sequence.
+std::vector<std::int64_t> valid_by_rule(const std::vector<std::int64_t>& mask, std::int64_t begin, std::int64_t end,
+                                        std::int64_t b) {
+    std::vector<std::int64_t> v;
+    for (auto p = begin; p < end; ++p)
+        if (mask[static_cast<std::size_t>(p)] == 1 && p + 1 < end && mask[static_cast<std::size_t>(p + 1)] == 1 &&
+            p + b <= end)
+            v.push_back(p);
+    return v;
+}
+
+TEST_CASE("anchors: two trained tokens and a whole block, sorted, min(num_anchors, valid) per sequence, deterministic") {
     DFlashFixture f;
     const auto& cu = f.batch.cu_seqlens;
     const auto mask = host(f.batch.loss_mask.gt(0.5));
-    const auto tokens = host(f.batch.tokens);
     at::Generator g1 = cpu_generator(1), g2 = cpu_generator(1);
+    for (std::int64_t b : {2, 4, 8}) {
+        for (std::int64_t n : {1, 3, 5, 1000}) {
+            INFO("block " << b << " num_anchors " << n);
+            auto a = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, b, 511, n, 7.0, g1);
+            auto same = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, b, 511, n, 7.0, g2);
+            CHECK(bool(a.anchors == same.anchors));
+            std::vector<std::int64_t> per_seq(cu.size() - 1, 0);
+            for (std::size_t j = 0; j < a.anchors.size(); ++j) {
+                const auto p = a.anchors[j];
+                const std::size_t s = static_cast<std::size_t>(std::upper_bound(cu.begin(), cu.end(), p) - cu.begin() - 1);
+                ++per_seq[s];
+                const auto valid = valid_by_rule(mask, cu[s], cu[s + 1], b);
+                CHECK(std::find(valid.begin(), valid.end(), p) != valid.end());
+                CHECK(a.seq_begin[j] == cu[s]);
+                if (j > 0 && a.seq_begin[j - 1] == a.seq_begin[j]) CHECK(a.anchors[j - 1] < p);
+            }
+            for (std::size_t s = 0; s + 1 < cu.size(); ++s)
+                CHECK(per_seq[s] ==
+                      std::min(n, static_cast<std::int64_t>(valid_by_rule(mask, cu[s], cu[s + 1], b).size())));
+            // Slot 1 of every block is a trained token: no block carries zero weight.
+            const auto w = a.weights.reshape({a.num_blocks(), b});
+            if (a.num_blocks() > 0) CHECK(w.select(1, 1).gt(0).all().item<bool>());
+        }
+    }
     auto a = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g1);
-    auto b = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g2);
-    CHECK(bool(a.anchors == b.anchors));
     auto c = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 5, 7.0, g1);  // next draw
     CHECK(bool(a.anchors != c.anchors));
-    std::vector<int> per_seq(cu.size() - 1, 0);
-    for (std::size_t j = 0; j < a.anchors.size(); ++j) {
-        const auto p = a.anchors[j];
-        const std::size_t s = static_cast<std::size_t>(std::upper_bound(cu.begin(), cu.end(), p) - cu.begin() - 1);
-        ++per_seq[s];
-        CHECK(mask[static_cast<std::size_t>(p)] == 1);
-        CHECK(p + 1 < cu[s + 1]);
-        CHECK(a.seq_begin[j] == cu[s]);
-        if (j > 0 && a.seq_begin[j - 1] == a.seq_begin[j]) CHECK(a.anchors[j - 1] < p);
-    }
-    for (int n : per_seq) CHECK(n == 5);
+}
 
-    // Enough anchors for every valid position: all of them are taken.
-    auto all = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 1000, 7.0, g1);
-    std::size_t valid = 0;
-    for (std::size_t s = 0; s + 1 < cu.size(); ++s)
-        for (auto p = cu[s]; p + 1 < cu[s + 1]; ++p) valid += mask[static_cast<std::size_t>(p)];
-    CHECK(all.anchors.size() == valid);
+TEST_CASE("anchors: none in a sequence shorter than a block or without two consecutive trained tokens") {
+    // Sequences [0,3) all trained but shorter than B = 4; [3,13) trained every other token;
+    // [13,20) trained at 13..14 and 18..19 only: 18 + 4 > 20, and 13 + 4 <= 20 is the one valid.
+    std::vector<float> m{1, 1, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1};
+    at::Tensor mask = at::tensor(m);
+    at::Tensor tokens = at::arange(20, at::kLong);
+    const std::vector<std::int64_t> cu{0, 3, 13, 20};
+    at::Generator g = cpu_generator(3);
+    auto blocks = sample_dflash_blocks(tokens, mask, cu, 4, 511, 100, 7.0, g);
+    CHECK(bool(blocks.anchors == std::vector<std::int64_t>{13}));
+    auto none = sample_dflash_blocks(tokens.narrow(0, 0, 13), mask.narrow(0, 0, 13), {0, 3, 13}, 4, 511, 100, 7.0, g);
+    CHECK(none.num_blocks() == 0);
+    // Evaluation anchors follow the same rule, and depend on (seed, sample id) only.
+    auto ev = eval_dflash_blocks(tokens, mask, cu, 4, 511, 100, 7.0, 9, {0, 1, 2});
+    CHECK(bool(ev.anchors == std::vector<std::int64_t>{13}));
+}
+
+TEST_CASE("evaluation anchors: the same blocks for a sample whatever batch it is packed into") {
+    DFlashFixture f;
+    const auto& cu = f.batch.cu_seqlens;  // sequences [0,23) [23,32) [32,49)
+    auto all = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {10, 11, 12});
+    CHECK(all.num_blocks() > 0);
+    // The last sequence alone, with its sample id: its anchors again (shifted to the new batch).
+    auto alone = eval_dflash_blocks(f.batch.tokens.narrow(0, 32, 17), f.batch.loss_mask.narrow(0, 32, 17), {0, 17}, 4,
+                                    511, 3, 7.0, 5, {12});
+    std::vector<std::int64_t> want;
+    for (auto a : all.anchors)
+        if (a >= 32) want.push_back(a - 32);
+    CHECK(!want.empty());
+    CHECK(bool(alone.anchors == want));
+    // Another sample id or seed draws other anchors (3 of the 23-token sequence's valid ones).
+    auto other = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 6, {10, 11, 12});
+    auto other_id = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {13, 11, 12});
+    CHECK(bool(other.anchors != all.anchors));
+    CHECK(bool(other_id.anchors != all.anchors));
+    CHECK(error_of([&] { eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 3, 7.0, 5, {1}); })
+              .find("1 sample ids for 3 sequences") != std::string::npos);
 }
 
 TEST_CASE("block slots: anchor token then mask tokens, labels at anchor+k, decayed weights, zero past the end") {
@@ -286,6 +343,9 @@ TEST_CASE("export -> import reproduces the drafter bit for bit, with the DFlash 
     CHECK(j["dflash_config"]["mask_token_id"] == 511);
     CHECK(j["dflash_config"]["block_size"] == 4);
     CHECK(j["dtype"] == "float32");
+    // transformers' remote-code form: the public DFlash code from z-lab's hub repo.
+    CHECK(j["auto_map"]["AutoModel"] == std::string(kDFlashCodeRepo) + "--dflash.DFlashDraftModel");
+    CHECK(std::string(kDFlashCodeRepo) == "z-lab/Qwen3-8B-DFlash-b16");
     CHECK(load_safetensors(dir.path() / "drafter" / "model.safetensors").size() == drafter->parameters().size());
 
     // bf16 export for serving, and a damaged export is a clear error.
@@ -296,6 +356,56 @@ TEST_CASE("export -> import reproduces the drafter bit for bit, with the DFlash 
     save_safetensors(dir.path() / "drafter" / "model.safetensors", tensors);
     CHECK(error_of([&] { import_dflash(dir.path() / "drafter"); }).find("layers.1.mlp.up_proj.weight") !=
           std::string::npos);
+}
+
+TEST_CASE("evaluation: the training loss and accuracy at the same blocks, no gradients, sums add over batches") {
+    DFlashFixture f;
+    auto drafter = f.drafter();
+    const auto& cu = f.batch.cu_seqlens;
+    DFlashLossOptions opt;
+    opt.num_anchors = 4;
+    opt.gamma = 5.0;
+    opt.chunk = 7;
+    const std::vector<std::uint64_t> ids{20, 21, 22};
+    auto blocks = eval_dflash_blocks(f.batch.tokens, f.batch.loss_mask, cu, 4, 511, 4, 5.0, 3, ids);
+    auto train = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
+    at::Tensor out;
+    DFlashEvalSums e = evaluate_dflash(drafter, f.head, f.batch, blocks, opt, &out);
+    CHECK_FALSE(out.requires_grad());
+    CHECK(out.sizes() == at::IntArrayRef({blocks.rows(), 64}));
+    CHECK(e.num_blocks == blocks.num_blocks());
+    CHECK(e.loss() == doctest::Approx(train.loss.item<double>()).epsilon(1e-6));
+    CHECK(e.weight_sum == doctest::Approx(train.weight_sum.item<double>()));
+    REQUIRE(e.correct.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(e.correct[k] == train.correct[static_cast<std::int64_t>(k)].item<double>());
+        CHECK(e.counted[k] == train.counted[static_cast<std::int64_t>(k)].item<double>());
+    }
+    const auto acc = e.accuracy();
+    CHECK(e.accept_length() == doctest::Approx(hsring::expected_accept_length(acc.data(), acc.size())));
+    // The sample-id form draws the same blocks.
+    DFlashEvalSums by_id = evaluate_dflash(drafter, f.head, f.batch, ids, 3, opt);
+    CHECK(by_id.loss_sum == doctest::Approx(e.loss_sum));
+    CHECK(bool(by_id.counted == e.counted));
+    // Each sequence alone, summed: the batch's sums (evaluation anchors follow the sample id).
+    DFlashEvalSums parts;
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+        const std::int64_t len = cu[s + 1] - cu[s];
+        DFlashBatch one{f.batch.hidden.narrow(1, cu[s], len), f.batch.tokens.narrow(0, cu[s], len),
+                        f.batch.loss_mask.narrow(0, cu[s], len), {0, len}};
+        parts.add(evaluate_dflash(drafter, f.head, one, {ids[s]}, 3, opt));
+    }
+    CHECK(parts.num_blocks == e.num_blocks);
+    CHECK(parts.loss_sum == doctest::Approx(e.loss_sum).epsilon(1e-5));
+    CHECK(bool(parts.counted == e.counted));
+    CHECK(bool(parts.correct == e.correct));
+    // Nothing to evaluate: zero loss, acceptance 1.
+    DFlashBatch untrained = f.batch;
+    untrained.loss_mask = at::zeros_like(f.batch.loss_mask);
+    DFlashEvalSums zero = evaluate_dflash(drafter, f.head, untrained, ids, 3, opt);
+    CHECK(zero.num_blocks == 0);
+    CHECK(zero.loss() == 0.0);
+    CHECK(zero.accept_length() == 1.0);
 }
 
 TEST_CASE("a batch without any trainable anchor gives an empty, zero loss") {

@@ -1,6 +1,7 @@
 // Parity with HF transformers on the same random weights: the target's captured layer k equals
 // transformers' hidden_states[k+1] (Qwen3, and Llama with Llama-3 rope scaling), and an exported
-// drafter run by a transformers-built DFlash decoder gives the drafter's block outputs.
+// drafter run by a transformers-built DFlash decoder gives the drafter's block outputs, and
+// transformers' AutoModel loads an export with the DFlash model code (auto_map).
 // Runs tests/model/hf_reference.py with $HSRING_PYTHON; exits 77 (skipped) only where that
 // script cannot import transformers.
 #include "dflash_fixture.hpp"
@@ -23,13 +24,13 @@ using hsring::test::TempDir;
 
 namespace {
 
-// Runs the reference script; exits the test program with 77 when it reports a skip.
-void run_reference(const std::string& args) {
+// Runs tests/model/SCRIPT; exits the test program with 77 when it reports a skip.
+void run_script(const std::string& script, const std::string& args) {
     // $HSRING_PYTHON (the build's .venv) where it exists, else python3 from PATH.
     std::string py = hsring::test::env_or("HSRING_PYTHON", "python3");
     if (py.find('/') != std::string::npos && ::access(py.c_str(), X_OK) != 0) py = "python3";
     const std::string src = hsring::test::env_or("HSRING_SOURCE_ROOT", ".");
-    const std::string cmd = "'" + py + "' '" + src + "/tests/model/hf_reference.py' " + args;
+    const std::string cmd = "'" + py + "' '" + src + "/tests/model/" + script + "' " + args;
     int rc = std::system(cmd.c_str());
     const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     if (code == 77) {
@@ -38,6 +39,8 @@ void run_reference(const std::string& args) {
     }
     REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
 }
+
+void run_reference(const std::string& args) { run_script("hf_reference.py", args); }
 
 TensorMap sharpened_weights(const ModelShape& s) {
     TensorMap w = random_target_weights(s, 31, at::kCPU, at::kFloat);
@@ -132,6 +135,14 @@ TEST_CASE("an exported drafter run by a transformers-built DFlash decoder gives 
         CHECK(at::allclose(out.narrow(0, static_cast<std::int64_t>(j) * 4, 4), ref.at("block." + std::to_string(j)),
                            1e-4, 1e-5));
     }
+}
+
+TEST_CASE("AutoModel with trust_remote_code builds DFlashDraftModel from the export's auto_map, not a plain Qwen3") {
+    test::DFlashFixture f;
+    auto drafter = f.drafter(5);
+    TempDir dir;
+    export_dflash(dir.path() / "drafter", drafter, f.config);
+    run_script("hf_auto_map.py", "'" + (dir.path() / "drafter").string() + "'");
 }
 
 } // TEST_SUITE

@@ -41,11 +41,11 @@ TEST_CASE("LR without max_steps: cosine over the trained tokens, the floor exact
 
 TEST_CASE("expected acceptance length from per-position accuracy") {
     double perfect[3] = {1, 1, 1};
-    CHECK(expected_accept_length(perfect, 3) == doctest::Approx(4));
+    CHECK(hsring::expected_accept_length(perfect, 3) == doctest::Approx(4));
     double half[2] = {0.5, 0.5};
-    CHECK(expected_accept_length(half, 2) == doctest::Approx(1.75));
+    CHECK(hsring::expected_accept_length(half, 2) == doctest::Approx(1.75));
     double none[2] = {0, 1};
-    CHECK(expected_accept_length(none, 2) == doctest::Approx(1));
+    CHECK(hsring::expected_accept_length(none, 2) == doctest::Approx(1));
 }
 
 TEST_CASE("checkpoints commit atomically, `latest` follows, old ones are pruned") {

@@ -1,43 +1,316 @@
-// hsring-model check-drafter DIR: loads an exported DFlash drafter (config.json +
-// model.safetensors) the way a resumed run or a user would, runs one forward over random
-// context, and prints what it found. Exit 0 only if it loads and the output is finite.
+// hsring-model check-drafter DIR [--target MODEL --data FILE.jsonl ...]: checks an exported DFlash
+// drafter (config.json + model.safetensors).
+//
+// With --target: the real check. For each of the first --samples samples of the data set, the
+// target computes the drafter's captured layers, the drafter drafts blocks at deterministic
+// anchors (the training rule, seeded per sample: eval_dflash_blocks), and the training loss,
+// per-position accuracy and acceptance estimate are summed (model::evaluate_dflash). --dump
+// writes the logits of every evaluated block and the inputs that reproduce them.
+// Without --target: a smoke check only (load + one forward over random inputs), as exports are
+// checked at the end of a run.
+#include "hsring/dataset.hpp"
 #include "hsring/error.hpp"
-#include "model/dflash_blocks.hpp"
+#include "hsring/model_shape.hpp"
+#include "model/dflash_eval.hpp"
 #include "model/dflash_export.hpp"
+#include "model/safetensors.hpp"
+#include "model/target.hpp"
 #include "model/tools/commands.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
 
 namespace hsring::model::tools {
+namespace fs = std::filesystem;
 
-int check_drafter(int argc, char** argv) {
-    if (argc != 2) fail("usage: hsring-model check-drafter DIR (an exported DFlash drafter)");
-    const std::filesystem::path dir = argv[1];
-    auto [drafter, cfg] = import_dflash(dir, at::kCPU);
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hsring-model check-drafter DRAFTER_DIR [--target MODEL --data FILE.jsonl [--samples N] "
+    "[--num-anchors K] [--seed S] [--gamma G] [--device cpu|cuda[:I]] [--dump OUT.safetensors]] [--json]";
+
+struct Options {
+    fs::path dir;
+    std::string target;
+    fs::path data;
+    std::uint64_t samples = 0;  // 0 = all
+    std::int64_t num_anchors = 512;
+    std::uint64_t seed = 1234;  // [run] seed's default: the same random preset as a default run
+    double gamma = 7.0;
+    std::string device = "cpu";
+    fs::path dump;
+    bool json = false;
+};
+
+template <typename T>
+T number(const std::string& opt, const std::string& v) {
+    T x{};
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || ptr != v.data() + v.size())
+        throw UsageError(fmt::format("check-drafter: {} '{}' is not a {}number", opt, v,
+                                     std::is_integral_v<T> ? "non-negative whole " : ""));
+    return x;
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    std::string needs_target;  // the first option that means something only with --target
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw UsageError(fmt::format("check-drafter: {} needs a value; {}", a, kUsage));
+            return argv[++i];
+        };
+        auto eval_value = [&]() -> std::string {
+            if (needs_target.empty()) needs_target = a;
+            return value();
+        };
+        if (a == "--target") o.target = value();
+        else if (a == "--json") o.json = true;
+        else if (a == "--data") o.data = eval_value();
+        else if (a == "--samples") o.samples = number<std::uint64_t>(a, eval_value());
+        else if (a == "--num-anchors") o.num_anchors = number<std::int64_t>(a, eval_value());
+        else if (a == "--seed") o.seed = number<std::uint64_t>(a, eval_value());
+        else if (a == "--gamma") o.gamma = number<double>(a, eval_value());
+        else if (a == "--device") o.device = eval_value();
+        else if (a == "--dump") o.dump = eval_value();
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("check-drafter: unknown option {}; {}", a, kUsage));
+        else if (o.dir.empty()) o.dir = a;
+        else throw UsageError(fmt::format("check-drafter: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
+                                          o.dir.string(), kUsage));
+    }
+    if (o.dir.empty()) throw UsageError(fmt::format("check-drafter: DRAFTER_DIR is missing; {}", kUsage));
+    if (o.target.empty() && !needs_target.empty())
+        throw UsageError(fmt::format("check-drafter: {} needs --target MODEL (the target the drafter was trained for); "
+                                     "without --target check-drafter only loads the drafter (a smoke check)",
+                                     needs_target));
+    if (!o.target.empty() && o.data.empty())
+        throw UsageError(fmt::format("check-drafter: --target needs --data FILE.jsonl (pre-tokenized samples to "
+                                     "evaluate on); {}", kUsage));
+    if (o.num_anchors <= 0) throw UsageError("check-drafter: --num-anchors must be at least 1");
+    if (o.gamma < 0) throw UsageError("check-drafter: --gamma must be >= 0 (0 = no decay)");
+    return o;
+}
+
+// The drafter must read this target: its hidden size, vocabulary and captured layers.
+void check_fits(const Options& o, const DFlashConfig& c, const ModelShape& t) {
+    const std::string cfg = (o.dir / "config.json").string();
+    const std::string fix = "pass the --target the drafter was trained for";
+    if (c.hidden_size != t.hidden_size)
+        fail("{}: the drafter's hidden_size {} does not match the target {}'s {}: {}", cfg, c.hidden_size, o.target,
+             t.hidden_size, fix);
+    if (c.vocab_size != t.vocab_size)
+        fail("{}: the drafter's vocab_size {} does not match the target {}'s {}: {}", cfg, c.vocab_size, o.target,
+             t.vocab_size, fix);
+    if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
+        fail("{}: the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers: {}", cfg,
+             c.num_target_layers, o.target, t.num_layers, fix);
+    for (int k : c.target_layer_ids)
+        if (k >= t.num_layers)
+            fail("{}: target layer id {} (dflash_config.target_layer_ids) is out of range for {} ({} layers): {}", cfg,
+                 k, o.target, t.num_layers, fix);
+}
+
+at::Device parse_device(const std::string& s) {
+    at::Device d(at::kCPU);
+    try {
+        d = at::Device(s);
+    } catch (const std::exception&) {
+        throw UsageError(fmt::format("check-drafter: --device '{}' is not a device (cpu, cuda, cuda:1)", s));
+    }
+    if (d.is_cuda() && !torch::cuda::is_available())
+        fail("check-drafter: --device {} but torch sees no CUDA device (or this build has no torch_cuda): use --device "
+             "cpu",
+             s);
+    return d;
+}
+
+const char* dtype_name(at::ScalarType t) {
+    return t == at::kFloat ? "fp32" : t == at::kBFloat16 ? "bf16" : c10::toString(t);
+}
+
+std::string header(const fs::path& dir, const DFlashConfig& c, DFlashDrafter& d) {
+    std::int64_t params = 0;
+    for (const auto& p : d->parameters()) params += p.numel();
+    return fmt::format("{}: DFlash drafter, {} layers, hidden {}, block {}, mask token {}, target layers [{}], {:.2f} M "
+                       "parameters",
+                       dir.string(), c.num_layers, c.hidden_size, c.block_size, c.mask_token_id,
+                       fmt::join(c.target_layer_ids, ","), double(params) / 1e6);
+}
+
+// Load + one forward over random inputs (no target needed).
+int smoke_check(const Options& o) {
+    auto [drafter, cfg] = import_dflash(o.dir, at::kCPU);
     at::NoGradGuard no_grad;
     // Two short sequences of random tokens, random captured layers, blocks at two anchors each.
     const std::int64_t len = std::max<std::int64_t>(cfg.block_size + 4, 24), total = 2 * len;
-    at::Tensor tokens = at::randint(std::min<std::int64_t>(cfg.vocab_size, 1000), {total}, at::kLong);
+    const std::int64_t vocab = std::min<std::int64_t>(cfg.vocab_size, 1000);
+    at::Tensor tokens = at::randint(vocab, {total}, at::kLong);
     at::Tensor mask = at::ones({total});
     std::vector<std::int64_t> cu{0, len, total};
     DFlashBlocks blocks = dflash_blocks_at(tokens, mask, cu, cfg.block_size, cfg.mask_token_id,
                                            {2, len / 2, len + 3, len + len / 2}, 0.0);
-    at::Tensor embed = at::randn({std::min<std::int64_t>(cfg.vocab_size, 1000) + cfg.mask_token_id + 1, cfg.hidden_size}) * 0.02;
+    at::Tensor embed = at::randn({std::max(vocab, cfg.mask_token_id + 1), cfg.hidden_size}) * 0.02;
     DFlashInputs in;
     in.context = at::randn({cfg.num_context_layers(), total, cfg.hidden_size});
     in.block_embeds = embed.index_select(0, blocks.block_tokens);
     in.blocks = &blocks;
     at::Tensor out = drafter->forward(in);
-    std::int64_t params = 0;
-    for (const auto& p : drafter->parameters()) params += p.numel();
     const bool finite = at::isfinite(out).all().item<bool>();
-    fmt::print("{}: DFlash drafter, {} layers, hidden {}, block {}, mask token {}, target layers [{}], {:.2f} M "
-               "parameters; forward over {} block rows: {}\n",
-               dir.string(), cfg.num_layers, cfg.hidden_size, cfg.block_size, cfg.mask_token_id,
-               fmt::join(cfg.target_layer_ids, ","), double(params) / 1e6, out.size(0), finite ? "finite" : "NOT FINITE");
+    if (o.json) {
+        nlohmann::json j = {{"drafter", o.dir.string()}, {"check", "smoke"}, {"finite", finite},
+                            {"block_rows", out.size(0)}};
+        fmt::print("{}\n", j.dump());
+    } else {
+        fmt::print("{}; smoke check only (load + one forward over random inputs, {} block rows): {}\n"
+                   "(to measure accuracy: --target MODEL --data FILE.jsonl)\n",
+                   header(o.dir, cfg, drafter), out.size(0), finite ? "finite" : "NOT FINITE");
+    }
     return finite ? 0 : 1;
+}
+
+// What --dump collects over the samples.
+struct Dump {
+    std::vector<at::Tensor> logits, block_tokens, block_positions, labels, weights, anchors, block_sample_id;
+    std::vector<at::Tensor> input_ids, loss_mask, target_hidden;
+    std::vector<std::int64_t> sample_ids, cu{0};
+};
+
+int evaluate(const Options& o) {
+    const at::Device device = parse_device(o.device);
+    auto [drafter, cfg] = import_dflash(o.dir, device);
+    ModelShape shape = resolve_model_shape(o.target);
+    check_fits(o, cfg, shape);
+    std::error_code ec;
+    if (!fs::is_regular_file(o.data, ec))
+        fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "
+             "per line)",
+             o.data.string(), fs::exists(o.data, ec) ? "not a regular file" : "no such file");
+    const data::Dataset ds = data::Dataset::load(o.data, {OnBadLine::Fail, 0, shape.vocab_size});
+    const std::size_t n = o.samples ? std::min<std::size_t>(o.samples, ds.size()) : ds.size();
+
+    const at::ScalarType compute = default_compute_dtype(device);
+    TargetModel target = TargetModel::load(shape, device, compute, o.seed);
+    const TargetHead head = target.head();
+    DFlashLossOptions opts;
+    opts.num_anchors = static_cast<int>(o.num_anchors);
+    opts.gamma = o.gamma;
+    drafter->eval();
+
+    DFlashEvalSums sums;
+    std::size_t without_blocks = 0;
+    Dump dump;
+    const std::vector<int>& ids = cfg.target_layer_ids;
+    for (std::size_t i = 0; i < n; ++i) {
+        auto toks = ds.tokens(i);
+        auto mask = ds.loss_mask(i);
+        const auto len = static_cast<std::int64_t>(toks.size());
+        DFlashBatch batch;
+        batch.tokens = at::tensor(std::vector<std::int64_t>(toks.begin(), toks.end()), at::kLong).to(device);
+        batch.loss_mask = at::tensor(std::vector<float>(mask.begin(), mask.end()), at::kFloat).to(device);
+        batch.cu_seqlens = {0, len};
+        std::vector<at::Tensor> layers(ids.size());
+        target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
+        batch.hidden = at::stack(layers);  // [L, T, H]
+        DFlashBlocks blocks = eval_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
+                                                 cfg.mask_token_id, opts.num_anchors, opts.gamma, o.seed, {i});
+        at::Tensor out;
+        sums.add(evaluate_dflash(drafter, head, batch, blocks, opts, o.dump.empty() ? nullptr : &out));
+        if (blocks.num_blocks() == 0) ++without_blocks;
+        if (o.dump.empty()) continue;
+        const std::int64_t nb = blocks.num_blocks(), b = cfg.block_size;
+        auto rows = [&](const at::Tensor& t) { return t.to(at::kCPU).reshape({nb, b}); };
+        at::NoGradGuard no_grad;
+        if (nb > 0) {
+            dump.logits.push_back(
+                at::matmul(out.to(at::kFloat), head.lm_head.to(at::kFloat).t()).to(at::kCPU).reshape({nb, b, -1}));
+            dump.block_tokens.push_back(rows(blocks.block_tokens));
+            dump.block_positions.push_back(rows(blocks.block_positions));
+            dump.labels.push_back(rows(blocks.labels));
+            dump.weights.push_back(rows(blocks.weights));
+            dump.anchors.push_back(at::tensor(blocks.anchors, at::kLong));  // one sample: global = local
+            dump.block_sample_id.push_back(at::full({nb}, static_cast<std::int64_t>(i), at::kLong));
+        }
+        dump.sample_ids.push_back(static_cast<std::int64_t>(i));
+        dump.cu.push_back(dump.cu.back() + len);
+        dump.input_ids.push_back(batch.tokens.to(at::kCPU));
+        dump.loss_mask.push_back(batch.loss_mask.to(at::kCPU));
+        // [T, L*H]: the layers concatenated in target_layer_ids order (DFlash's target_hidden).
+        dump.target_hidden.push_back(batch.hidden.to(at::kFloat).permute({1, 0, 2}).reshape({len, -1}).to(at::kCPU));
+    }
+    if (sums.num_blocks == 0)
+        fail("{}: none of the {} evaluated samples has a valid anchor (a trained token followed by a trained token "
+             "and a whole block of {} tokens inside the sample): evaluate on data with longer trained spans",
+             o.data.string(), n, cfg.block_size);
+
+    const auto acc = sums.accuracy();
+    const double loss = sums.loss(), accept = sums.accept_length();
+    const bool finite = std::isfinite(loss) && std::isfinite(accept);
+    if (!o.dump.empty()) {
+        const std::int64_t b = cfg.block_size;
+        TensorMap t;
+        t["logits"] = at::cat(dump.logits);
+        t["block_tokens"] = at::cat(dump.block_tokens);
+        t["block_positions"] = at::cat(dump.block_positions);
+        t["labels"] = at::cat(dump.labels);
+        t["weights"] = at::cat(dump.weights);
+        t["anchors"] = at::cat(dump.anchors);
+        t["block_sample_id"] = at::cat(dump.block_sample_id);
+        t["sample_ids"] = at::tensor(dump.sample_ids, at::kLong);
+        t["cu_seqlens"] = at::tensor(dump.cu, at::kLong);
+        t["input_ids"] = at::cat(dump.input_ids);
+        t["loss_mask"] = at::cat(dump.loss_mask);
+        t["target_hidden"] = at::cat(dump.target_hidden);
+        save_safetensors(o.dump, t,
+                         {{"drafter", o.dir.string()}, {"target", o.target}, {"data", o.data.string()},
+                          {"seed", std::to_string(o.seed)}, {"num_anchors", std::to_string(o.num_anchors)},
+                          {"gamma", fmt::format("{}", o.gamma)}, {"block_size", std::to_string(b)},
+                          {"mask_token_id", std::to_string(cfg.mask_token_id)},
+                          {"target_layer_ids", fmt::format("{}", fmt::join(ids, ","))}, {"device", device.str()},
+                          {"compute_dtype", dtype_name(compute)},
+                          {"convention", "see src/model/README.md, check-drafter --dump"}});
+    }
+    if (o.json) {
+        nlohmann::json j = {
+            {"drafter", o.dir.string()},   {"target", o.target},         {"data", o.data.string()},
+            {"device", device.str()},      {"seed", o.seed},             {"num_anchors", o.num_anchors},
+            {"gamma", o.gamma},            {"block_size", cfg.block_size}, {"samples", n},
+            {"samples_without_blocks", without_blocks}, {"blocks", sums.num_blocks}, {"loss", loss},
+            {"weight_sum", sums.weight_sum}, {"acc", acc},               {"counted", sums.counted},
+            {"accept_len", accept},
+            {"dump", o.dump.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.dump.string())},
+        };
+        fmt::print("{}\n", j.dump());
+    } else {
+        fmt::print("{}\n", header(o.dir, cfg, drafter));
+        fmt::print("target {} ({} {}, seed {}), data {}: {} samples ({} without a valid anchor), {} blocks (at most {} "
+                   "per sample, anchors seeded by {} and the sample's index)\n",
+                   o.target, device.str(), dtype_name(compute), o.seed, o.data.string(), n, without_blocks,
+                   sums.num_blocks, o.num_anchors, o.seed);
+        fmt::print("loss {:.4f} (gamma {}, weight sum {:.1f})\n", loss, o.gamma, sums.weight_sum);
+        fmt::print("accuracy at block positions 1..{}: {:.3f}\n", acc.size(), fmt::join(acc, " "));
+        fmt::print("acceptance length estimate {:.3f} (1 + sum_k prod_(j<=k) acc_j)\n", accept);
+        if (!o.dump.empty()) fmt::print("dump: {} ({} blocks)\n", o.dump.string(), sums.num_blocks);
+        if (!finite) fmt::print("NOT FINITE\n");
+    }
+    return finite ? 0 : 1;
+}
+
+} // namespace
+
+int check_drafter(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    return o.target.empty() ? smoke_check(o) : evaluate(o);
 }
 
 } // namespace hsring::model::tools

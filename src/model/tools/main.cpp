@@ -18,9 +18,18 @@ void usage() {
                "      Runs the target (a HF model directory or preset:NAME) over TOKENS.json, a list of\n"
                "      token-id lists packed into one batch, and writes each captured layer K as\n"
                "      `layer.K` [total_tokens, hidden] fp32 (layer K = HF hidden_states[K+1]).\n"
-               "  check-drafter DIR\n"
-               "      Loads an exported DFlash drafter (config.json + model.safetensors) and runs one\n"
-               "      forward; exit 0 if it loads and the output is finite.\n");
+               "  check-drafter DRAFTER_DIR --target MODEL --data FILE.jsonl [--samples N] [--num-anchors K]\n"
+               "                [--seed S] [--gamma G] [--device cpu|cuda[:I]] [--dump OUT.safetensors] [--json]\n"
+               "      Evaluates an exported DFlash drafter: the target (HF directory or preset:NAME; --seed\n"
+               "      = the run's [run] seed for a preset, default 1234) computes the captured layers of\n"
+               "      the first N samples (default all), the drafter drafts blocks at up to K anchors per\n"
+               "      sample (default 512; the training rule, drawn from S and the sample's index), and\n"
+               "      it prints the loss (weights exp(-(k-1)/G), default G 7), the accuracy per block\n"
+               "      position and the acceptance-length estimate; --json: one JSON object. --dump: the\n"
+               "      logits of every block and the inputs that reproduce them (src/model/README.md).\n"
+               "  check-drafter DRAFTER_DIR [--json]\n"
+               "      Smoke check only: loads the drafter and runs one forward over random inputs.\n"
+               "exit codes: 0 ok, 1 an error (one line naming the file), 2 a bad command line.\n");
 }
 
 } // namespace
@@ -35,6 +44,9 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[1], "check-drafter")) return hsring::model::tools::check_drafter(argc - 1, argv + 1);
         fmt::print(stderr, "hsring-model: unknown subcommand '{}'\n", argv[1]);
         usage();
+        return 2;
+    } catch (const hsring::model::tools::UsageError& e) {
+        fmt::print(stderr, "hsring-model: {}\n", e.what());
         return 2;
     } catch (const hsring::Error& e) {
         fmt::print(stderr, "hsring-model: {}\n", e.what());
