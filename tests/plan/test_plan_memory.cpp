@@ -1,10 +1,11 @@
 // `hsring plan`'s arithmetic against hand computations (each written out above its checks),
 // the knobs it suggests (re-planned: the suggested value fits, the next larger one does not),
-// several workers per GPU and several drafters.
+// several workers per GPU and several drafters, and the GPU split.
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/units.hpp"
+#include "plan/measure.hpp"
 #include "plan/plan.hpp"
 #include "plan/report.hpp"
 #include "ring/layout.hpp"
@@ -361,6 +362,32 @@ TEST_CASE("GPUs the machine lacks do not fit") {
     CHECK(!p.gpu(3)->on_machine);
     CHECK(!p.fits());
     CHECK(format_plan(p, {}, planner.capacity()).find("NOT ON THIS MACHINE") != std::string::npos);
+}
+
+TEST_CASE("GPU splits: min(targets x target rate, drafter rate x (1 + 0.95 + 0.95^2 ...))") {
+    // one target 35,000 tok/s, one drafter 14,700 tok/s (FACTS.md), 3,072-token samples
+    // 4 GPUs: 1+3: min(35,000, 14,700 x 2.8525 = 41,931.75) = 35,000
+    //         2+2: min(70,000, 14,700 x 1.95 = 28,665) = 28,665;  3+1: 14,700
+    const auto s4 = gpu_splits(4, 35000, 14700, 3072);
+    REQUIRE(s4.size() == 3);
+    CHECK(s4[0].drafter_tokens_per_s == doctest::Approx(41931.75));
+    CHECK(s4[0].tokens_per_s == doctest::Approx(35000));
+    CHECK(s4[1].tokens_per_s == doctest::Approx(28665));
+    CHECK(s4[2].tokens_per_s == doctest::Approx(14700));
+    auto best = best_split(s4);
+    REQUIRE(best);
+    CHECK(best->targets == 1);
+    CHECK(best->samples_per_s == doctest::Approx(35000.0 / 3072));
+    // 8 GPUs: 2+6: min(70,000, 14,700 x (1 - 0.95^6) / 0.05 = 77,881.9) = 70,000;
+    //         3+5: min(105,000, 14,700 x 4.5244 = 66,508) = 66,508
+    const auto s8 = gpu_splits(8, 35000, 14700, 3072);
+    best = best_split(s8);
+    REQUIRE(best);
+    CHECK(best->targets == 2);
+    CHECK(best->drafters == 6);
+    CHECK(best->tokens_per_s == doctest::Approx(70000));
+    CHECK(s8[2].tokens_per_s == doctest::Approx(14700 * (1 - std::pow(0.95, 5)) / 0.05));
+    CHECK(gpu_splits(1, 35000, 14700, 3072).empty());
 }
 
 TEST_CASE("capacity: /proc/meminfo, --gpu-mem for every GPU") {
