@@ -13,6 +13,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 using namespace hsring;
@@ -401,4 +404,59 @@ TEST_CASE("capacity: /proc/meminfo, --gpu-mem for every GPU") {
     CHECK(c.gpu(5) == 96 * GiB);
     c.gpu_source = "nvidia-smi";
     CHECK(!c.gpu(5));
+}
+
+namespace {
+
+// A shipped config that lists several drafters, read the way the parser accepts it today (one
+// drafter) and given its drafter list through the structs.
+Config load_with_drafters(const std::string& name) {
+    const char* root = std::getenv("HSRING_SOURCE_ROOT");
+    REQUIRE_MESSAGE(root, "HSRING_SOURCE_ROOT is set by meson test");
+    const std::string path = std::string(root) + "/config/" + name;
+    std::ifstream f(path);
+    REQUIRE_MESSAGE(f, "cannot read " << path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string text = ss.str();
+    const auto at = text.find("drafters = [");
+    REQUIRE(at != std::string::npos);
+    const auto end = text.find(']', at);
+    std::vector<Place> drafters;
+    std::stringstream list(text.substr(at + 12, end - at - 12));
+    for (std::string g; std::getline(list, g, ',');) drafters.push_back(Place{std::stoi(g)});
+    text.replace(at, end - at + 1, "drafters = [" + std::to_string(drafters.front().gpu) + "]");
+    Config c = parse_config(text, path);
+    c.topology.drafters = drafters;
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("the shipped 4 x 96 GB and 8-GPU configs fit 96 GB GPUs and 1 TB of host RAM") {
+    struct Case {
+        const char* file;
+        std::size_t targets, drafters;
+    };
+    for (const Case& k : {Case{"qwen3-8b-1t3d.toml", 1, 3}, Case{"qwen3-8b-2t6d.toml", 2, 6}}) {
+        CAPTURE(k.file);
+        const Config c = load_with_drafters(k.file);
+        CHECK(c.topology.targets.size() == k.targets);
+        CHECK(c.topology.drafters.size() == k.drafters);
+        const std::uint64_t gpus = k.targets + k.drafters;
+        // 96 GB and 1 TB as vendors count them; samples of 3,072 tokens like the data they name.
+        const Planner planner(c, SampleSource::synthetic(3072), machine(96'000'000'000ull, 1'000'000'000'000ull, gpus));
+        const Plan p = planner.plan();
+        CHECK(p.fits());
+        CHECK(p.gpus.size() == gpus);
+        const double target = double(p.gpu(0)->predicted()) / double(GiB);
+        const double drafter = double(p.gpu(int(k.targets))->predicted()) / double(GiB);
+        const double host = double(p.host.memory.total()) / double(GiB);
+        MESSAGE(k.file << ": target " << target << " GiB, drafter " << drafter << " GiB, host " << host
+                       << " GiB, huge pages " << p.host.memory.huge_pages);
+        // What the files' comments say.
+        CHECK(target == doctest::Approx(29).epsilon(0.05));
+        CHECK(drafter == doctest::Approx(78).epsilon(0.05));
+        CHECK(host == doctest::Approx(k.targets == 1 ? 94 : 125).epsilon(0.05));
+    }
 }
