@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the model benchmarks: options, GPU gate, timing, and the PyTorch eager subprocess
 // (its last "RESULT {json}" line is the measurement).
+#include "hsring/config.hpp"
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hsring::bench {
@@ -87,6 +89,43 @@ double seconds_per_iter(at::Device device, F&& fn, int warmup, int iters) {
     for (int i = 0; i < iters; ++i) fn();
     sync();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// Calls fn `warmup` times, then times it: `iters` calls, or with seconds > 0 as many calls as
+// fit in that many seconds (at least 2). Returns {seconds per call, timed calls}.
+template <typename F>
+std::pair<double, int> timed_calls(at::Device device, F&& fn, int warmup, int iters, double seconds) {
+    auto sync = [&] {
+        if (device.is_cuda()) torch::cuda::synchronize();
+    };
+    for (int i = 0; i < warmup; ++i) fn();
+    sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    int n = 0;
+    if (seconds > 0) {
+        while (n < 2 || elapsed() < seconds) {
+            fn();
+            sync();
+            ++n;
+        }
+    } else {
+        for (; n < iters; ++n) fn();
+        sync();
+    }
+    return {elapsed() / n, n};
+}
+
+// One JSON line on stdout: the machine-readable result (`hsring plan --measure` reads the last one).
+inline void print_json_result(const nlohmann::json& j) { fmt::print("{}\n", j.dump()); }
+
+inline at::ScalarType torch_dtype(DType t) {
+    switch (t) {
+    case DType::BF16: return at::kBFloat16;
+    case DType::F16: return at::kHalf;
+    case DType::F32: return at::kFloat;
+    }
+    return at::kFloat;
 }
 
 inline std::string default_python() {

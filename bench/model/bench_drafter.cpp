@@ -1,13 +1,197 @@
 // hsring-bench-drafter: one DFlash training step (loss + backward + AdamW) at a target preset's
 // dims (default Qwen3-8B: 5 drafter layers, 512 anchors, block 16, 3072-token sequences) next to
 // the same step in PyTorch eager (bench/python/drafter_eager.py), measured in the same run.
+//
+// --config FILE: the run's drafter on epoch 0's slots as `hsring plan` packs them, worst slot
+// first, trained like TorchDrafter trains (whole-sequence micro-batches of [train]
+// micro_batch_tokens, loss_sum backward, a step per [train] tokens_per_step with grad clipping,
+// [drafter] inflight_slots slot buffers on the device); --json prints one result line for
+// `hsring plan --measure`, with the memory of each micro-batch of the first slot by phase.
 #include "bench_common.hpp"
+#include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "hsring/model_shape.hpp"
+#include "model/dflash_config.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/tensor_init.hpp"
+#include "plan/workload.hpp"
 
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
+
+namespace {
+
+int config_mode(const hsring::bench::Options& o) {
+    using namespace hsring;
+    using namespace hsring::model;
+    using Clock = std::chrono::steady_clock;
+    const bool json = o.flag("json");
+    const at::Device dev = bench::bench_device(o.str("device"));
+    const bool cuda = dev.is_cuda();
+    if (cuda && !bench::have_gpu("hsring-bench-drafter")) return 77;
+    const bench::ConfigBatches cb = bench::load_config_batches(o.str("config"), static_cast<std::uint64_t>(o.num("sample-tokens")));
+    const Config& cfg = cb.cfg;
+    const Derived& d = cb.derived;
+    const auto& w = cb.plan.workload;
+    const at::ScalarType compute = default_compute_dtype(dev);
+
+    TargetHead head = load_target_head(d.target, dev, compute, cfg.run.seed);
+    DFlashConfig dcfg = dflash_config_for(d.target, static_cast<int>(cfg.drafter.num_layers),
+                                          static_cast<int>(cfg.drafter.block_size), d.mask_token_id, d.layer_ids);
+    DFlashDrafter drafter(dcfg, cfg.run.seed, dev);
+    drafter->train();
+    torch::optim::AdamWOptions ao(cfg.train.lr);
+    ao.betas({cfg.train.beta1, cfg.train.beta2}).eps(cfg.train.eps).weight_decay(cfg.train.weight_decay);
+    torch::optim::AdamW adam(drafter->parameters(), ao);
+    DFlashLossOptions opt;
+    opt.num_anchors = static_cast<int>(cfg.train.num_anchors);
+    opt.gamma = cfg.train.loss_decay_gamma;
+    opt.chunk = static_cast<int>(cfg.train.loss_chunk);
+    // The worker's slot buffers: [L, slot_tokens, H] each; the first holds random hidden states.
+    std::vector<at::Tensor> buffers;
+    for (std::uint32_t i = 0; i < cfg.drafter.inflight_slots; ++i)
+        buffers.push_back(at::empty({static_cast<std::int64_t>(d.layer_ids.size()), static_cast<std::int64_t>(cfg.ring.slot_tokens),
+                                     d.target.hidden_size},
+                                    at::TensorOptions().device(dev).dtype(bench::torch_dtype(cfg.ring.dtype))));
+    buffers[0].normal_();
+
+    // Worst slot first (its memory is what the plan predicts), then epoch 0 in order.
+    std::vector<std::size_t> order{cb.plan.worst_slot};
+    for (std::size_t s = 0; s < w.slots.size(); ++s)
+        if (s != cb.plan.worst_slot) order.push_back(s);
+
+    std::uint64_t overall_peak = 0, peak_reserved = 0;
+    auto take_peak = [&] {  // the peak since the last reset, then reset
+        const auto m = bench::memory_stats(cuda);
+        overall_peak = std::max(overall_peak, m.peak_allocated);
+        peak_reserved = std::max(peak_reserved, m.peak_reserved);
+        bench::reset_peak_memory(cuda);
+        return m.peak_allocated;
+    };
+    auto sync = [&] {
+        if (cuda) torch::cuda::synchronize();
+    };
+    bench::reset_peak_memory(cuda);
+    nlohmann::json phases = nlohmann::json::array();
+    std::vector<std::size_t> trained;
+    std::uint64_t mbs_in_step = 0, max_mbs = 0, acc_tokens = 0, slot_count = 0;
+    double step_weight = 0;
+    // A step of several micro-batches holds fp32 gradients while the later ones run forward; the
+    // plan counts them for every micro-batch, so they exist before the worst slot's too.
+    const bool grads_in_forward = w.micro_batches_per_step > 1;
+
+    // Trains one slot; returns {tokens, samples}. `record`: the memory of each micro-batch by phase.
+    auto train_slot = [&](std::size_t s, bool record) {
+        const bench::SlotData data = cb.slot(s);
+        const auto T = static_cast<std::int64_t>(data.tokens.size());
+        at::Tensor tokens = at::from_blob(const_cast<std::int32_t*>(data.tokens.data()), {T}, at::kInt).to(dev, at::kLong);
+        at::Tensor mask = at::from_blob(const_cast<std::uint8_t*>(data.loss_mask.data()), {T}, at::kByte).to(dev, at::kFloat);
+        at::Tensor hidden = buffers[0].narrow(1, 0, T);
+        std::vector<std::int64_t> cu{0};
+        for (auto l : data.lengths) cu.push_back(cu.back() + static_cast<std::int64_t>(l));
+        const auto split = plan::split_micro_batches(data.lengths, cfg.train.micro_batch_tokens);
+        for (std::size_t k = 0; k < split.size(); ++k) {
+            const auto [first, last] = split[k];
+            const std::int64_t begin = cu[first], len = cu[last] - cu[first];
+            std::vector<std::int64_t> sub;
+            for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
+            DFlashBatch batch{hidden.narrow(1, begin, len), tokens.narrow(0, begin, len), mask.narrow(0, begin, len), sub};
+            at::Generator gen = cpu_generator(cfg.run.seed * 1000003 + s * 1009 + k);
+            sync();
+            const auto before = bench::memory_stats(cuda).allocated;
+            if (record) take_peak();
+            DFlashLossResult loss = dflash_loss(drafter, head, batch, opt, gen);
+            sync();
+            const auto fwd_peak = record ? take_peak() : 0;
+            const auto saved = bench::memory_stats(cuda).allocated;
+            if (loss.num_blocks > 0) loss.loss_sum.backward();
+            step_weight += loss.weight_sum.item<double>();
+            sync();
+            if (record)
+                phases.push_back({{"slot", s}, {"micro_batch", k}, {"tokens", len}, {"samples", last - first},
+                                  {"blocks", loss.num_blocks}, {"before_bytes", before}, {"forward_peak_bytes", fwd_peak},
+                                  {"after_forward_bytes", saved}, {"backward_peak_bytes", take_peak()}});
+            ++mbs_in_step;
+        }
+        trained.push_back(s);
+        return std::make_pair(static_cast<std::uint64_t>(T), data.samples());
+    };
+    // TorchDrafter::optimizer_step: mean over the step's loss weight, clip, AdamW, zero_grad.
+    auto optimizer_step = [&] {
+        if (step_weight > 0) {
+            torch::NoGradGuard ng;
+            for (auto& p : drafter->parameters())
+                if (p.grad().defined()) p.grad().div_(step_weight);
+            const double clip = cfg.train.grad_clip;
+            torch::nn::utils::clip_grad_norm_(drafter->parameters(), clip > 0 ? clip : 1e30);
+            adam.step();
+        }
+        adam.zero_grad();
+        step_weight = 0;
+        max_mbs = std::max(max_mbs, mbs_in_step);
+        mbs_in_step = 0;
+    };
+    // Slots until one optimizer step is complete ([train] tokens_per_step, as drafter_loop.cpp).
+    auto step = [&](bool record) {
+        std::uint64_t tokens = 0, samples = 0;
+        for (;;) {
+            const auto [t, n] = train_slot(order[slot_count++ % order.size()], record && tokens == 0);
+            tokens += t;
+            samples += n;
+            acc_tokens += t;
+            if (acc_tokens >= d.tokens_per_step) break;
+        }
+        acc_tokens = 0;
+        optimizer_step();
+        return std::make_pair(tokens, samples);
+    };
+
+    if (grads_in_forward)
+        for (auto& p : drafter->parameters()) p.mutable_grad() = at::zeros_like(p);
+    step(/*record=*/true);  // warm-up: the worst slot, kernel plans, AdamW state
+    sync();
+    take_peak();
+    const std::uint64_t static_bytes = bench::memory_stats(cuda).allocated;
+    const double seconds = o.real("seconds");
+    const std::int64_t min_steps = seconds > 0 ? 1 : std::max<std::int64_t>(1, o.num("iters"));
+    std::uint64_t tokens = 0, samples = 0;
+    std::int64_t steps = 0;
+    const auto t0 = Clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    while (steps < min_steps || (seconds > 0 && elapsed() < seconds)) {
+        const auto [t, n] = step(false);
+        tokens += t;
+        samples += n;
+        ++steps;
+        sync();
+    }
+    const double dt = elapsed();
+    take_peak();
+    const double tps = static_cast<double>(tokens) / dt, sps = static_cast<double>(samples) / dt;
+    auto& out = json ? stderr : stdout;
+    fmt::print(out, "drafter ({}): {} timed steps, {:.0f} ms/step, {:.0f} trained tok/s, {:.2f} samples/s, peak {:.2f} GiB "
+                    "(after a step {:.2f} GiB)\n",
+               cfg.file.string(), steps, dt / static_cast<double>(steps) * 1e3, tps, sps,
+               double(overall_peak) / (1u << 30), double(static_bytes) / (1u << 30));
+    if (json)
+        bench::print_json_result({{"mode", "drafter"},
+                                  {"config", cfg.file.string()},
+                                  {"device", dev.str()},
+                                  {"slots", trained},
+                                  {"steps", steps},
+                                  {"step_s", dt / static_cast<double>(steps)},
+                                  {"tokens_per_s", tps},
+                                  {"samples_per_s", sps},
+                                  {"micro_batches_per_step", max_mbs},
+                                  {"grads_in_forward", grads_in_forward},
+                                  {"static_allocated_bytes", static_bytes},
+                                  {"peak_allocated_bytes", overall_peak},
+                                  {"peak_reserved_bytes", peak_reserved},
+                                  {"phases", phases}});
+    return 0;
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
     using namespace hsring;
@@ -18,11 +202,17 @@ int main(int argc, char** argv) {
                           {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "256"},
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
-                          {"seed", "1"}, {"device", "cuda"}});
+                          {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
+                          {"sample-tokens", "0"}});
         if (o.help()) {
-            o.print_help("hsring-bench-drafter", "DFlash training step time vs PyTorch eager (GPU only).");
+            o.print_help("hsring-bench-drafter",
+                         "DFlash training step time vs PyTorch eager (GPU only).\n"
+                         "--config FILE: the run's drafter on its slots, worst first (no eager); --json: one result\n"
+                         "line; --seconds N: time N seconds of steps instead of --iters steps; --sample-tokens N:\n"
+                         "samples of N tokens instead of [data] path.");
             return 0;
         }
+        if (!o.str("config").empty()) return config_mode(o);
         const at::Device dev = bench::bench_device(o.str("device"));
         if (dev.is_cuda() && !bench::have_gpu("hsring-bench-drafter")) return 77;
         if (!dev.is_cuda()) fmt::print("hsring-bench-drafter: CPU smoke run (checks the benchmark, measures nothing useful)\n");

@@ -1,10 +1,79 @@
 // hsring-bench-target: packed forward tokens/s of a random-initialised target preset (bf16 on
 // the GPU, flash varlen attention, the DFlash layers captured) next to PyTorch eager's tokens/s
 // for the same shapes, measured in the same run by bench/python/target_eager.py.
+//
+// --config FILE: the run's target, captured layers and dtype on the fullest slot of epoch 0 (as
+// `hsring plan` packs it), captured layers kept referenced until the end of the forward as the
+// worker keeps them for its D2H copies; --json prints one result line for `hsring plan --measure`.
 #include "bench_common.hpp"
+#include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/target.hpp"
+
+namespace {
+
+int config_mode(const hsring::bench::Options& o) {
+    using namespace hsring;
+    const bool json = o.flag("json");
+    const at::Device dev = bench::bench_device(o.str("device"));
+    if (dev.is_cuda() && !bench::have_gpu("hsring-bench-target")) return 77;
+    const bench::ConfigBatches cb = bench::load_config_batches(o.str("config"), static_cast<std::uint64_t>(o.num("sample-tokens")));
+    const Config& cfg = cb.cfg;
+    std::size_t fullest = 0;
+    std::uint64_t most = 0;
+    for (std::size_t s = 0; s < cb.plan.workload.slots.size(); ++s) {
+        std::uint64_t t = 0;
+        for (auto i : cb.plan.workload.slots[s]) t += cb.plan.workload.samples[i].tokens;
+        if (t > most) {
+            most = t;
+            fullest = s;
+        }
+    }
+    bench::SlotData data = cb.slot(fullest);
+    std::vector<std::int64_t> cu{0};
+    for (auto l : data.lengths) cu.push_back(cu.back() + static_cast<std::int64_t>(l));
+    const auto T = static_cast<std::int64_t>(data.tokens.size());
+    const at::ScalarType dtype = dev.is_cuda() ? bench::torch_dtype(cfg.target.dtype) : at::kFloat;
+    const at::ScalarType ring = bench::torch_dtype(cfg.ring.dtype);
+    auto model = model::TargetModel::load(cb.derived.target, dev, dtype, cfg.run.seed);
+    const auto weights = bench::memory_stats(dev.is_cuda()).allocated;
+    bench::reset_peak_memory(dev.is_cuda());
+    std::vector<at::Tensor> kept;
+    auto batch = [&] {
+        at::Tensor tokens = at::from_blob(data.tokens.data(), {T}, at::kInt).to(dev, at::kLong);
+        model.forward(tokens, cu, cb.derived.layer_ids, [&](std::size_t, const at::Tensor& h) {
+            at::Tensor x = (h.scalar_type() == ring ? h : h.to(ring)).contiguous();
+            if (dev.is_cuda()) kept.push_back(std::move(x));  // TorchTarget: alive until its D2H copy ends
+        });
+        kept.clear();
+    };
+    const auto [s, n] = bench::timed_calls(dev, batch, static_cast<int>(o.num("warmup")), static_cast<int>(o.num("iters")),
+                                           o.real("seconds"));
+    const bench::MemoryStats mem = bench::memory_stats(dev.is_cuda());
+    const double tps = static_cast<double>(T) / s;
+    auto& out = json ? stderr : stdout;
+    fmt::print(out, "target {} ({}): slot {} of {} tokens in {} samples, {}: {:.1f} ms/batch, {:.0f} tok/s, peak {:.2f} GiB "
+                    "(weights {:.2f} GiB)\n",
+               cb.derived.target.source, cfg.file.string(), fullest, T, data.samples(), c10::toString(dtype), s * 1e3, tps,
+               double(mem.peak_allocated) / (1u << 30), double(weights) / (1u << 30));
+    if (json)
+        bench::print_json_result({{"mode", "target"},
+                                  {"config", cfg.file.string()},
+                                  {"device", dev.str()},
+                                  {"slot", fullest},
+                                  {"tokens", T},
+                                  {"sequences", data.samples()},
+                                  {"batches", n},
+                                  {"ms_per_batch", s * 1e3},
+                                  {"tokens_per_s", tps},
+                                  {"weights_allocated_bytes", weights},
+                                  {"peak_allocated_bytes", mem.peak_allocated},
+                                  {"peak_reserved_bytes", mem.peak_reserved}});
+    return 0;
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
     using namespace hsring;
@@ -12,11 +81,17 @@ int main(int argc, char** argv) {
         bench::Options o(argc, argv,
                          {{"preset", "qwen3-8b"}, {"tokens", "16384"}, {"seqs", "8"}, {"iters", "10"}, {"warmup", "3"},
                           {"draft-layers", "5"}, {"no-eager", "false"}, {"python", bench::default_python()},
-                          {"script", bench::default_script("target_eager.py")}, {"seed", "1"}, {"device", "cuda"}});
+                          {"script", bench::default_script("target_eager.py")}, {"seed", "1"}, {"device", "cuda"},
+                          {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}});
         if (o.help()) {
-            o.print_help("hsring-bench-target", "Packed target forward tokens/s vs PyTorch eager (GPU only).");
+            o.print_help("hsring-bench-target",
+                         "Packed target forward tokens/s vs PyTorch eager (GPU only).\n"
+                         "--config FILE: the run's target on its fullest slot (no eager); --json: one result line;\n"
+                         "--seconds N: time N seconds instead of --iters; --sample-tokens N: samples of N tokens\n"
+                         "instead of [data] path.");
             return 0;
         }
+        if (!o.str("config").empty()) return config_mode(o);
         const at::Device dev = bench::bench_device(o.str("device"));
         if (dev.is_cuda() && !bench::have_gpu("hsring-bench-target")) return 77;
         if (!dev.is_cuda()) fmt::print("hsring-bench-target: CPU smoke run (checks the benchmark, measures nothing useful)\n");

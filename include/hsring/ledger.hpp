@@ -68,6 +68,8 @@ public:
     static bool remove(std::string_view name);
     // The ledger's shm name for a ring name.
     static std::string name_for_ring(std::string_view ring_name);
+    // The size of the region create() makes for `info` (`hsring plan` counts it).
+    static std::uint64_t region_bytes(const LedgerInfo& info);
 
     Ledger(Ledger&&) noexcept;
     Ledger& operator=(Ledger&&) noexcept;

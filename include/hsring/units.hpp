@@ -18,6 +18,9 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text);
 // "2.50 GiB", "512 MiB", "17 B".
 std::string format_bytes(std::uint64_t bytes);
 
+// "1,234,567": counts of tokens, parameters, samples in reports.
+std::string format_count(std::uint64_t n);
+
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
 } // namespace hsring

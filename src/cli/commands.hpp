@@ -16,6 +16,7 @@ int restart_or_kill(Args args);   // control.cpp
 int stop(Args args);              // control.cpp
 int ring(Args args);              // ring_rm.cpp
 int ledger(Args args);            // ledger_verify.cpp
-int model(Args args);             // model.cpp: execs hsring-model (LibTorch stays out of `hsring`)
+int model(Args args);
+int plan(Args args);              // plan.cpp: predicted memory, fit, GPU split (src/plan)             // model.cpp: execs hsring-model (LibTorch stays out of `hsring`)
 
 } // namespace hsring::cli

@@ -20,6 +20,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"config", hsring::cli::config_check, "config check FILE", "validate a config, print derived sizes"},
+    {"plan", hsring::cli::plan, "plan CONFIG [--gpu-mem S] [--measure]", "predicted memory per GPU/host, what fits, the GPU split"},
     {"run", hsring::cli::run, "run CONFIG [--run-dir DIR] [--fresh]", "run the supervisor and its workers"},
     {"status", hsring::cli::status, "status [--json]", "a run's workers, ring, ledger and rates"},
     {"restart", hsring::cli::restart_or_kill, "restart WORKER", "stop a worker gracefully and start it again"},

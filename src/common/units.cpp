@@ -45,4 +45,10 @@ std::string format_bytes(std::uint64_t b) {
     return fmt::format("{} B", b);
 }
 
+std::string format_count(std::uint64_t n) {
+    std::string s = std::to_string(n);
+    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+    return s;
+}
+
 } // namespace hsring

@@ -85,10 +85,12 @@ using std::memory_order_seq_cst;
 
 std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ring) + "-ledger"; }
 
+std::uint64_t Ledger::region_bytes(const LedgerInfo& info) { return kEntriesOffset + info.total() * 8; }
+
 Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
     if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
     if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
-    const std::uint64_t bytes = kEntriesOffset + info.total() * 8;
+    const std::uint64_t bytes = region_bytes(info);
     auto init = [&](std::byte* base) {
         auto* h = new (base) LedgerHeader{};
         h->version = kVersion;

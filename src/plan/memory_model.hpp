@@ -1,0 +1,78 @@
+#pragma once
+// Predicted peak memory of each worker and of host RAM, as named parts, counted from what the
+// code keeps alive (src/model/README.md; the counts are written out in memory_model.cpp and
+// src/plan/README.md). GPU parts are what torch's caching allocator counts as allocated (the
+// number `hsring-bench` and metrics.jsonl report as peak), plus two stated overheads outside
+// it: the CUDA context and the allocator's slack (cached but unused blocks).
+#include "hsring/config.hpp"
+#include "hsring/units.hpp"
+#include "plan/workload.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hsring::plan {
+
+// Stated, not measured per machine: CUDA context + cuBLAS handles and loaded kernels of one
+// process, outside torch's allocator.
+inline constexpr std::uint64_t kCudaContextBytes = 1 * GiB;
+// Cached-but-free blocks of the caching allocator on top of its allocated peak.
+inline constexpr double kAllocatorSlack = 0.05;
+// Host RAM of one GPU worker process besides the data set: LibTorch, the CUDA runtime's host
+// side, pinned staging of the CUDA driver.
+inline constexpr std::uint64_t kWorkerHostBytes = 2 * GiB;
+// The same for a CPU worker (LibTorch without the CUDA runtime).
+inline constexpr std::uint64_t kCpuWorkerHostBytes = 512 * MiB;
+// Data-parallel drafters (assumed until they land): a bf16 copy of the gradients for the
+// all-reduce (the shape FACTS.md measured with NCCL) plus NCCL's own buffers.
+inline constexpr std::uint64_t kNcclBytes = 256 * MiB;
+
+struct Part {
+    std::string name;
+    std::uint64_t bytes = 0;
+    std::string how;        // the arithmetic, for people
+    bool overhead = false;  // outside torch's allocated count (context, slack)
+};
+
+struct WorkerMemory {
+    std::string name;  // "target.0", "drafter.1"
+    Place place;
+    std::string peak_phase;  // when the peak happens
+    std::vector<Part> parts;
+
+    std::uint64_t allocated() const;  // tensors only: comparable to torch's allocated peak
+    std::uint64_t total() const;      // what the device must hold
+    const Part* part(const std::string& name) const;
+};
+
+std::uint64_t target_params(const ModelShape& s);
+std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uint64_t context_layers);
+
+// A target worker forwarding `batch_tokens` tokens in one packed batch.
+WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
+                           std::uint64_t batch_tokens);
+
+// The part of a drafter's peak that depends on the micro-batch (activations, loss chunk or
+// backward transients, gradients when they exist then): ranks micro-batches by memory.
+std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
+                                 bool grads_in_forward);
+
+// A drafter worker training micro-batch `mb` (its worst). grads_in_forward: a step holds several
+// micro-batches, so fp32 gradients exist while later ones run forward. n_drafters > 1 adds the
+// data-parallel all-reduce buffers.
+WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
+                            const MicroBatch& mb, bool grads_in_forward, std::size_t n_drafters);
+
+struct HostMemory {
+    std::vector<Part> parts;
+    std::uint64_t huge_pages = 0;     // 2 MiB pages the ring needs ([ring] huge_pages != "off")
+    std::uint64_t pinned_bytes = 0;   // registered with CUDA (the ring, once per machine)
+    std::uint64_t total() const;
+};
+
+// cpu_workers: workers placed on "cpu" (their model memory is host RAM).
+HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& source,
+                       const std::vector<WorkerMemory>& cpu_workers);
+
+} // namespace hsring::plan

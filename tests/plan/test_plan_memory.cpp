@@ -1,0 +1,462 @@
+// `hsring plan`'s arithmetic against hand computations (each written out above its checks),
+// the knobs it suggests (re-planned: the suggested value fits, the next larger one does not),
+// several workers per GPU and several drafters, and the GPU split.
+#include "hsring/config.hpp"
+#include "hsring/error.hpp"
+#include "hsring/ring.hpp"
+#include "hsring/units.hpp"
+#include "plan/measure.hpp"
+#include "plan/plan.hpp"
+#include "plan/report.hpp"
+#include "ring/layout.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using namespace hsring;
+using namespace hsring::plan;
+
+namespace {
+
+// Qwen3-8B target on GPU 0, the 5-layer drafter on GPU 1, 16,384-token slots.
+const char* kQwen = R"(
+[run]
+name = "plan-test"
+[topology]
+targets = [0]
+drafters = [1]
+[ring]
+size = "16GiB"
+slot_tokens = 16384
+[target]
+model = "preset:qwen3-8b"
+[drafter]
+num_layers = 5
+[data]
+path = "unused.jsonl"
+)";
+
+Config qwen(const std::string& extra = "") {
+    std::string text = kQwen;
+    text += extra;
+    return parse_config(text, "t.toml");
+}
+
+Capacity machine(std::uint64_t gpu_bytes, std::uint64_t host_bytes = 1024 * GiB, std::uint64_t gpus = 8) {
+    Capacity c;
+    c.gpu_bytes.assign(gpus, gpu_bytes);
+    c.gpu_source = "--gpu-mem";
+    c.gpu_count = gpus;
+    c.gpu_count_source = "--gpus";
+    c.host_bytes = host_bytes;
+    c.host_source = "--host-mem";
+    return c;
+}
+
+const Part& part(const WorkerMemory& w, const std::string& name) {
+    const Part* p = w.part(name);
+    REQUIRE_MESSAGE(p, "no part " << name << " in " << w.name);
+    return *p;
+}
+
+} // namespace
+
+TEST_CASE("Qwen3-8B parameter counts") {
+    const ModelShape s = preset_shape("qwen3-8b");
+    // per layer: q/k/v 4096 x (4096 + 2 x 1024) = 25,165,824; o 4096 x 4096 = 16,777,216;
+    // gate/up/down 3 x 4096 x 12288 = 150,994,944; norms 2 x 4096 + q/k norms 2 x 128
+    //   = 192,946,432;  x 36 = 6,946,071,552
+    // + embedding and LM head 2 x 151,936 x 4096 = 1,244,659,712 + final norm 4096
+    CHECK(target_params(s) == 8'190'735'360ull);
+    // drafter: 5 x 192,946,432 = 964,732,160 + fc 4096 x 5 x 4096 = 83,886,080 + 2 norms 8192
+    CHECK(drafter_params(s, 5, 5) == 1'048'626'432ull);
+}
+
+TEST_CASE("target memory at a 16,384-token batch, by hand") {
+    const Config c = qwen();
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const WorkerMemory w = target_memory(c, d, "target.0", Place{0}, 16384);
+    // weights: 8,190,735,360 x 2 B (bf16)
+    CHECK(part(w, "weights").bytes == 16'381'470'720ull);
+    // per token, elements: h + qkv = 4096 + 6144 = 10,240 always alive; in swiglu + q 4096,
+    // k 1024, v 1024, attention out 4096, mid + normed mid 8192, gate_up 24,576, silu 12,288,
+    // product 12,288 -> 77,824 (RoPE moment 30,720, down-proj moment 73,728 are lower)
+    // bytes: 77,824 x 2 + RoPE tables 2 x 128 x 2 + int64 tokens/positions 16 + lse 32 x 4 = 156,304
+    CHECK(part(w, "activations").bytes == 16384ull * 156'304);
+    // 4 of 5 captured layers x 16,384 x 4096 x 2 B
+    CHECK(part(w, "captured_hidden_states").bytes == 536'870'912ull);
+    const std::uint64_t allocated = 16'381'470'720ull + 16384ull * 156'304 + 536'870'912ull;
+    CHECK(w.allocated() == allocated);
+    CHECK(part(w, "cuda_context").bytes == 1 * GiB);
+    CHECK(part(w, "allocator_slack").bytes == std::uint64_t(std::llround(allocated * 0.05)));
+    CHECK(w.total() == allocated + 1 * GiB + std::uint64_t(std::llround(allocated * 0.05)));
+}
+
+TEST_CASE("sample shapes: expected anchors per attention group") {
+    // 20 tokens, valid anchor positions 10..18 (9), 4 anchors, block 4: one group of 4 blocks =
+    // 16 rows; its last anchor has rank round(4 x 10 / 5) - 1 = 7 -> position 17; keys
+    // 17 + 16 = 33 padded to 256; mask 16 rows x 256
+    const std::vector<std::uint32_t> valid{10, 11, 12, 13, 14, 15, 16, 17, 18};
+    const SampleShape s = sample_shape(20, valid, 4, 4);
+    CHECK(s.blocks == 4);
+    CHECK(s.keys == 256);
+    CHECK(s.mask == 16 * 256);
+
+    // 3072 tokens all trained: 3071 valid positions, 512 anchors in 2 groups of 256 blocks x 16 =
+    // 4096 rows. Group 0: rank round(256 x 3072 / 513) - 1 = 1532 -> 1532 + 4096 -> 5632;
+    // group 1: rank round(512 x 3072 / 513) - 1 = 3065 -> 3065 + 4096 -> 7168.
+    std::vector<std::uint32_t> all(3071);
+    for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    const SampleShape q = sample_shape(3072, all, 512, 16);
+    CHECK(q.blocks == 512);
+    CHECK(q.keys == 5632 + 7168);
+    CHECK(q.mask == 4096ull * (5632 + 7168));
+
+    // Fewer valid positions than anchors: every one is an anchor.
+    const SampleShape few = sample_shape(8, std::vector<std::uint32_t>{5, 6}, 512, 16);
+    CHECK(few.blocks == 2);
+}
+
+TEST_CASE("micro-batches split a slot like the drafter does") {
+    // 3000 + 3000 fit 8192, a third would not; 3000 + 20000 would not; 20000 alone (longer than
+    // the limit, still one micro-batch); 100 + 100
+    const std::vector<std::uint64_t> lengths{3000, 3000, 3000, 20000, 100, 100};
+    const auto mbs = split_micro_batches(lengths, 8192);
+    using P = std::pair<std::size_t, std::size_t>;
+    CHECK(mbs == std::vector<P>{{0, 2}, {2, 3}, {3, 4}, {4, 6}});
+}
+
+TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
+    const Config c = qwen();
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const Workload w = make_workload(SampleSource::synthetic(3072), c, d);
+    // 16,384-token slots hold 5 samples (15,360 tokens); tokens_per_step = 16,384 needs 2 slots:
+    // 2 micro-batches per step, so gradients exist during a forward.
+    REQUIRE(w.slots.size() == 4);
+    CHECK(w.slots[0].size() == 5);
+    CHECK(w.max_slot_tokens == 15360);
+    CHECK(w.micro_batches_per_step == 2);
+    const auto mbs = w.micro_batches(0);
+    REQUIRE(mbs.size() == 1);
+    const MicroBatch mb = mbs[0];
+    CHECK(mb.tokens == 15360);
+    CHECK(mb.blocks == 2560);
+
+    const WorkerMemory m = drafter_memory(c, d, "drafter.0", Place{1}, mb, true, 1);
+    const std::uint64_t p = 1'048'626'432ull;
+    CHECK(part(m, "embedding_and_lm_head").bytes == 2ull * 151936 * 4096 * 2);
+    CHECK(part(m, "fp32_master_weights").bytes == p * 4);
+    CHECK(part(m, "bf16_weight_casts").bytes == p * 2);
+    CHECK(part(m, "adamw_state").bytes == p * 8);
+    CHECK(part(m, "fp32_gradients").bytes == p * 4);
+    // rows r = 2560 x 16 = 40,960; context t = 15,360
+    // per layer: r x (4H + 4Q + K + 4I = 82,944) x 2 = 6,794,772,480
+    //          + t x K x 2 = 31,457,280 + r x (2 + 2 x 32 + 8) x 4 = 12,124,160 -> 6,838,353,920
+    // keys: 5 layers x 5 samples x 12,800 keys x 2 x 1024 x 2 B = 1,310,720,000
+    // shared: context 2 x t x H x 2 = 251,658,240; final-norm input r x H x 2 = 335,544,320;
+    //   RoPE 2 x 128 x 2 x (t + r) = 28,835,840; block tensors r x 29 + t x 8 = 1,310,720;
+    //   mask 4 (GQA repeat) x 5 x 4096 x 12,800 x 2 B = 2,097,152,000 -> 2,714,501,120
+    // saved = 5 x 6,838,353,920 + 1,310,720,000 + 2,714,501,120 = 38,216,990,720
+    // at the loss: output rows r x H x 2 + 2 x scored rows (2560 x 15) x H x 2 = 964,689,920
+    CHECK(part(m, "activations").bytes == 38'216'990'720ull + 964'689'920ull);
+    // chunk 4096 positions x 151,936 x 8 B (fp32 logits + logsumexp's fp32 logits - max)
+    CHECK(part(m, "loss_chunk_logits").bytes == 4096ull * 151936 * 8);
+    // forward peak: gradients 4,194,505,728 + saved + 964,689,920 + logits 4,978,638,848
+    //   = 48,354,825,216 > backward peak: gradients + saved + scored-row gradient 314,572,800
+    //   + 3 x r x I x 2 + 2 x H x I x 4 = 3,422,552,064 -> 46,148,621,312
+    CHECK(part(m, "backward_transients").bytes == 0);
+    CHECK(m.peak_phase == "the forward's cross-entropy chunk");
+    // 2 x 5 layers x 16,384 x 4096 x 2 B
+    CHECK(part(m, "inflight_slots").bytes == 1'342'177'280ull);
+    CHECK(m.part("allreduce_buffers") == nullptr);
+    // head 2,489,319,424 + master 4,194,505,728 + casts 2,097,252,864 + AdamW 8,389,011,456
+    // + gradients 4,194,505,728 + activations 39,181,680,640 + logits 4,978,638,848
+    // + slots 1,342,177,280
+    CHECK(m.allocated() == 66'867'091'968ull);  // 62.27 GiB
+
+    // Alone in its step (one micro-batch): no gradients at the forward's peak.
+    const WorkerMemory first = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
+    CHECK(part(first, "fp32_gradients").bytes == 0);
+    CHECK(first.allocated() == 66'867'091'968ull - p * 4);
+}
+
+TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {
+    const Config c = qwen();
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const HostMemory h = host_memory(c, d, SampleSource::synthetic(3072), {});
+    const std::uint64_t ring = ring_detail::Offsets::of(RingGeometry::from(c, d)).total;
+    // 16 GiB / 640 MiB slots = 25 slots of payload, plus header and metadata
+    CHECK(d.slots == 25);
+    CHECK(ring > 25ull * 640 * MiB);
+    CHECK(h.huge_pages == (ring + 2 * MiB - 1) / (2 * MiB));
+    CHECK(h.pinned_bytes == ring);
+    REQUIRE(!h.parts.empty());
+    CHECK(h.parts[0].name == "ring");
+    CHECK(h.parts[0].bytes == ring);
+    // 2 GPU worker processes x 2 GiB; checkpoint staging: AdamW state 8 B x 1,048,626,432
+    std::uint64_t sum = 0;
+    for (const auto& p : h.parts) {
+        sum += p.bytes;
+        if (p.name == "worker_processes") CHECK(p.bytes == 4 * GiB);
+        if (p.name == "checkpoint_staging") CHECK(p.bytes == 8ull * 1'048'626'432ull);
+    }
+    CHECK(h.total() == sum);
+}
+
+TEST_CASE("a GPU shared by three targets sums them") {
+    Config c = qwen();
+    c.topology.targets = {Place{0}, Place{0}, Place{0}};
+    c.topology.allow_shared_gpus = true;
+    const Planner planner(c, SampleSource::synthetic(3072), machine(141 * GiB));
+    const Plan p = planner.plan();
+    const GpuPlan* g0 = p.gpu(0);
+    REQUIRE(g0);
+    CHECK(g0->workers.size() == 3);
+    CHECK(g0->worker_names() == std::vector<std::string>{"target.0", "target.1", "target.2"});
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const WorkerMemory one = target_memory(c, d, "target.0", Place{0}, 16384);
+    CHECK(g0->predicted() == 3 * one.total());
+    for (const auto& [name, bytes] : g0->parts())
+        if (name == "weights") CHECK(bytes == 3 * part(one, "weights").bytes);
+    // The JSON keeps the issue's shape, parts summed.
+    const auto j = plan_json(p, {}, planner.capacity());
+    CHECK(j["gpus"][0]["index"] == 0);
+    CHECK(j["gpus"][0]["workers"].size() == 3);
+    CHECK(j["gpus"][0]["predicted_peak_bytes"] == 3 * one.total());
+    CHECK(j["gpus"][0]["parts"]["weights"] == 3 * part(one, "weights").bytes);
+    std::uint64_t sum = 0;
+    for (const auto& [k, v] : j["gpus"][0]["parts"].items()) sum += v.get<std::uint64_t>();
+    CHECK(sum == j["gpus"][0]["predicted_peak_bytes"].get<std::uint64_t>());
+    CHECK(j["host"]["predicted_bytes"].get<std::uint64_t>() == p.host.memory.total());
+    CHECK(j["host"]["huge_pages"].get<std::uint64_t>() == p.host.memory.huge_pages);
+}
+
+TEST_CASE("several data-parallel drafters: one plan per GPU, each with all-reduce buffers") {
+    // The config parser still allows one drafter; the planner takes any number (structs).
+    Config c = qwen();
+    c.topology.targets = {Place{0}, Place{1}};
+    c.topology.drafters = {Place{2}, Place{3}, Place{4}, Place{5}, Place{6}, Place{7}};
+    const Planner planner(c, SampleSource::synthetic(3072), machine(96 * GiB, 1024 * GiB, 8));
+    const Plan p = planner.plan();
+    CHECK(p.gpus.size() == 8);
+    const std::uint64_t pd = 1'048'626'432ull;
+    std::uint64_t first = 0;
+    for (int g = 2; g < 8; ++g) {
+        const GpuPlan* gp = p.gpu(g);
+        REQUIRE(gp);
+        REQUIRE(gp->workers.size() == 1);
+        CHECK(gp->workers[0].name == "drafter." + std::to_string(g - 2));
+        // bf16 gradient copy + NCCL
+        CHECK(part(gp->workers[0], "allreduce_buffers").bytes == pd * 2 + 256 * MiB);
+        if (!first) first = gp->predicted();
+        CHECK(gp->predicted() == first);
+    }
+    // host: 8 worker processes, 6 drafters' checkpoint staging
+    for (const auto& x : p.host.memory.parts) {
+        if (x.name == "worker_processes") CHECK(x.bytes == 8 * 2 * GiB);
+        if (x.name == "checkpoint_staging") CHECK(x.bytes == 6 * 8 * pd);
+    }
+    CHECK(p.fits());
+}
+
+TEST_CASE("an over-budget drafter gets knobs whose values the re-run arithmetic shows to fit") {
+    const Config c = qwen();
+    // The drafter needs 66.4 GiB with context and slack (62.27 GiB allocated): give it 60 GiB.
+    const Planner planner(c, SampleSource::synthetic(3072), machine(60 * GiB));
+    const Plan p = planner.plan();
+    REQUIRE(!p.gpu(1)->fits());
+    CHECK(p.gpu(0)->fits());
+    CHECK(!p.fits());
+    const auto s = planner.suggestions(p);
+    auto find = [&](const std::string& knob) -> const Suggestion* {
+        for (const auto& x : s)
+            if (x.knob == knob) return &x;
+        return nullptr;
+    };
+    const Suggestion* mbt = find("[train] micro_batch_tokens");
+    REQUIRE(mbt);
+    CHECK(mbt->current == "16384");
+    CHECK(mbt->fits_all);
+    CHECK(mbt->effect.find("drafter.0 on GPU 1 at") != std::string::npos);
+    CHECK(mbt->effect.find("everything fits") != std::string::npos);
+    const std::uint64_t v = std::stoull(mbt->value);
+    // The value fits when planned again; the next larger multiple of 1024 does not.
+    Config fixed = c;
+    fixed.train.micro_batch_tokens = v;
+    CHECK(planner.plan(fixed).fits());
+    Config bigger = c;
+    bigger.train.micro_batch_tokens = v + 1024;
+    CHECK(!planner.plan(bigger).fits());
+    // Whole samples of 3,072 tokens: 4 per micro-batch (12,288) fit, 5 (15,360) do not.
+    CHECK(v >= 12288);
+    CHECK(v < 15360);
+
+    // loss_chunk cannot save 6.4 GiB here (its 4.6 GiB at 4096 positions): not suggested.
+    CHECK(find("[train] loss_chunk") == nullptr);
+    // Every suggestion fits when applied.
+    for (const auto& x : s) {
+        CAPTURE(x.knob);
+        Config k = c;
+        const std::uint64_t value = std::stoull(x.value);
+        if (x.knob == "[train] micro_batch_tokens") k.train.micro_batch_tokens = value;
+        else if (x.knob == "[drafter] inflight_slots") k.drafter.inflight_slots = static_cast<std::uint32_t>(value);
+        else if (x.knob == "[ring] slot_tokens") k.ring.slot_tokens = value;
+        else FAIL("unexpected knob " << x.knob);
+        CHECK(planner.plan(k).fits());
+        CHECK(x.fits_all);
+    }
+
+    // The report names the knob and its value.
+    const std::string text = format_plan(p, s, planner.capacity());
+    CHECK(text.find("DOES NOT FIT") != std::string::npos);
+    CHECK(text.find("[train] micro_batch_tokens = " + mbt->value) != std::string::npos);
+}
+
+TEST_CASE("a target too large for its GPU is told to lower slot_tokens") {
+    const Config c = qwen("[train]\nmicro_batch_tokens = 4096\n");
+    // target.0 needs 20.05 GiB at 16,384 tokens: 19 GiB on GPU 0 fails; 8,192 tokens fit.
+    Capacity cap = machine(141 * GiB, 1024 * GiB, 2);
+    cap.gpu_bytes[0] = 19 * GiB;
+    cap.gpu_source = "nvidia-smi";
+    const Planner planner(c, SampleSource::synthetic(3072), cap);
+    const Plan p = planner.plan();
+    REQUIRE(!p.gpu(0)->fits());
+    const auto s = planner.suggestions(p);
+    bool found = false;
+    for (const auto& x : s)
+        if (x.knob == "[ring] slot_tokens") {
+            found = true;
+            CHECK(x.value == "8192");
+            Config fixed = c;
+            fixed.ring.slot_tokens = 8192;
+            CHECK(planner.plan(fixed).gpu(0)->fits());
+        }
+    CHECK(found);
+}
+
+TEST_CASE("host RAM too small: a smaller ring") {
+    const Config c = qwen();
+    const Planner planner(c, SampleSource::synthetic(3072), machine(141 * GiB, 20 * GiB));
+    const Plan p = planner.plan();
+    REQUIRE(!p.host.fits());
+    const auto s = planner.suggestions(p);
+    bool found = false;
+    for (const auto& x : s)
+        if (x.knob == "[ring] size") {
+            found = true;
+            CHECK(x.fits_all);
+            // "NGiB" / "NMiB" as TOML
+            Config fixed = parse_config(std::string(kQwen).replace(std::string(kQwen).find("\"16GiB\""), 7, x.value), "t.toml");
+            CHECK(planner.plan(fixed).host.fits());
+        }
+    CHECK(found);
+}
+
+TEST_CASE("GPUs the machine lacks do not fit") {
+    Config c = qwen();
+    c.topology.drafters = {Place{3}};
+    const Planner planner(c, SampleSource::synthetic(3072), machine(141 * GiB, 1024 * GiB, 2));
+    const Plan p = planner.plan();
+    CHECK(!p.gpu(3)->on_machine);
+    CHECK(!p.fits());
+    CHECK(format_plan(p, {}, planner.capacity()).find("NOT ON THIS MACHINE") != std::string::npos);
+}
+
+TEST_CASE("GPU splits: min(targets x target rate, drafter rate x (1 + 0.95 + 0.95^2 ...))") {
+    // one target 35,000 tok/s, one drafter 14,700 tok/s (FACTS.md), 3,072-token samples
+    // 4 GPUs: 1+3: min(35,000, 14,700 x 2.8525 = 41,931.75) = 35,000
+    //         2+2: min(70,000, 14,700 x 1.95 = 28,665) = 28,665;  3+1: 14,700
+    const auto s4 = gpu_splits(4, 35000, 14700, 3072);
+    REQUIRE(s4.size() == 3);
+    CHECK(s4[0].drafter_tokens_per_s == doctest::Approx(41931.75));
+    CHECK(s4[0].tokens_per_s == doctest::Approx(35000));
+    CHECK(s4[1].tokens_per_s == doctest::Approx(28665));
+    CHECK(s4[2].tokens_per_s == doctest::Approx(14700));
+    auto best = best_split(s4);
+    REQUIRE(best);
+    CHECK(best->targets == 1);
+    CHECK(best->samples_per_s == doctest::Approx(35000.0 / 3072));
+    // 8 GPUs: 2+6: min(70,000, 14,700 x (1 - 0.95^6) / 0.05 = 77,881.9) = 70,000;
+    //         3+5: min(105,000, 14,700 x 4.5244 = 66,508) = 66,508
+    const auto s8 = gpu_splits(8, 35000, 14700, 3072);
+    best = best_split(s8);
+    REQUIRE(best);
+    CHECK(best->targets == 2);
+    CHECK(best->drafters == 6);
+    CHECK(best->tokens_per_s == doctest::Approx(70000));
+    CHECK(s8[2].tokens_per_s == doctest::Approx(14700 * (1 - std::pow(0.95, 5)) / 0.05));
+    CHECK(gpu_splits(1, 35000, 14700, 3072).empty());
+}
+
+TEST_CASE("capacity: /proc/meminfo, --gpu-mem for every GPU") {
+    const MemInfo m = parse_meminfo("MemTotal:       1056764196 kB\nMemFree: 1 kB\nHugePages_Total:   16384\n");
+    REQUIRE(m.total_bytes);
+    CHECK(*m.total_bytes == 1056764196ull * 1024);
+    CHECK(m.huge_pages_total == 16384u);
+    Capacity c;
+    c.gpu_bytes = {96 * GiB};
+    c.gpu_source = "--gpu-mem";
+    CHECK(c.gpu(5) == 96 * GiB);
+    c.gpu_source = "nvidia-smi";
+    CHECK(!c.gpu(5));
+}
+
+namespace {
+
+// A shipped config that lists several drafters, read the way the parser accepts it today (one
+// drafter) and given its drafter list through the structs.
+Config load_with_drafters(const std::string& name) {
+    const char* root = std::getenv("HSRING_SOURCE_ROOT");
+    REQUIRE_MESSAGE(root, "HSRING_SOURCE_ROOT is set by meson test");
+    const std::string path = std::string(root) + "/config/" + name;
+    std::ifstream f(path);
+    REQUIRE_MESSAGE(f, "cannot read " << path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string text = ss.str();
+    const auto at = text.find("drafters = [");
+    REQUIRE(at != std::string::npos);
+    const auto end = text.find(']', at);
+    std::vector<Place> drafters;
+    std::stringstream list(text.substr(at + 12, end - at - 12));
+    for (std::string g; std::getline(list, g, ',');) drafters.push_back(Place{std::stoi(g)});
+    text.replace(at, end - at + 1, "drafters = [" + std::to_string(drafters.front().gpu) + "]");
+    Config c = parse_config(text, path);
+    c.topology.drafters = drafters;
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("the shipped 4 x 96 GB and 8-GPU configs fit 96 GB GPUs and 1 TB of host RAM") {
+    struct Case {
+        const char* file;
+        std::size_t targets, drafters;
+    };
+    for (const Case& k : {Case{"qwen3-8b-1t3d.toml", 1, 3}, Case{"qwen3-8b-2t6d.toml", 2, 6}}) {
+        CAPTURE(k.file);
+        const Config c = load_with_drafters(k.file);
+        CHECK(c.topology.targets.size() == k.targets);
+        CHECK(c.topology.drafters.size() == k.drafters);
+        const std::uint64_t gpus = k.targets + k.drafters;
+        // 96 GB and 1 TB as vendors count them; samples of 3,072 tokens like the data they name.
+        const Planner planner(c, SampleSource::synthetic(3072), machine(96'000'000'000ull, 1'000'000'000'000ull, gpus));
+        const Plan p = planner.plan();
+        CHECK(p.fits());
+        CHECK(p.gpus.size() == gpus);
+        const double target = double(p.gpu(0)->predicted()) / double(GiB);
+        const double drafter = double(p.gpu(int(k.targets))->predicted()) / double(GiB);
+        const double host = double(p.host.memory.total()) / double(GiB);
+        MESSAGE(k.file << ": target " << target << " GiB, drafter " << drafter << " GiB, host " << host
+                       << " GiB, huge pages " << p.host.memory.huge_pages);
+        // What the files' comments say.
+        CHECK(target == doctest::Approx(29).epsilon(0.05));
+        CHECK(drafter == doctest::Approx(78).epsilon(0.05));
+        CHECK(host == doctest::Approx(k.targets == 1 ? 94 : 125).epsilon(0.05));
+    }
+}
