@@ -74,7 +74,7 @@ int config_mode(const hsring::bench::Options& o) {
     bench::reset_peak_memory(cuda);
     nlohmann::json phases = nlohmann::json::array();
     std::vector<std::size_t> trained;
-    std::uint64_t mbs_in_step = 0, max_mbs = 0, acc_tokens = 0, slot_count = 0;
+    std::uint64_t mbs_in_step = 0, max_mbs = 0, slot_count = 0;
     double step_weight = 0;
     // A step of several micro-batches holds fp32 gradients while the later ones run forward; the
     // plan counts them for every micro-batch, so they exist before the worst slot's too.
@@ -131,17 +131,15 @@ int config_mode(const hsring::bench::Options& o) {
         max_mbs = std::max(max_mbs, mbs_in_step);
         mbs_in_step = 0;
     };
-    // Slots until one optimizer step is complete ([train] tokens_per_step, as drafter_loop.cpp).
+    // One rank's slots of one optimizer step ([train] tokens_per_step -> Derived::slots_per_rank,
+    // as drafter_loop.cpp).
     auto step = [&](bool record) {
         std::uint64_t tokens = 0, samples = 0;
-        for (;;) {
+        for (std::uint32_t k = 0; k < d.slots_per_rank; ++k) {
             const auto [t, n] = train_slot(order[slot_count++ % order.size()], record && tokens == 0);
             tokens += t;
             samples += n;
-            acc_tokens += t;
-            if (acc_tokens >= d.tokens_per_step) break;
         }
-        acc_tokens = 0;
         optimizer_step();
         return std::make_pair(tokens, samples);
     };

@@ -165,18 +165,15 @@ Workload make_workload(std::vector<SampleShape> samples, bool synthetic, const C
     }
     close();
     w.mean_sample_tokens = static_cast<double>(total) / static_cast<double>(w.samples.size());
-    // The drafter steps once the slots it took hold tokens_per_step tokens (drafter_loop.cpp).
-    std::uint64_t acc = 0, slots_in_step = 0, mbs_in_step = 0;
+    // A drafter rank steps after [train] slots_per_rank slots (Derived, drafter_loop.cpp).
+    std::uint64_t slots_in_step = 0, mbs_in_step = 0;
     for (std::size_t s = 0; s < w.slots.size(); ++s) {
-        std::uint64_t t = 0;
-        for (auto i : w.slots[s]) t += w.samples[i].tokens;
-        acc += t;
         ++slots_in_step;
         mbs_in_step += w.micro_batches(s).size();
-        if (acc >= d.tokens_per_step || s + 1 == w.slots.size()) {
+        if (slots_in_step >= d.slots_per_rank || s + 1 == w.slots.size()) {
             w.slots_per_step = std::max(w.slots_per_step, slots_in_step);
             w.micro_batches_per_step = std::max(w.micro_batches_per_step, mbs_in_step);
-            acc = slots_in_step = mbs_in_step = 0;
+            slots_in_step = mbs_in_step = 0;
         }
     }
     return w;

@@ -45,6 +45,7 @@ epochs = 5
 [train]
 lr = 1e-2
 warmup_steps = 30
+tokens_per_step = 1024
 num_anchors = 64
 loss_decay_gamma = 4.0
 checkpoint_every = 40

@@ -135,12 +135,13 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     const Config c = qwen();
     const Derived d = derive(c, preset_shape("qwen3-8b"));
     const Workload w = make_workload(SampleSource::synthetic(3072), c, d);
-    // 16,384-token slots hold 5 samples (15,360 tokens); tokens_per_step = 16,384 needs 2 slots:
-    // 2 micro-batches per step, so gradients exist during a forward.
+    // 16,384-token slots hold 5 samples (15,360 tokens); tokens_per_step = 16,384 is one slot
+    // (whole slots per step), one micro-batch. The memory below is asked for as if gradients
+    // existed during a forward (gradient accumulation over several micro-batches).
     REQUIRE(w.slots.size() == 4);
     CHECK(w.slots[0].size() == 5);
     CHECK(w.max_slot_tokens == 15360);
-    CHECK(w.micro_batches_per_step == 2);
+    CHECK(w.micro_batches_per_step == 1);
     const auto mbs = w.micro_batches(0);
     REQUIRE(mbs.size() == 1);
     const MicroBatch mb = mbs[0];
