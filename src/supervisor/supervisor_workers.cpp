@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace hsring::supervisor {
 
 void Supervisor::start_worker(Worker& w) {
@@ -39,6 +41,9 @@ void Supervisor::start_worker(Worker& w) {
         {env::kDistTimeout, fmt::format("{}", dist.timeout_s)},
         {env::kGangGeneration, std::to_string(gang_generation_)},
     };
+    // c10d logs a lost peer as a warning with a C++ stack trace; the workers say what happened in
+    // one line of their own. Users who want c10d's own logs set TORCH_CPP_LOG_LEVEL themselves.
+    if (!std::getenv("TORCH_CPP_LOG_LEVEL")) spec.env.push_back({"TORCH_CPP_LOG_LEVEL", "ERROR"});
 
     w.output.open_log(files_.worker_log(s.name));
     // Stale numbers of an earlier process must not show as this one's.
