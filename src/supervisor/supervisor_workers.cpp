@@ -95,8 +95,7 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
 
     // Undo what it held: WRITING slots -> FREE with their samples re-issued, READING -> READY.
     console_.hide();  // the ring logs what it reclaims on stderr
-    Ledger* ledger = &mem_->ledger;
-    const ReclaimResult r = mem_->ring.reclaim({pid, w.incarnation}, [ledger](std::uint64_t t) { ledger->repend_ticket(t); });
+    const ReclaimResult r = mem_->ring.reclaim({pid, w.incarnation}, mem_->repend());
     console_.redraw();
     const std::string slots = r.empty() ? "" : fmt::format("; reclaimed {} WRITING and {} READING slots",
                                                            r.writing_freed.size(), r.reading_returned.size());

@@ -58,14 +58,46 @@ def verify(*run_dirs, expect=0):
 
 
 def machines(tag, port, nnodes=2, drafters='["cpu"]', targets='["cpu"]', samples=150, epochs=2, timeout_s=30,
-             supervisor="", step_ms=30):
+             supervisor="", step_ms=30, **kw):
     """nnodes `hsring run`s of one run, each with its own name, ring, run dir (and the same data)."""
     runs = []
     for n in range(nnodes):
         r = Run(f"{tag}{n}", targets=targets, drafters=drafters, samples=samples, epochs=epochs, step_ms=step_ms,
-                supervisor=supervisor, tail=distributed(port, nnodes, n, timeout_s))
+                supervisor=supervisor, tail=distributed(port, nnodes, n, timeout_s), **kw)
         runs.append(r)
     return runs
+
+
+def write_heldout(path, samples):
+    from harness import write_data
+    write_data(path, samples, seed=99)
+
+
+def test_held_out_evaluation_spans_every_machine_and_trains_nothing():
+    port = free_port()
+    heldout = "/tmp/hsring-gang-heldout-%d.jsonl" % os.getpid()
+    write_heldout(heldout, 23)
+    runs = machines("ge", port, drafters='["cpu", "cpu"]', samples=120, epochs=2, step_ms=20,
+                    data_extra=f'eval_path = "{heldout}"', train_extra="eval_every = 10")
+    try:
+        for r in runs:
+            r.start()
+        for r in runs:
+            r.expect_exit(0, timeout=180)
+        verify(runs[0].run_dir, runs[1].run_dir)  # held-out samples never enter the ledger
+        with open(os.path.join(runs[0].run_dir, "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        evals = [e for e in lines if "eval" in e]
+        last_step = max(r["step"] for r in lines if "loss" in r)
+        check(evals and all(e["eval"]["samples"] == 23 for e in evals), f"every round covers the 23 held-out samples "
+              f"of both machines (12 + 11): {evals}")
+        check([e["step"] for e in evals if not e["eval"]["final"]] == list(range(10, last_step, 10))[:len(evals) - 1],
+              f"a round after every 10th step: {[e['step'] for e in evals]}")
+        check(evals[-1]["eval"]["final"] and evals[-1]["step"] == last_step, f"and one of the final weights: {evals[-1]}")
+    finally:
+        os.unlink(heldout)
+        for r in runs:
+            r.cleanup()
 
 
 def test_two_drafter_ranks_on_one_machine_train_every_sample_once():
@@ -201,6 +233,18 @@ def test_bad_gang_input_is_one_clear_message():
     finally:
         for r in runs:
             r.cleanup()
+    # A held-out set that is missing or malformed: named with its line, nothing started.
+    r = Run("gh", data_extra='eval_path = "heldout.jsonl"', train_extra="eval_every = 5")
+    try:
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("heldout.jsonl" in res.stderr and "cannot" in res.stderr, res.stderr)
+        with open(os.path.join(r.tmp, "heldout.jsonl"), "w") as f:
+            f.write('{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 2, "x"]}\n')
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check(re.search(r"heldout\.jsonl:2: ", res.stderr), res.stderr)
+        check(r.shm_exists()[0] is False, "nothing is created for a refused held-out set")
+    finally:
+        r.cleanup()
     # node_rank >= nnodes, from the launcher's variables.
     r = Run("gn", tail=distributed(free_port()))
     try:
@@ -220,4 +264,5 @@ if __name__ == "__main__":
           test_sigkill_of_one_rank_restarts_the_gang_and_loses_nothing,
           test_two_machines_train_one_run_and_a_killed_drafter_recovers_both,
           test_a_machine_that_dies_stops_the_other_with_a_message_and_both_resume_together,
+          test_held_out_evaluation_spans_every_machine_and_trains_nothing,
           test_bad_gang_input_is_one_clear_message])

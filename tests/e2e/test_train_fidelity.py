@@ -26,8 +26,9 @@ LR, MIN_RATIO, WARMUP = 1e-2, 0.1, 20
 
 
 class TrainRun(Run):
-    def __init__(self, tag, drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=300, **kw):
+    def __init__(self, tag, drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=300, eval_every=0, **kw):
         self.drafters_, self.tokens_per_step, self.epochs_, self.samples_ = drafters, tokens_per_step, epochs, samples
+        self.eval_every = eval_every
         super().__init__(tag, **kw)
 
     def write_config(self, *args, **kwargs):
@@ -57,6 +58,7 @@ block_size = 8
 [data]
 path = "{data}"
 epochs = {self.epochs_}
+{f'eval_path = "{os.path.join(SOURCE, "data", "demo-heldout.jsonl")}"' if self.eval_every else ""}
 [train]
 lr = {LR}
 min_lr_ratio = {MIN_RATIO}
@@ -65,6 +67,7 @@ tokens_per_step = {self.tokens_per_step}
 num_anchors = 64
 loss_decay_gamma = 4.0
 checkpoint_every = 25
+eval_every = {self.eval_every}
 [supervisor]
 status_interval_s = 0.5
 backoff_initial_s = 0.1
@@ -73,14 +76,20 @@ stop_timeout_s = 60
 {self.tail}
 """)
 
+    def evals(self):
+        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+            return [e for e in (json.loads(line) for line in f if line.strip()) if "eval" in e]
+
     def rows(self):
-        """metrics.jsonl; after a resume the re-done steps appear again: the last line of a step wins."""
+        """metrics.jsonl's steps; after a resume the re-done steps appear again: the last line of a
+        step wins. Held-out evaluations (lines with "eval") are left out."""
         by_step = {}
         with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
             for line in f:
                 if line.strip():
                     r = json.loads(line)
-                    by_step[r["step"]] = r
+                    if "eval" not in r:
+                        by_step[r["step"]] = r
         return [by_step[s] for s in sorted(by_step)]
 
 
@@ -148,12 +157,18 @@ def test_lr_follows_the_schedule_a_step_is_a_slot_and_a_resumed_run_keeps_the_lr
 
 
 def test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_is_killed():
-    one = TrainRun("dp1", tokens_per_step=1024, epochs=3)
+    one = TrainRun("dp1", tokens_per_step=1024, epochs=3, eval_every=100)
     try:
         one.start()
         one.expect_exit(0, timeout=400)
-        one.verify()
+        one.verify()  # the held-out samples never enter the ledger
         rows1 = one.rows()
+        # Held-out evaluation (data/demo-heldout.jsonl) after step 100 and of the final weights.
+        evals = one.evals()
+        check([e["step"] for e in evals] == [100, rows1[-1]["step"]] and evals[-1]["eval"]["final"],
+              f"held-out rounds: {[(e['step'], e['eval']) for e in evals]}")
+        check(all(e["eval"]["samples"] == 60 and len(e["eval"]["acc"]) == 7 for e in evals), str(evals))
+        check(evals[-1]["eval"]["loss"] < evals[0]["eval"]["loss"], f"the held-out loss falls: {evals}")
     finally:
         one.cleanup()
     two = TrainRun("dp2", drafters='["cpu", "cpu"]', tokens_per_step=1024, epochs=3, tail=distributed(free_port()))

@@ -63,7 +63,7 @@ def process_gone(pid):
 
 class Run:
     def __init__(self, tag, targets='["cpu", "cpu"]', drafters='["cpu"]', samples=200, epochs=2,
-                 supervisor="", ring="", run_extra="", step_ms=40, env=None, tail=""):
+                 supervisor="", ring="", run_extra="", step_ms=40, env=None, tail="", data_extra="", train_extra=""):
         self.tmp = tempfile.mkdtemp(prefix=f"hsring-sup-{tag}-")
         self.name = f"t{tag}{os.getpid()}"
         self.ring = f"hsring-{self.name}"
@@ -78,6 +78,7 @@ class Run:
         self.lines = []
         self._reader = None
         self.tail = tail
+        self.data_extra, self.train_extra = data_extra, train_extra
         self.write_config(targets, drafters, epochs, supervisor, ring, run_extra)
 
     def write_config(self, targets='["cpu", "cpu"]', drafters='["cpu"]', epochs=2, supervisor="", ring="",
@@ -105,8 +106,10 @@ num_layers = 2
 [data]
 path = "{self.data}"
 epochs = {epochs}
+{self.data_extra}
 [train]
 checkpoint_every = 5
+{self.train_extra}
 [supervisor]
 status_interval_s = 0.5
 backoff_initial_s = 0.1
