@@ -207,6 +207,42 @@ def test_a_machine_that_dies_stops_the_other_with_a_message_and_both_resume_toge
             r.cleanup()
 
 
+def test_stop_and_restart_on_one_machine_act_on_the_whole_run():
+    port = free_port()
+    runs = machines("gs", port, samples=200, epochs=2, step_ms=30)
+    try:
+        for r in runs:
+            r.start()
+        runs[0].wait_running(timeout=60)
+        # `hsring restart drafter.0` on machine 1: the gang checkpoints and starts again everywhere.
+        runs[0].wait_for(lambda s: (s["drafter"]["step"] or 0) >= 4, "step 4")
+        runs[1].cli("restart", "drafter.0")
+        runs[0].wait_for(lambda s: r_restarted(runs[0], s), "machine 0's drafter restarted with the gang", timeout=60)
+        # `hsring stop` on machine 1: both machines stop after a common checkpoint, exit 0.
+        runs[0].wait_for(lambda s: (s["drafter"]["step"] or 0) >= 12, "step 12")
+        runs[1].cli("stop")
+        for r in runs:
+            r.expect_exit(0, timeout=120)
+        out0 = runs[0].output()
+        check("drafter.0 stopped: another machine of the run stops it" in out0, out0)
+        check(re.search(r"drafter\.0 \(pid \d+\) ended: exit code 5", out0), "a peer's restart is not a failure:\n" + out0)
+        # Both start again and finish the run together, exactly once.
+        for r in runs:
+            r.start()
+        for r in runs:
+            r.expect_exit(0, timeout=180)
+        verify(runs[0].run_dir, runs[1].run_dir)
+        check(final_state(runs[0].run_dir) == expected_state(200, 2, 2), "resumed without loss or doubling")
+    finally:
+        for r in runs:
+            r.cleanup()
+
+
+def r_restarted(run, status):
+    d = run.worker(status, "drafter.0")
+    return d["restarts"] >= 1 and d["state"] == "running"
+
+
 def test_bad_gang_input_is_one_clear_message():
     # A machine 1 whose master never comes: a user error within timeout_s (first start).
     port = free_port()
@@ -265,4 +301,5 @@ if __name__ == "__main__":
           test_two_machines_train_one_run_and_a_killed_drafter_recovers_both,
           test_a_machine_that_dies_stops_the_other_with_a_message_and_both_resume_together,
           test_held_out_evaluation_spans_every_machine_and_trains_nothing,
+          test_stop_and_restart_on_one_machine_act_on_the_whole_run,
           test_bad_gang_input_is_one_clear_message])
