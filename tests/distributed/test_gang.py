@@ -281,6 +281,19 @@ def test_bad_gang_input_is_one_clear_message():
         check(r.shm_exists()[0] is False, "nothing is created for a refused held-out set")
     finally:
         r.cleanup()
+    # More GPU places than the machine has GPUs (nvidia-smi, here a fake listing one GPU).
+    r = Run("gp", targets='["cpu"]', drafters='[0, 1]', tail=distributed(free_port()))
+    try:
+        smi = os.path.join(r.tmp, "nvidia-smi")
+        with open(smi, "w") as f:
+            f.write("#!/bin/sh\necho 81559\n")
+        os.chmod(smi, 0o755)
+        res = subprocess.run([HSRING, "run", r.config], capture_output=True, text=True, timeout=30,
+                             env=dict(r.env, HSRING_NVIDIA_SMI=smi))
+        check(res.returncode == 2 and "places drafter.1 on GPU 1, but this machine has 1 GPU (0..0" in res.stderr,
+              res.stderr)
+    finally:
+        r.cleanup()
     # node_rank >= nnodes, from the launcher's variables.
     r = Run("gn", tail=distributed(free_port()))
     try:
