@@ -187,7 +187,7 @@ def test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_i
     f1, f2 = fifths(rows1), fifths(rows2)
     print("mean loss per fifth of the run: 1 rank " + " ".join(f"{x:.3f}" for x in f1) + "; 2 ranks " +
           " ".join(f"{x:.3f}" for x in f2), flush=True)
-    check(f1[-1] < f1[0] - 0.3 and f2[-1] < f2[0] - 0.3, "both learn")
+    check(f1[-1] < f1[0] - 0.2 and f2[-1] < f2[0] - 0.2, f"both learn: {f1} {f2}")
     # Why 3%: the two runs train the same samples with the same global batch and schedule, but
     # which samples share a slot and a step depends on process timing (targets pack concurrently,
     # ranks take slots as they come, the killed rank's samples are trained again later), so each
