@@ -23,8 +23,6 @@
 #include "model/dflash_loss.hpp"
 #include "model/tensor_init.hpp"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,17 +37,6 @@ using namespace hsring;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-std::uint16_t free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-}
 
 // One rank: `steps` timed steps after `warmup`; writes {"step_ms", "allreduce_ms", ...} to `out`.
 int rank_main(const bench::Options& o, int rank, int world, std::uint16_t port, const std::string& out) {
@@ -151,7 +138,7 @@ int rank_main(const bench::Options& o, int rank, int world, std::uint16_t port, 
 
 // Runs `world` ranks as processes of their own; their results, rank by rank.
 std::vector<json> run_ranks(int argc, char** argv, int world, bool cuda, const std::filesystem::path& dir) {
-    const std::uint16_t port = free_port();
+    const std::uint16_t port = distributed::free_loopback_port();
     std::vector<pid_t> pids;
     for (int r = 0; r < world; ++r) {
         const pid_t pid = ::fork();

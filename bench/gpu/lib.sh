@@ -1,5 +1,24 @@
-# Sourced by the GPU session scripts (bench/gpu/*.sh): run one pipeline under `hsring run` and
-# summarise it. Needs: $build (build dir), $hs (hsring), $py (python3), $root, $work, $out, say().
+# Sourced by the GPU session scripts (bench/gpu/*.sh).
+#
+# session_init BUILD_DIR OUT_DIR: sets build, out, root (and cd there), py (python3 of the GPU
+# machine's torch venv when present), hs (hsring), work (OUT_DIR/work) and say() (echo + append
+# to OUT_DIR/summary.txt); keeps NVLink multicast off (the machine's GPUs are shared).
+session_init() {
+  build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
+  mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
+  out=$(cd "$2" && pwd)
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  cd "$root" || exit 1
+  for d in /opt/torch/.venv/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  py=$(command -v python3)
+  hs="$build/src/cli/hsring"
+  work="$out/work"
+  mkdir -p "$work" runs
+}
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+
+# Run one pipeline under `hsring run` and summarise it (needs session_init first).
 #
 # pipeline NAME CONFIG KILL_WORKER KILL_AFTER_S [SED_EXPR ...]
 #   copies CONFIG with [run] name = NAME, [data] path = runs/long.jsonl and the sed expressions

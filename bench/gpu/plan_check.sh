@@ -19,14 +19,8 @@
 #     PLAN_RING=64MiB PLAN_SECONDS=2 bench/gpu/plan_check.sh build OUT
 # OUT_DIR gets NAME.toml, NAME.json (the plan), NAME.log (stderr) per config and plan_check.md.
 set -uo pipefail
-build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
-mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
-out=$(cd "$2" && pwd)
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-for d in /opt/torch/.venv/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
-py=$(command -v python3)
-hs="$build/src/cli/hsring"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+session_init "$@"
 export HSRING_BIN_DIR="$build/bench"   # hsring-bench of this build
 
 base=${PLAN_BASE:-config/qwen3-8b-1t1d.toml}

@@ -11,18 +11,8 @@
 # OUT_DIR: summary.txt, gang.json, scale_out.tar.gz (logs, metrics). SKIP_PIPELINES=1, SAMPLES,
 # PIPELINE_LIMIT_S, KILL_AFTER_S tune it.
 set -uo pipefail
-build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
-mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
-out=$(cd "$2" && pwd)
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-for d in /opt/torch/.venv/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-py=$(command -v python3)
-hs="$build/src/cli/hsring"
-work="$out/work"
-mkdir -p "$work" runs
-say() { echo "$*" | tee -a "$out/summary.txt"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+session_init "$@"
 : > "$out/summary.txt"
 say "$(date -u) $(nvidia-smi -L | tr '\n' ' ')"
 say "$(git log -1 --oneline 2>/dev/null)"
@@ -38,7 +28,6 @@ tail -n 1 "$work/gang.txt" > "$out/gang.json"
 
 if [ "${SKIP_PIPELINES:-0}" != 1 ]; then
   "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-300}" --length 3072
-  source "$root/bench/gpu/lib.sh"
   pipeline d1 config/qwen3-8b-1t1d.toml "" 0 "s/^tokens_per_step = .*/tokens_per_step = 32768/"
   two="s/^drafters = .*/drafters = [0, 1]\nallow_shared_gpus = true/"
   pipeline d2 config/qwen3-8b-1t1d.toml "" 0 "$two" "s/^tokens_per_step = .*/tokens_per_step = 32768/"

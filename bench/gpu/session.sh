@@ -11,17 +11,8 @@
 # Everything lands in OUT_DIR (summary.txt + session.tar.gz with logs and metrics).
 # SKIP_MODEL_BENCH=1 / SKIP_PIPELINES=1 run one half; SAMPLES, KILL_AFTER_S, PIPELINE_LIMIT_S tune it.
 set -uo pipefail
-build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
-mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
-out=$(cd "$2" && pwd)
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-for d in /opt/torch/.venv/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
-py=$(command -v python3)
-hs="$build/src/cli/hsring"
-work="$out/work"
-mkdir -p "$work" runs
-say() { echo "$*" | tee -a "$out/summary.txt"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+session_init "$@"
 : > "$out/summary.txt"
 say "$(date -u) $(nvidia-smi -L | tr '\n' ' ')"
 say "$(git log -1 --oneline 2>/dev/null)"
@@ -36,8 +27,6 @@ if [ "${SKIP_MODEL_BENCH:-0}" != 1 ]; then
 fi
 
 [ "${SKIP_PIPELINES:-0}" = 1 ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-400}" --length 3072
-
-source "$root/bench/gpu/lib.sh"
 
 if [ "${SKIP_PIPELINES:-0}" != 1 ]; then
   pipeline p1 config/qwen3-8b-3t1d-squeezed.toml "" 0 "s/^targets = .*/targets = [0]/"

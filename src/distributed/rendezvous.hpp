@@ -46,4 +46,8 @@ struct Rendezvous {
 // differ (the message names every differing key), a rank claimed twice.
 Rendezvous rendezvous(const RendezvousOptions& options);
 
+// A TCP port on 127.0.0.1 the kernel has just handed out (free for the next moments): for
+// gangs that tests and benchmarks start on one host.
+std::uint16_t free_loopback_port();
+
 } // namespace hsring::distributed

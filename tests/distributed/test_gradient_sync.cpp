@@ -13,8 +13,6 @@
 #include <torch/cuda.h>
 #include <fmt/format.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,17 +24,6 @@ using namespace hsring;
 
 namespace {
 
-std::uint16_t free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-}
 
 // The sequences [first, last) of the fixture's batch as a batch of their own.
 model::DFlashBatch sub_batch(const model::DFlashBatch& b, std::size_t first, std::size_t last) {
@@ -171,7 +158,7 @@ const int kNeedsTwoGpus = [] {
 void check_gang_equals_one_rank(Split split) {
     const auto dir = std::filesystem::temp_directory_path() / fmt::format("hsring-gsync-{}-{}", ::getpid(), int(split));
     std::filesystem::create_directories(dir);
-    const std::uint16_t port = free_port();
+    const std::uint16_t port = distributed::free_loopback_port();
     pid_t pids[2];
     for (int r = 0; r < 2; ++r) {
         pids[r] = ::fork();
