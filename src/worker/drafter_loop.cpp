@@ -238,6 +238,9 @@ void Drafter::fill_pipeline(RoundStats& r) {
             // Held-out samples: only those of the round the gang evaluates now count (a slot of an
             // older round is dropped; its samples were made for a round that is over).
             if (!ctx_.eval || !eval_.active || batch.eval_round != ctx_.eval->round()) {
+                // (A slot of the current round that arrives before this rank opened its side of
+                // the round goes back to its samples, so the round can still complete.)
+                if (ctx_.eval) ctx_.eval->repend_ticket(slot->ticket());
                 slot->release();
                 continue;
             }
