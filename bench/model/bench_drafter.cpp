@@ -48,6 +48,7 @@ int config_mode(const hsring::bench::Options& o) {
     opt.num_anchors = static_cast<int>(cfg.train.num_anchors);
     opt.gamma = cfg.train.loss_decay_gamma;
     opt.chunk = static_cast<int>(cfg.train.loss_chunk);
+    opt.recompute_layers = cfg.train.recompute == Recompute::Layers;
     // The worker's slot buffers: [L, slot_tokens, H] each; the first holds random hidden states.
     std::vector<at::Tensor> buffers;
     for (std::uint32_t i = 0; i < cfg.drafter.inflight_slots; ++i)
@@ -183,6 +184,7 @@ int config_mode(const hsring::bench::Options& o) {
                                   {"samples_per_s", sps},
                                   {"micro_batches_per_step", max_mbs},
                                   {"grads_in_forward", grads_in_forward},
+                                  {"recompute", to_string(cfg.train.recompute)},
                                   {"static_allocated_bytes", static_bytes},
                                   {"peak_allocated_bytes", overall_peak},
                                   {"peak_reserved_bytes", peak_reserved},
@@ -202,12 +204,13 @@ int main(int argc, char** argv) {
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
-                          {"sample-tokens", "0"}});
+                          {"sample-tokens", "0"}, {"recompute", "none"}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
                          "Prints the step's matmul FLOPs (src/model/dflash_flops.hpp), the TFLOP/s reached and the\n"
                          "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
+                         "--recompute layers: activation checkpointing per drafter layer ([train] recompute).\n"
                          "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
                          "--sample-tokens N: samples of N tokens instead of [data] path (--config).");
@@ -252,6 +255,9 @@ int main(int argc, char** argv) {
         opt.gamma = o.real("gamma");
         opt.chunk = static_cast<int>(o.num("chunk"));
         opt.attention_group_blocks = static_cast<int>(o.num("group"));
+        if (o.str("recompute") != "none" && o.str("recompute") != "layers")
+            fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
+        opt.recompute_layers = o.str("recompute") == "layers";
         at::Generator gen = cpu_generator(seed);
         double loss = 0;
         std::int64_t blocks = 0;
@@ -333,9 +339,9 @@ int main(int argc, char** argv) {
                          {"backward", t_bwd}, {"adamw", t_adam}};
         }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
-                        "master: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
+                        "master, recompute {}: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
                    o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(compute),
-                   step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
+                   o.str("recompute"), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
         fmt::print(out, "matmul work: {:.2f} TFLOP per step (layers {:.2f}, context k/v {:.2f}, attention {:.2f}, fc {:.2f}, "
                         "LM head {:.2f}) -> {:.1f} TFLOP/s; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n",
                    flops.total() / 1e12, flops.layers / 1e12, flops.context_kv / 1e12, flops.attention / 1e12,
@@ -357,6 +363,7 @@ int main(int argc, char** argv) {
                                 {"seq_len", len},
                                 {"anchors", opt.num_anchors},
                                 {"block", cfg.block_size},
+                                {"recompute", o.str("recompute")},
                                 {"blocks", blocks},
                                 {"iters", iters},
                                 {"step_s", step},

@@ -1,7 +1,8 @@
 #pragma once
 // The matmul work of one DFlash training step (forward + backward), in FLOPs (a multiply-add is
 // 2), counted from the shapes the step computes. Elementwise work (norms, RoPE, softmax, SiLU,
-// the cross-entropy's exp) is not counted.
+// the cross-entropy's exp) is not counted; neither is recomputation ([train] recompute = "layers"
+// runs the layers' forward twice, the count stays the model's work).
 //
 // With T context tokens, R = blocks x B block rows, S scored rows (weight > 0), H hidden, I
 // intermediate, Hq / Hkv heads of D dims, V vocab, L captured layers, N drafter layers:

@@ -82,6 +82,7 @@ struct TorchDrafter::Impl {
         loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);
         loss_opts.gamma = c.cfg.train.loss_decay_gamma;
         loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
+        loss_opts.recompute_layers = c.cfg.train.recompute == Recompute::Layers;
         const RingGeometry& g = c.ring.geometry();
         for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
             buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},

@@ -289,6 +289,44 @@ TEST_CASE("chunked cross-entropy equals the full-logits loss: value, accuracy an
     CHECK(at::allclose(h.grad(), h2.grad(), 1e-5, 1e-7));
 }
 
+TEST_CASE("recompute = layers: the same output, loss and every parameter gradient as keeping the activations") {
+    DFlashFixture f;
+    at::Generator g = cpu_generator(11);
+    auto blocks = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, f.batch.cu_seqlens, 4, 511, 6, 7.0, g);
+    REQUIRE(blocks.num_blocks() > 0);
+    auto drafter = f.drafter();
+    auto run = [&](bool recompute) {
+        DFlashLossOptions opt;
+        opt.chunk = 7;
+        opt.attention_group_blocks = 2;  // several attention groups per sequence
+        opt.recompute_layers = recompute;
+        drafter->zero_grad();
+        auto r = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
+        r.loss_sum.backward();
+        std::vector<at::Tensor> grads;
+        for (auto& p : drafter->parameters()) grads.push_back(p.grad().clone());
+        return std::make_pair(r.loss_sum.item<double>(), grads);
+    };
+    const auto [loss_kept, grads_kept] = run(false);
+    const auto [loss_recomputed, grads_recomputed] = run(true);
+    CHECK(loss_recomputed == doctest::Approx(loss_kept).epsilon(1e-12));
+    const auto names = drafter->named_parameters().keys();
+    REQUIRE(grads_kept.size() == grads_recomputed.size());
+    for (std::size_t i = 0; i < grads_kept.size(); ++i) {
+        INFO(names[i] << ": max diff " << (grads_recomputed[i] - grads_kept[i]).abs().max().item<double>());
+        const double scale = grads_kept[i].abs().max().item<double>();
+        CHECK(scale > 0);
+        CHECK(at::allclose(grads_recomputed[i], grads_kept[i], 1e-5, 1e-6 * scale));
+    }
+    // Without grad mode (evaluation) it is a plain forward.
+    at::NoGradGuard ng;
+    DFlashLossOptions opt;
+    opt.recompute_layers = true;
+    at::Tensor a = dflash_hidden(drafter, f.head, f.batch, blocks, opt);
+    opt.recompute_layers = false;
+    CHECK(at::equal(a, dflash_hidden(drafter, f.head, f.batch, blocks, opt)));
+}
+
 TEST_CASE("drafter init is deterministic per seed and names match the public DFlash checkpoints") {
     DFlashFixture f;
     auto a = f.drafter(3), b = f.drafter(3), c = f.drafter(4);
