@@ -248,6 +248,7 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
     m.synced = false;
+    at::Tensor sums;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;  // sequences [first, last)
         while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
@@ -276,16 +277,21 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
                 r.sync_ms = ms_since(b0);
             }
         }
-        r.loss_sum += loss.loss_sum.item<double>();
-        r.weight_sum += loss.weight_sum.item<double>();
-        auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
-        r.correct.resize(static_cast<std::size_t>(correct.numel()), 0.0);
-        r.counted.resize(static_cast<std::size_t>(counted.numel()), 0.0);
-        for (std::int64_t k = 0; k < correct.numel(); ++k) {
-            r.correct[static_cast<std::size_t>(k)] += correct.data_ptr<double>()[k];
-            r.counted[static_cast<std::size_t>(k)] += counted.data_ptr<double>()[k];
-        }
+        // [loss_sum, weight_sum, correct.., counted..] summed on the device in fp64: read once per
+        // batch below, not a device sync per micro-batch.
+        at::Tensor part = at::cat({loss.loss_sum.detach().reshape({1}), loss.weight_sum.reshape({1}), loss.correct,
+                                   loss.counted}).to(at::kDouble);
+        sums = sums.defined() ? sums.add_(part) : part;
         first = last;
+    }
+    if (sums.defined()) {
+        const at::Tensor h = sums.to(at::kCPU);  // the batch's one sync
+        const double* v = h.data_ptr<double>();
+        const auto n = static_cast<std::size_t>((h.numel() - 2) / 2);
+        r.loss_sum = v[0];
+        r.weight_sum = v[1];
+        r.correct.assign(v + 2, v + 2 + n);
+        r.counted.assign(v + 2 + n, v + 2 + 2 * n);
     }
     m.step_weight += r.weight_sum;
     r.tokens = s.batch.n_tokens();
