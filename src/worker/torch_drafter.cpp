@@ -3,6 +3,7 @@
 #include "data/splitmix.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
+#include "hsring/slot_rows.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_export.hpp"
@@ -25,7 +26,6 @@
 #endif
 
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <fstream>
 
@@ -194,26 +194,25 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     Impl::Staged s;
     s.buffer = b;
     const auto T = static_cast<std::int64_t>(batch.n_tokens());
-    const RingGeometry& g = m.ctx.ring.geometry();
-    const std::uint64_t payload_bytes = std::uint64_t(g.n_layers) * g.slot_tokens * g.hidden * g.dtype_bytes;
+    // Only the rows the batch fills, layer by layer: a slot is often far from full.
+    const FilledRows rows = filled_rows(m.ctx.ring.geometry(), batch.n_tokens());
     at::Tensor& buf = m.buffers[b];
     s.hidden = buf.narrow(1, 0, T);
     s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
     s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
     if (!m.device.is_cuda()) {
         auto t0 = Clock::now();
-        std::memcpy(buf.data_ptr(), slot.payload().data(), payload_bytes);
+        copy_filled_rows(buf.data_ptr(), slot.payload().data(), rows);
         s.copy_ms = ms_since(t0);
         slot.release();
     } else {
 #ifdef HSRING_TORCH_CUDA
-        // One DMA of the whole payload from the registered ring; the slot goes back to FREE from
-        // a host callback as soon as the copy ends, not when training on it ends.
+        // DMA of the filled rows from the registered ring; the slot goes back to FREE from a host
+        // callback as soon as the copy ends, not when training on it ends.
         s.start = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
         s.done = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
         s.start->record(*m.copy_stream);
-        C10_CUDA_CHECK(cudaMemcpyAsync(buf.data_ptr(), slot.payload().data(), payload_bytes, cudaMemcpyHostToDevice,
-                                       m.copy_stream->stream()));
+        copy_filled_rows_async(buf.data_ptr(), slot.payload().data(), rows, m.copy_stream->stream());
         s.done->record(*m.copy_stream);
         s.slot = std::make_unique<ReadSlot>(std::move(slot));
         C10_CUDA_CHECK(cudaLaunchHostFunc(
