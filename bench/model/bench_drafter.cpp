@@ -241,6 +241,9 @@ int main(int argc, char** argv) {
         }
 
         const auto seed = static_cast<std::uint64_t>(o.num("seed"));
+        // Random inputs from seeded default generators: runs of one shape train on the same data,
+        // so their losses compare (e.g. --recompute layers against none).
+        at::manual_seed(seed);
         TargetHead head = load_target_head(shape, dev, compute, seed);
         DFlashDrafter drafter(cfg, seed, dev);
         torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.0));
