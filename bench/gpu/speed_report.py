@@ -60,7 +60,7 @@ def main():
         indent=1) + "\n")
 
     md = [f"# hsring-bench drafter: speed and memory ({a.device})", "",
-          f"Machine: {a.machine}. Commit: {a.commit}. Measuring took {a.elapsed} s "
+          f"Machine: {a.machine}. Commit: {a.commit}. Build and runs took {a.elapsed} s "
           "(bench/gpu/speed.sh; every number from one process per row).", "",
           "| run | samples x tokens | recompute | samples/s | ms/step | TFLOP/step | TFLOP/s | GEMM TFLOP/s "
           "| ratio to GEMM | peak GiB | eager samples/s (peak GiB) | vs eager | loss |",
@@ -68,8 +68,8 @@ def main():
     for name, what in RUNS:
         st, r = runs[name]["status"], runs[name]["result"]
         if r is None:
-            md.append(f"| {name}: {what} | — | — | exit {st.get('exit')} {st.get('note', '')} (see {name}.log) "
-                      "| | | | | | | | | |")
+            why = st.get("note") or f"exit {st.get('exit')} (see {name}.log)"
+            md.append(f"| {name}: {what} | — | — | {why} | | | | | | | | | |")
             continue
         e = r.get("eager")
         eager = f"{e['samples_per_s']:.2f} ({e['peak_gib']:.1f})" if e else "—"
