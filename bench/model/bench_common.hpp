@@ -116,6 +116,30 @@ std::pair<double, int> timed_calls(at::Device device, F&& fn, int warmup, int it
     return {elapsed() / n, n};
 }
 
+// The rate a plain GEMM [m x k] x [k x n] reaches on `device` in `dtype` (torch matmul), the limit a
+// step's matmul work is compared with: `reps` timings of `batch` back-to-back matmuls after a
+// warm-up, each synchronised; returns the median in TFLOP/s.
+inline double gemm_tflops(at::Device device, at::ScalarType dtype, std::int64_t m, std::int64_t k, std::int64_t n,
+                          int reps = 7, int batch = 10) {
+    auto opts = at::TensorOptions().device(device).dtype(dtype);
+    at::Tensor a = at::randn({m, k}, opts), b = at::randn({k, n}, opts), c = at::empty({m, n}, opts);
+    auto sync = [&] {
+        if (device.is_cuda()) torch::cuda::synchronize();
+    };
+    for (int i = 0; i < 3; ++i) at::matmul_out(c, a, b);
+    sync();
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < batch; ++i) at::matmul_out(c, a, b);
+        sync();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / batch;
+        rates.push_back(2.0 * double(m) * double(k) * double(n) / s / 1e12);
+    }
+    std::sort(rates.begin(), rates.end());
+    return rates[rates.size() / 2];
+}
+
 // One JSON line on stdout: the machine-readable result (`hsring plan --measure` reads the last one).
 inline void print_json_result(const nlohmann::json& j) { fmt::print("{}\n", j.dump()); }
 

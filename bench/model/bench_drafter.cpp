@@ -12,6 +12,7 @@
 #include "gpu_memory.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/dflash_config.hpp"
+#include "model/dflash_flops.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/tensor_init.hpp"
 #include "plan/workload.hpp"
@@ -47,6 +48,7 @@ int config_mode(const hsring::bench::Options& o) {
     opt.num_anchors = static_cast<int>(cfg.train.num_anchors);
     opt.gamma = cfg.train.loss_decay_gamma;
     opt.chunk = static_cast<int>(cfg.train.loss_chunk);
+    opt.recompute_layers = cfg.train.recompute == Recompute::Layers;
     // The worker's slot buffers: [L, slot_tokens, H] each; the first holds random hidden states.
     std::vector<at::Tensor> buffers;
     for (std::uint32_t i = 0; i < cfg.drafter.inflight_slots; ++i)
@@ -182,6 +184,7 @@ int config_mode(const hsring::bench::Options& o) {
                                   {"samples_per_s", sps},
                                   {"micro_batches_per_step", max_mbs},
                                   {"grads_in_forward", grads_in_forward},
+                                  {"recompute", to_string(cfg.train.recompute)},
                                   {"static_allocated_bytes", static_bytes},
                                   {"peak_allocated_bytes", overall_peak},
                                   {"peak_reserved_bytes", peak_reserved},
@@ -201,47 +204,52 @@ int main(int argc, char** argv) {
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
-                          {"sample-tokens", "0"}});
+                          {"sample-tokens", "0"}, {"recompute", "none"}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
-                         "DFlash training step time vs PyTorch eager (GPU only).\n"
-                         "--config FILE: the run's drafter on its slots, worst first (no eager); --json: one result\n"
-                         "line; --seconds N: time N seconds of steps instead of --iters steps; --sample-tokens N:\n"
-                         "samples of N tokens instead of [data] path.");
+                         "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
+                         "Prints the step's matmul FLOPs (src/model/dflash_flops.hpp), the TFLOP/s reached and the\n"
+                         "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
+                         "--recompute layers: activation checkpointing per drafter layer ([train] recompute).\n"
+                         "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
+                         "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
+                         "--sample-tokens N: samples of N tokens instead of [data] path (--config).");
             return 0;
         }
         if (!o.str("config").empty()) return config_mode(o);
+        const bool json = o.flag("json");
+        auto& out = json ? stderr : stdout;  // --json: stdout holds the result line only
         const at::Device dev = bench::bench_device(o.str("device"));
         if (dev.is_cuda() && !bench::have_gpu("hsring-bench-drafter")) return 77;
-        if (!dev.is_cuda()) fmt::print("hsring-bench-drafter: CPU smoke run (checks the benchmark, measures nothing useful)\n");
+        if (!dev.is_cuda())
+            fmt::print(out, "hsring-bench-drafter: CPU smoke run (checks the benchmark, measures nothing useful)\n");
         const ModelShape shape = preset_shape(o.str("preset"));
         const std::int64_t len = o.num("seq-len"), samples = o.num("samples"), total = len * samples;
         const int warmup = static_cast<int>(o.num("warmup")), iters = static_cast<int>(o.num("iters"));
         DFlashConfig cfg = dflash_config_for(shape, static_cast<int>(o.num("layers")), static_cast<int>(o.num("block")),
                                              -1, {});
+        const at::ScalarType compute = default_compute_dtype(dev);
 
-        double eager_step = -1;
-        std::string eager_note;
+        std::optional<nlohmann::json> eager;
         if (!o.flag("no-eager")) {
-            auto r = bench::run_eager(
+            eager = bench::run_eager(
                 o.str("python"), o.str("script"),
                 fmt::format("--preset {} --layers {} --seq-len {} --samples {} --anchors {} --block {} --gamma {} "
                             "--iters {} --warmup {} --mask-token {} --device {}",
                             o.str("preset"), o.num("layers"), len, samples, o.num("anchors"), o.num("block"),
                             o.str("gamma"), iters, warmup, cfg.mask_token_id, o.str("device")));
-            if (r) {
-                eager_step = (*r)["step_s"].get<double>();
-                eager_note = r->value("note", "");
-            }
         }
 
         const auto seed = static_cast<std::uint64_t>(o.num("seed"));
-        TargetHead head = load_target_head(shape, dev, default_compute_dtype(dev), seed);
+        // Random inputs from seeded default generators: runs of one shape train on the same data,
+        // so their losses compare (e.g. --recompute layers against none).
+        at::manual_seed(seed);
+        TargetHead head = load_target_head(shape, dev, compute, seed);
         DFlashDrafter drafter(cfg, seed, dev);
         torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.0));
         DFlashBatch batch;
         batch.hidden = at::randn({cfg.num_context_layers(), total, cfg.hidden_size},
-                                 at::TensorOptions().device(dev).dtype(default_compute_dtype(dev)));
+                                 at::TensorOptions().device(dev).dtype(compute));
         batch.tokens = at::randint(shape.vocab_size, {total}, at::TensorOptions().dtype(at::kLong)).to(dev);
         batch.loss_mask = at::ones({total}, at::TensorOptions().device(dev));
         for (std::int64_t s = 0; s <= samples; ++s) batch.cu_seqlens.push_back(s * len);
@@ -250,20 +258,47 @@ int main(int argc, char** argv) {
         opt.gamma = o.real("gamma");
         opt.chunk = static_cast<int>(o.num("chunk"));
         opt.attention_group_blocks = static_cast<int>(o.num("group"));
+        if (o.str("recompute") != "none" && o.str("recompute") != "layers")
+            fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
+        opt.recompute_layers = o.str("recompute") == "layers";
         at::Generator gen = cpu_generator(seed);
         double loss = 0;
         std::int64_t blocks = 0;
+        std::vector<DFlashBlocks> step_blocks;  // each step's blocks: its FLOP count
         bench::reset_peak_memory(dev.is_cuda());
         const double step = bench::seconds_per_iter(dev,
-            [&] {
+            [&] {  // dflash_loss, with the sampled blocks kept for counting
                 adam.zero_grad();
-                auto r = dflash_loss(drafter, head, batch, opt, gen);
+                DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
+                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+                auto r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
                 r.loss.backward();
                 adam.step();
                 loss = r.loss.item<double>();
                 blocks = r.num_blocks;
+                step_blocks.push_back(std::move(b));
             },
             warmup, iters);
+        const auto peak_bytes = bench::memory_stats(dev.is_cuda()).peak_allocated;
+
+        // The step's matmul work (mean over the timed steps' blocks) and the GEMM rate of its main
+        // shape, [block rows x H] x [H x I], in the compute dtype, measured now on the warm device.
+        DFlashStepFlops flops;
+        const std::size_t timed = std::min<std::size_t>(step_blocks.size(), static_cast<std::size_t>(std::max(1, iters)));
+        for (std::size_t i = step_blocks.size() - timed; i < step_blocks.size(); ++i) {
+            const DFlashStepFlops f = dflash_step_flops(cfg, total, step_blocks[i], opt.attention_group_blocks);
+            flops.layers += f.layers / double(timed);
+            flops.context_kv += f.context_kv / double(timed);
+            flops.attention += f.attention / double(timed);
+            flops.fc += f.fc / double(timed);
+            flops.lm_head += f.lm_head / double(timed);
+        }
+        step_blocks.clear();
+        const std::int64_t gemm_m = std::max<std::int64_t>(1, blocks * cfg.block_size);
+        const double gemm = bench::gemm_tflops(dev, compute, gemm_m, cfg.hidden_size, cfg.intermediate_size);
+        const double tflops = flops.total() / step / 1e12;
+
+        nlohmann::json phases_ms;
         if (o.flag("phases")) {
             // Where a step's time goes: each phase timed alone, the device synchronised around it.
             auto sync = [&] {
@@ -301,18 +336,57 @@ int main(int argc, char** argv) {
                 t_bwd += ms(t3, t4) / iters;
                 t_adam += ms(t4, t5) / iters;
             }
-            fmt::print("phases (ms): sample blocks {:.1f} | drafter forward (no grad) {:.1f} | forward + chunked CE "
-                       "{:.1f} | backward {:.1f} | AdamW {:.1f}\n", t_blocks, t_fwd, t_loss, t_bwd, t_adam);
+            fmt::print(out, "phases (ms): sample blocks {:.1f} | drafter forward (no grad) {:.1f} | forward + chunked CE "
+                            "{:.1f} | backward {:.1f} | AdamW {:.1f}\n", t_blocks, t_fwd, t_loss, t_bwd, t_adam);
+            phases_ms = {{"sample_blocks", t_blocks}, {"forward_no_grad", t_fwd}, {"forward_chunked_ce", t_loss},
+                         {"backward", t_bwd}, {"adamw", t_adam}};
         }
-        fmt::print("drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
-                   "master: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.1f} GiB\n",
-                   o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(default_compute_dtype(dev)), step * 1e3,
-                   samples / step, loss, bench::peak_memory_gib(dev.is_cuda()));
+        fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
+                        "master, recompute {}: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
+                   o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(compute),
+                   o.str("recompute"), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
+        fmt::print(out, "matmul work: {:.2f} TFLOP per step (layers {:.2f}, context k/v {:.2f}, attention {:.2f}, fc {:.2f}, "
+                        "LM head {:.2f}) -> {:.1f} TFLOP/s; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n",
+                   flops.total() / 1e12, flops.layers / 1e12, flops.context_kv / 1e12, flops.attention / 1e12,
+                   flops.fc / 1e12, flops.lm_head / 1e12, tflops, gemm_m, cfg.hidden_size, cfg.intermediate_size,
+                   c10::toString(compute), gemm, tflops / gemm);
+        const double eager_step = eager ? eager->value("step_s", -1.0) : -1.0;
         if (eager_step > 0)
-            fmt::print("drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", samples / step,
-                       samples / eager_step, eager_note, eager_step / step);
+            fmt::print(out, "drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", samples / step,
+                       samples / eager_step, eager->value("note", ""), eager_step / step);
         else
-            fmt::print("drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", samples / step);
+            fmt::print(out, "drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", samples / step);
+        if (json) {
+            nlohmann::json j = {{"mode", "drafter"},
+                                {"preset", o.str("preset")},
+                                {"device", dev.str()},
+                                {"compute_dtype", c10::toString(compute)},
+                                {"layers", cfg.num_layers},
+                                {"samples", samples},
+                                {"seq_len", len},
+                                {"anchors", opt.num_anchors},
+                                {"block", cfg.block_size},
+                                {"recompute", o.str("recompute")},
+                                {"blocks", blocks},
+                                {"iters", iters},
+                                {"step_s", step},
+                                {"samples_per_s", samples / step},
+                                {"loss", loss},
+                                {"peak_allocated_bytes", peak_bytes},
+                                {"flops", {{"layers", flops.layers}, {"context_kv", flops.context_kv},
+                                           {"attention", flops.attention}, {"fc", flops.fc}, {"lm_head", flops.lm_head},
+                                           {"total", flops.total()}}},
+                                {"tflops_per_s", tflops},
+                                {"gemm", {{"m", gemm_m}, {"k", cfg.hidden_size}, {"n", cfg.intermediate_size},
+                                          {"dtype", c10::toString(compute)}, {"tflops_per_s", gemm}}},
+                                {"gemm_ratio", tflops / gemm},
+                                {"phases_ms", phases_ms}};
+            if (eager_step > 0)
+                j["eager"] = {{"step_s", eager_step}, {"samples_per_s", samples / eager_step},
+                              {"peak_gib", eager->value("peak_gib", -1.0)}, {"note", eager->value("note", "")},
+                              {"ratio", eager_step / step}};
+            bench::print_json_result(j);
+        }
         return 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "hsring-bench-drafter: {}\n", e.what());

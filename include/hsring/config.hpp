@@ -20,11 +20,14 @@ enum class Restart { OnFailure, Always, Never };
 enum class DType { BF16, F16, F32 };
 enum class OnBadLine { Skip, Fail };
 enum class RunMode { Train, Synthetic };
+// Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
+enum class Recompute { None, Layers };
 
 std::size_t dtype_bytes(DType t);
 const char* to_string(DType t);
 const char* to_string(HugePages h);
 const char* to_string(Restart r);
+const char* to_string(Recompute r);
 
 // Where a worker runs: a GPU index or the CPU ("cpu" in TOML).
 struct Place {
@@ -115,6 +118,7 @@ struct TrainConfig {
     std::uint32_t num_anchors = 512;
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
+    Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
     std::uint64_t checkpoint_every = 200;
     std::uint32_t log_every = 1;
     std::uint64_t eval_every = 0;     // steps between held-out evaluations (needs [data] eval_path); 0 = at the end only

@@ -3,6 +3,11 @@
 // and to shared memory (no staging copy; DESIGN.md invariant 2). Writers and readers both
 // register. Only in builds with the CUDA runtime (HSRING_HAVE_CUDA).
 #include "hsring/ring.hpp"
+#include "hsring/slot_rows.hpp"
+
+#ifdef HSRING_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <cstddef>
 #include <utility>
@@ -32,6 +37,10 @@ private:
     std::vector<std::pair<void*, std::size_t>> chunks_;
     double seconds_ = 0;
 };
+
+// Queues the host->device copy of a slot's filled rows (slot_rows.hpp) from registered `payload`
+// into `dst` on `stream`: one cudaMemcpyAsync per run. Throws hsring::Error when a call fails.
+void copy_filled_rows_async(void* dst, const void* payload, const FilledRows& f, cudaStream_t stream);
 #endif
 
 } // namespace hsring

@@ -51,6 +51,14 @@ const char* to_string(Restart r) {
     return "?";
 }
 
+const char* to_string(Recompute r) {
+    switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Layers: return "layers";
+    }
+    return "?";
+}
+
 std::string Place::str() const { return is_cpu() ? "cpu" : fmt::format("gpu{}", gpu); }
 
 std::filesystem::path Config::resolve(const std::filesystem::path& p) const {
@@ -206,6 +214,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.integer("num_anchors", t.num_anchors, 1, 1u << 20);
     s.number("loss_decay_gamma", t.loss_decay_gamma, 0.0, 1e9);
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
+    s.choice("recompute", t.recompute, {{"none", Recompute::None}, {"layers", Recompute::Layers}});
     s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
     s.integer("log_every", t.log_every, 1, 1u << 30);
     s.integer("eval_every", t.eval_every, 0, kU64Max);

@@ -109,7 +109,7 @@ std::string describe(const Config& cfg, const Derived& d) {
         "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
         "  drafter       {} layers, block {}, mask token {}, {} in-flight slots -> <= {} of hidden states on its device\n"
         "  train         {} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens), {} anchors "
-        "per sequence, lr {}\n",
+        "per sequence, lr {}, recompute {}\n",
         cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
         d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size, ids,
         format_bytes(d.bytes_per_token), to_string(cfg.ring.dtype), cfg.ring.slot_tokens,
@@ -117,7 +117,8 @@ std::string describe(const Config& cfg, const Derived& d) {
         d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), cfg.drafter.num_layers,
         cfg.drafter.block_size, d.mask_token_id, cfg.drafter.inflight_slots,
         format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.slots_per_step, d.slots_per_rank, d.world,
-        d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr);
+        d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr,
+        to_string(cfg.train.recompute));
     if (d.world > 1)
         text += fmt::format("  distributed   machine {} of {}, {} drafter ranks in all, master {}:{}, backend {}, "
                             "timeout {:g} s\n", cfg.distributed.node_rank, cfg.distributed.nnodes, d.world,

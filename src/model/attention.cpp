@@ -69,37 +69,50 @@ at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, con
     return at::cat(outs, 0);
 }
 
-BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
-                                    const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
-                                    at::ScalarType dtype) {
+std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
+                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
+                                     std::int64_t group_blocks) {
     HSRING_ASSERT(anchors.size() == seq_begin_of_block.size());
-    HSRING_ASSERT(group_blocks > 0 && block_size > 0 && kv_repeat > 0);
-    BlockAttention plan;
-    plan.block_size = block_size;
-    plan.kv_repeat = kv_repeat;
+    HSRING_ASSERT(group_blocks > 0 && block_size > 0);
+    std::vector<BlockGroup> groups;
     const auto n = static_cast<std::int64_t>(anchors.size());
-    auto cpu_long = at::TensorOptions().dtype(at::kLong);
     for (std::int64_t b0 = 0; b0 < n;) {
         std::int64_t b1 = b0 + 1;
         while (b1 < n && b1 - b0 < group_blocks && seq_begin_of_block[b1] == seq_begin_of_block[b0]) ++b1;
         BlockGroup g;
         g.ctx_begin = seq_begin_of_block[b0];
-        std::vector<std::int64_t> local(anchors.begin() + b0, anchors.begin() + b1);
-        for (auto& a : local) {
-            a -= g.ctx_begin;
-            HSRING_ASSERT(a >= 0);
+        for (std::int64_t b = b0; b < b1; ++b) {
+            HSRING_ASSERT(anchors[b] >= g.ctx_begin);
+            HSRING_ASSERT(b == b0 || anchors[b] >= anchors[b - 1], "blocks must be sorted by anchor");
         }
-        HSRING_ASSERT(std::is_sorted(local.begin(), local.end()), "blocks must be sorted by anchor");
-        g.ctx_len = local.back();
+        g.ctx_len = anchors[b1 - 1] - g.ctx_begin;
         g.row_begin = b0 * block_size;
         g.rows = (b1 - b0) * block_size;
         // Keys padded to a multiple of 256 (not just the kernels' 16): anchors differ every batch,
         // and every new attention shape costs a kernel plan on first use (seen on the H200: 2 s
         // of a 3 s step with 32-block groups); few distinct shapes keep those plans cached.
         g.key_len = (g.ctx_len + g.rows + 255) / 256 * 256;
+        groups.push_back(std::move(g));
+        b0 = b1;
+    }
+    return groups;
+}
 
+BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
+                                    const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
+                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
+                                    at::ScalarType dtype) {
+    HSRING_ASSERT(kv_repeat > 0);
+    BlockAttention plan;
+    plan.block_size = block_size;
+    plan.kv_repeat = kv_repeat;
+    plan.groups = block_groups(anchors, seq_begin_of_block, block_size, group_blocks);
+    auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    for (auto& g : plan.groups) {
         // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
+        const auto b0 = static_cast<std::ptrdiff_t>(g.row_begin / block_size);
+        std::vector<std::int64_t> local(anchors.begin() + b0, anchors.begin() + b0 + g.rows / block_size);
+        for (auto& a : local) a -= g.ctx_begin;
         at::Tensor thr = at::tensor(local, cpu_long).to(device).repeat_interleave(block_size);  // [rows]
         at::Tensor blk = at::arange(g.rows, cpu_long.device(device)).div(block_size, "floor");
         at::Tensor cols = at::arange(g.key_len, cpu_long.device(device)).unsqueeze(0);
@@ -110,8 +123,6 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
         bias.masked_fill_(at::logical_not(in_ctx | in_own), -std::numeric_limits<double>::infinity());
         // Query rows are laid out [kv head][repeat][row] (see block_attention): repeat the mask.
         g.bias = bias.repeat({kv_repeat, 1}).view({1, 1, kv_repeat * g.rows, g.key_len});
-        plan.groups.push_back(std::move(g));
-        b0 = b1;
     }
     return plan;
 }

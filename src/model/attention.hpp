@@ -51,9 +51,15 @@ struct BlockAttention {
     std::vector<BlockGroup> groups;
 };
 
-// Groups for blocks given by their anchors (global token index) and their sequence's first
-// token; blocks must be sorted by anchor within each sequence, sequences in order. Masks are
-// built once per batch on `device` in `dtype` and shared by every layer.
+// The groups' geometry (no masks) for blocks given by their anchors (global token index) and
+// their sequence's first token; blocks must be sorted by anchor within each sequence, sequences
+// in order. Host only: the attention's FLOP count (dflash_flops.hpp) reads the same shapes.
+std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
+                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
+                                     std::int64_t group_blocks);
+
+// block_groups with their masks, built once per batch on `device` in `dtype` and shared by
+// every layer.
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
                                     std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,

@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 #include "model/attention.hpp"
 #include "model/ops.hpp"
+#include "model/recompute.hpp"
 #include "model/safetensors.hpp"
 #include "model/tensor_init.hpp"
 
@@ -10,12 +11,44 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <memory>
 
 namespace hsring::model {
 namespace {
 
 torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// DFlashLayerImpl::weights() order.
+enum LayerWeight : std::size_t { InputNorm, Q, K, V, O, QNorm, KNorm, PostNorm, Gate, Up, Down, kLayerWeights };
+
+// What every layer of one forward shares besides its weights.
+struct LayerShared {
+    RopeTables ctx_rope, blk_rope;
+    BlockAttention plan;
+    std::int64_t hq = 0, hkv = 0, d = 0;
+    double eps = 0, scale = 0;
+};
+
+// One Qwen3 decoder layer on the block rows x [rows, H], given the fused context [T, H]: a
+// function of its inputs only, so a recomputation in backward gives the same result.
+at::Tensor layer_forward(const at::Tensor& x, const at::Tensor& ctx, const std::vector<at::Tensor>& w,
+                         const LayerShared& s) {
+    HSRING_ASSERT(w.size() == kLayerWeights);
+    const std::int64_t rows = x.size(0), t = ctx.size(0);
+    at::Tensor h = rms_norm(x, w[InputNorm], s.eps);
+    // k/v projections serve the context rows and the block rows: cast once.
+    const at::Tensor wk = as_dtype_of(w[K], h), wv = as_dtype_of(w[V], h);
+    at::Tensor q = apply_rope(rms_norm(dense(h, w[Q]).view({rows, s.hq, s.d}), w[QNorm], s.eps), s.blk_rope);
+    at::Tensor k_blk = apply_rope(rms_norm(at::linear(h, wk).view({rows, s.hkv, s.d}), w[KNorm], s.eps), s.blk_rope);
+    at::Tensor v_blk = at::linear(h, wv).view({rows, s.hkv, s.d});
+    at::Tensor k_ctx = apply_rope(rms_norm(at::linear(ctx, wk).view({t, s.hkv, s.d}), w[KNorm], s.eps), s.ctx_rope);
+    at::Tensor v_ctx = at::linear(ctx, wv).view({t, s.hkv, s.d});
+    at::Tensor o = block_attention(q, k_ctx, v_ctx, k_blk, v_blk, s.plan, s.scale);
+    at::Tensor y = x + dense(o.reshape({rows, s.hq * s.d}), w[O]);
+    at::Tensor m = rms_norm(y, w[PostNorm], s.eps);
+    return y + dense(at::silu(dense(m, w[Gate])) * dense(m, w[Up]), w[Down]);
 }
 
 } // namespace
@@ -54,6 +87,13 @@ DFlashLayerImpl::DFlashLayerImpl(const DFlashConfig& c) {
     mlp = register_module("mlp", DFlashMLP(c));
     input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
     post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+std::vector<at::Tensor> DFlashLayerImpl::weights() const {
+    const auto& a = *self_attn;
+    return {input_layernorm->weight, a.q_proj->weight,  a.k_proj->weight, a.v_proj->weight,
+            a.o_proj->weight,        a.q_norm->weight,  a.k_norm->weight, post_attention_layernorm->weight,
+            mlp->gate_proj->weight,  mlp->up_proj->weight, mlp->down_proj->weight};
 }
 
 DFlashDrafterImpl::DFlashDrafterImpl(DFlashConfig c, std::uint64_t seed, at::Device device) : config_(std::move(c)) {
@@ -98,27 +138,32 @@ at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
     if (rows == 0) return at::empty({0, c.hidden_size}, in.block_embeds.options().dtype(dt));
 
     const at::Tensor ctx = fuse_context(in.context, dt);
-    const RopeTables ctx_rope = rope_tables(inv_freq_, blocks.context_positions, dt);
-    const RopeTables blk_rope = rope_tables(inv_freq_, blocks.block_positions, dt);
-    const BlockAttention plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size,
-                                                     in.attention_group_blocks, hq / hkv, ctx.device(), dt);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    // Shared by every layer, and kept alive by each recomputing layer's backward.
+    auto shared = std::make_shared<LayerShared>();
+    shared->ctx_rope = rope_tables(inv_freq_, blocks.context_positions, dt);
+    shared->blk_rope = rope_tables(inv_freq_, blocks.block_positions, dt);
+    shared->plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size, in.attention_group_blocks,
+                                        hq / hkv, ctx.device(), dt);
+    shared->hq = hq;
+    shared->hkv = hkv;
+    shared->d = d;
+    shared->eps = c.rms_norm_eps;
+    shared->scale = 1.0 / std::sqrt(static_cast<double>(d));
 
     at::Tensor x = in.block_embeds.to(dt);
     for (const auto& m : *layers) {
-        auto& layer = *m->as<DFlashLayerImpl>();
-        auto& attn = *layer.self_attn;
-        at::Tensor h = layer.input_layernorm->forward(x);
-        // k/v projections serve the context rows and the block rows: cast once.
-        const at::Tensor wk = as_dtype_of(attn.k_proj->weight, h), wv = as_dtype_of(attn.v_proj->weight, h);
-        at::Tensor q = apply_rope(attn.q_norm->forward(dense(h, attn.q_proj->weight).view({rows, hq, d})), blk_rope);
-        at::Tensor k_blk = apply_rope(attn.k_norm->forward(at::linear(h, wk).view({rows, hkv, d})), blk_rope);
-        at::Tensor v_blk = at::linear(h, wv).view({rows, hkv, d});
-        at::Tensor k_ctx = apply_rope(attn.k_norm->forward(at::linear(ctx, wk).view({t, hkv, d})), ctx_rope);
-        at::Tensor v_ctx = at::linear(ctx, wv).view({t, hkv, d});
-        at::Tensor o = block_attention(q, k_ctx, v_ctx, k_blk, v_blk, plan, scale);
-        x = x + dense(o.reshape({rows, hq * d}), attn.o_proj->weight);
-        x = x + layer.mlp->forward(layer.post_attention_layernorm->forward(x));
+        const std::vector<at::Tensor> w = m->as<DFlashLayerImpl>()->weights();
+        if (!in.recompute_layers) {
+            x = layer_forward(x, ctx, w, *shared);
+            continue;
+        }
+        std::vector<at::Tensor> inputs{x, ctx};
+        inputs.insert(inputs.end(), w.begin(), w.end());
+        x = recompute_in_backward(
+            [shared](const std::vector<at::Tensor>& v) {
+                return layer_forward(v[0], v[1], std::vector<at::Tensor>(v.begin() + 2, v.end()), *shared);
+            },
+            inputs);
     }
     return norm->forward(x);
 }

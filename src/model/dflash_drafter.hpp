@@ -53,6 +53,8 @@ TORCH_MODULE(DFlashMLP);
 class DFlashLayerImpl : public torch::nn::Module {
 public:
     explicit DFlashLayerImpl(const DFlashConfig& c);
+    // The parameters the layer's forward reads, in the order dflash_drafter.cpp's LayerWeight names.
+    std::vector<at::Tensor> weights() const;
     DFlashAttention self_attn{nullptr};
     DFlashMLP mlp{nullptr};
     RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -66,6 +68,10 @@ struct DFlashInputs {
     const DFlashBlocks* blocks = nullptr;
     at::ScalarType compute_dtype = at::kFloat;
     std::int64_t attention_group_blocks = 256;  // blocks per attention call (see attention.hpp)
+    // Activation checkpointing per decoder layer (recompute.hpp): a layer keeps only its inputs
+    // and runs its forward again in backward. Same loss and gradients, less activation memory,
+    // ~1/3 more layer compute.
+    bool recompute_layers = false;
 };
 
 class DFlashDrafterImpl : public torch::nn::Module {

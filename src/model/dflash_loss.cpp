@@ -23,6 +23,7 @@ at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const D
     in.blocks = &blocks;
     in.compute_dtype = compute_dtype(options, batch.tokens.device());
     in.attention_group_blocks = options.attention_group_blocks;
+    in.recompute_layers = options.recompute_layers;
     return drafter->forward(in);
 }
 

@@ -3,6 +3,7 @@
 #include "data/splitmix.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
+#include "hsring/slot_rows.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_eval.hpp"
@@ -26,7 +27,6 @@
 #endif
 
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <fstream>
 
@@ -83,6 +83,7 @@ struct TorchDrafter::Impl {
         loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);
         loss_opts.gamma = c.cfg.train.loss_decay_gamma;
         loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
+        loss_opts.recompute_layers = c.cfg.train.recompute == Recompute::Layers;
         const RingGeometry& g = c.ring.geometry();
         for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
             buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},
@@ -207,26 +208,25 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     Impl::Staged s;
     s.buffer = b;
     const auto T = static_cast<std::int64_t>(batch.n_tokens());
-    const RingGeometry& g = m.ctx.ring.geometry();
-    const std::uint64_t payload_bytes = std::uint64_t(g.n_layers) * g.slot_tokens * g.hidden * g.dtype_bytes;
+    // Only the rows the batch fills, layer by layer: a slot is often far from full.
+    const FilledRows rows = filled_rows(m.ctx.ring.geometry(), batch.n_tokens());
     at::Tensor& buf = m.buffers[b];
     s.hidden = buf.narrow(1, 0, T);
     s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
     s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
     if (!m.device.is_cuda()) {
         auto t0 = Clock::now();
-        std::memcpy(buf.data_ptr(), slot.payload().data(), payload_bytes);
+        copy_filled_rows(buf.data_ptr(), slot.payload().data(), rows);
         s.copy_ms = ms_since(t0);
         slot.release();
     } else {
 #ifdef HSRING_TORCH_CUDA
-        // One DMA of the whole payload from the registered ring; the slot goes back to FREE from
-        // a host callback as soon as the copy ends, not when training on it ends.
+        // DMA of the filled rows from the registered ring; the slot goes back to FREE from a host
+        // callback as soon as the copy ends, not when training on it ends.
         s.start = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
         s.done = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
         s.start->record(*m.copy_stream);
-        C10_CUDA_CHECK(cudaMemcpyAsync(buf.data_ptr(), slot.payload().data(), payload_bytes, cudaMemcpyHostToDevice,
-                                       m.copy_stream->stream()));
+        copy_filled_rows_async(buf.data_ptr(), slot.payload().data(), rows, m.copy_stream->stream());
         s.done->record(*m.copy_stream);
         s.slot = std::make_unique<ReadSlot>(std::move(slot));
         C10_CUDA_CHECK(cudaLaunchHostFunc(
@@ -289,6 +289,7 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
     m.synced = false;
+    at::Tensor sums;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;  // sequences [first, last)
         while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
@@ -317,16 +318,21 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
                 r.sync_ms = ms_since(b0);
             }
         }
-        r.loss_sum += loss.loss_sum.item<double>();
-        r.weight_sum += loss.weight_sum.item<double>();
-        auto correct = loss.correct.to(at::kCPU, at::kDouble), counted = loss.counted.to(at::kCPU, at::kDouble);
-        r.correct.resize(static_cast<std::size_t>(correct.numel()), 0.0);
-        r.counted.resize(static_cast<std::size_t>(counted.numel()), 0.0);
-        for (std::int64_t k = 0; k < correct.numel(); ++k) {
-            r.correct[static_cast<std::size_t>(k)] += correct.data_ptr<double>()[k];
-            r.counted[static_cast<std::size_t>(k)] += counted.data_ptr<double>()[k];
-        }
+        // [loss_sum, weight_sum, correct.., counted..] summed on the device in fp64: read once per
+        // batch below, not a device sync per micro-batch.
+        at::Tensor part = at::cat({loss.loss_sum.detach().reshape({1}), loss.weight_sum.reshape({1}), loss.correct,
+                                   loss.counted}).to(at::kDouble);
+        sums = sums.defined() ? sums.add_(part) : part;
         first = last;
+    }
+    if (sums.defined()) {
+        const at::Tensor h = sums.to(at::kCPU);  // the batch's one sync
+        const double* v = h.data_ptr<double>();
+        const auto n = static_cast<std::size_t>((h.numel() - 2) / 2);
+        r.loss_sum = v[0];
+        r.weight_sum = v[1];
+        r.correct.assign(v + 2, v + 2 + n);
+        r.counted.assign(v + 2 + n, v + 2 + 2 * n);
     }
     m.step_weight += r.weight_sum;
     r.tokens = s.batch.n_tokens();

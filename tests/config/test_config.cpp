@@ -252,6 +252,18 @@ TEST_CASE("[distributed]: node_rank below nnodes; the launcher's variables and -
     ::unsetenv("NNODES");
 }
 
+TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafter's layers, shown by config check") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.train.recompute == Recompute::None);
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("recompute none") != std::string::npos);
+    c = parse_config(std::string(kMinimal) + "[train]\nrecompute = \"layers\"\n", "t.toml");
+    CHECK(c.train.recompute == Recompute::Layers);
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("recompute layers") != std::string::npos);
+    const std::string e = error_of(std::string(kMinimal) + "[train]\nrecompute = \"all\"\n");
+    CHECK(e.find("t.toml:15") != std::string::npos);
+    CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
+}
+
 TEST_CASE("held-out evaluation needs its data") {
     std::string s = kMinimal;
     s += "[train]\neval_every = 10\n";

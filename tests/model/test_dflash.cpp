@@ -2,8 +2,10 @@
 // perturbing what a block must not see), frozen target pieces, chunked == full cross-entropy,
 // deterministic init, export -> import bit for bit, and a training step that learns.
 #include "dflash_fixture.hpp"
+#include "model/attention.hpp"
 #include "model/chunked_ce.hpp"
 #include "model/dflash_eval.hpp"
+#include "model/dflash_flops.hpp"
 #include "model/dflash_export.hpp"
 #include "model/safetensors.hpp"
 #include "model_test_util.hpp"
@@ -287,6 +289,44 @@ TEST_CASE("chunked cross-entropy equals the full-logits loss: value, accuracy an
     CHECK(at::allclose(h.grad(), h2.grad(), 1e-5, 1e-7));
 }
 
+TEST_CASE("recompute = layers: the same output, loss and every parameter gradient as keeping the activations") {
+    DFlashFixture f;
+    at::Generator g = cpu_generator(11);
+    auto blocks = sample_dflash_blocks(f.batch.tokens, f.batch.loss_mask, f.batch.cu_seqlens, 4, 511, 6, 7.0, g);
+    REQUIRE(blocks.num_blocks() > 0);
+    auto drafter = f.drafter();
+    auto run = [&](bool recompute) {
+        DFlashLossOptions opt;
+        opt.chunk = 7;
+        opt.attention_group_blocks = 2;  // several attention groups per sequence
+        opt.recompute_layers = recompute;
+        drafter->zero_grad();
+        auto r = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
+        r.loss_sum.backward();
+        std::vector<at::Tensor> grads;
+        for (auto& p : drafter->parameters()) grads.push_back(p.grad().clone());
+        return std::make_pair(r.loss_sum.item<double>(), grads);
+    };
+    const auto [loss_kept, grads_kept] = run(false);
+    const auto [loss_recomputed, grads_recomputed] = run(true);
+    CHECK(loss_recomputed == doctest::Approx(loss_kept).epsilon(1e-12));
+    const auto names = drafter->named_parameters().keys();
+    REQUIRE(grads_kept.size() == grads_recomputed.size());
+    for (std::size_t i = 0; i < grads_kept.size(); ++i) {
+        INFO(names[i] << ": max diff " << (grads_recomputed[i] - grads_kept[i]).abs().max().item<double>());
+        const double scale = grads_kept[i].abs().max().item<double>();
+        CHECK(scale > 0);
+        CHECK(at::allclose(grads_recomputed[i], grads_kept[i], 1e-5, 1e-6 * scale));
+    }
+    // Without grad mode (evaluation) it is a plain forward.
+    at::NoGradGuard ng;
+    DFlashLossOptions opt;
+    opt.recompute_layers = true;
+    at::Tensor a = dflash_hidden(drafter, f.head, f.batch, blocks, opt);
+    opt.recompute_layers = false;
+    CHECK(at::equal(a, dflash_hidden(drafter, f.head, f.batch, blocks, opt)));
+}
+
 TEST_CASE("drafter init is deterministic per seed and names match the public DFlash checkpoints") {
     DFlashFixture f;
     auto a = f.drafter(3), b = f.drafter(3), c = f.drafter(4);
@@ -442,6 +482,51 @@ TEST_CASE("AdamW steps on one batch lower the loss and raise the accuracy") {
     MESSAGE("loss " << first << " -> " << last << ", accuracy " << acc0 << " -> " << acc);
     CHECK(last < 0.8 * first);
     CHECK(acc > acc0 + 0.1);
+}
+
+TEST_CASE("the step's FLOP count: layers, context k/v, attention over the grouped keys, fc, LM head on scored rows") {
+    // A shape small enough to count by hand: H 8, 2 query heads and 1 kv head of 4 dims (q 8,
+    // kv 4), I 16, V 50, 2 layers, 3 captured layers, block 4.
+    DFlashConfig c;
+    c.hidden_size = 8;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.head_dim = 4;
+    c.intermediate_size = 16;
+    c.vocab_size = 50;
+    c.block_size = 4;
+    c.target_layer_ids = {1, 2, 3};
+    // Two sequences [0, 20) and [20, 40); 4 blocks (16 rows), groups of at most 2 blocks:
+    // {3, 7} (keys 7 + 8 -> padded to 256), {12} (12 + 4 -> 256), {25} in the second (5 + 4 -> 256).
+    const DFlashStepFlops f = dflash_step_flops(c, 40, {3, 7, 12, 25}, {0, 0, 0, 20}, 11, 2);
+    // per layer 2 x 16 rows x (q 8x8 + k,v 2x8x4 + o 8x8 + gate,up,down 3x8x16) = 18,432; x 3 (fwd + bwd) x 2 layers
+    CHECK(f.layers == 110592.0);
+    // per layer k and v: 2 x 2 x 40 x 8 x 4 = 5,120; x 3 x 2
+    CHECK(f.context_kv == 30720.0);
+    // per layer and group: QK^T + PV = 2 x 2 x (2 heads x rows) x 4 x 256 = 8,192 x rows; 16 rows; x 3 x 2
+    CHECK(f.attention == 786432.0);
+    // forward + weight gradient: 2 x 2 x 40 x 24 x 8
+    CHECK(f.fc == 30720.0);
+    // logits + d(hidden) of the 11 scored rows: 2 x 2 x 11 x 8 x 50
+    CHECK(f.lm_head == 17600.0);
+    CHECK(f.total() == 976064.0);
+    CHECK(dflash_step_flops(c, 40, {}, {}, 0, 2).total() == 0.0);
+
+    // From sampled blocks: the scored rows are the weighted ones, the groups those attention runs.
+    DFlashFixture fx;
+    at::Generator g = cpu_generator(3);
+    auto blocks = sample_dflash_blocks(fx.batch.tokens, fx.batch.loss_mask, fx.batch.cu_seqlens, 4, 511, 5, 7.0, g);
+    REQUIRE(blocks.num_blocks() > 0);
+    const auto& dc = fx.config;
+    const std::int64_t t = fx.batch.tokens.size(0);
+    const DFlashStepFlops s = dflash_step_flops(dc, t, blocks, 3);
+    const auto scored = (blocks.weights > 0).sum().item<std::int64_t>();
+    CHECK(s.lm_head == 4.0 * double(scored) * double(dc.hidden_size) * double(dc.vocab_size));
+    double keys = 0;
+    for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, 3, 1, at::kCPU, at::kFloat).groups)
+        keys += double(grp.rows) * double(grp.key_len);
+    CHECK(s.attention == doctest::Approx(double(dc.num_layers) * 3 * 4 * double(dc.num_heads * dc.head_dim) * keys));
 }
 
 } // TEST_SUITE
