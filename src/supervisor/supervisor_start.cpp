@@ -4,6 +4,7 @@
 
 #include "hsring/dataset.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
 #include "supervisor/previous_run.hpp"
 
@@ -19,6 +20,7 @@ namespace fs = std::filesystem;
 
 void Supervisor::start() {
     start_time_ = Clock::now();
+    fault::set_process_name("supervisor");  // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md)
     load_config_and_data();
     lock_run_dir();
     take_over_previous();

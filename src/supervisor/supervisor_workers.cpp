@@ -39,6 +39,9 @@ void Supervisor::start_worker(Worker& w) {
         {env::kDistTimeout, fmt::format("{}", dist.timeout_s)},
         {env::kGangGeneration, std::to_string(gang_generation_)},
     };
+    // HSRING_FAULT reaches the first process of each worker only: a restarted one runs without
+    // it, so an injected fault fires once instead of looping (src/worker/CONTRACT.md).
+    if (w.starts > 0) spec.env.push_back({env::kFault, ""});
 
     w.output.open_log(files_.worker_log(s.name));
     // Stale numbers of an earlier process must not show as this one's.

@@ -2,6 +2,7 @@
 
 #include "hsring/acceptance.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/train_log.hpp"
 #include "worker/checkpoint_store.hpp"
@@ -214,6 +215,7 @@ void Drafter::fill_pipeline(RoundStats& r) {
                       batch.positions.size() - kept.size(), batch.positions.size());
         log_.trained(ctx_.env.incarnation, assign_step_, kept);
         staged_.push_back(info);
+        fault::point("stage");  // HSRING_FAULT (CONTRACT.md): the slot is READING, its samples consumed
         compute_.stage(std::move(*slot), std::move(batch), std::move(keep));
         if (++assigned_ == ctx_.derived.slots_per_rank) {
             ++assign_step_;
@@ -245,6 +247,7 @@ RoundStats Drafter::gather_and_train() {
         staged_.pop_front();
         const bool last = r.slots + 1 == quota;
         auto t0 = Clock::now();
+        fault::point("train");
         BatchResult b = compute_.train_one(gang && last);
         synced = gang && last && compute_.synced();
         stats_.busy_ns += static_cast<std::uint64_t>(ms_since(t0) * 1e6);
@@ -337,6 +340,7 @@ void Drafter::checkpoint(std::uint64_t step) {
                          {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_},
                          {"world", gang_.world()}};
         std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        fault::point("checkpoint");  // written, not committed
         store_.commit(step, tmp);
     }
     barrier();
@@ -348,6 +352,7 @@ void Drafter::checkpoint(std::uint64_t step) {
         std::ofstream(tmp / "state.json") << st.dump() << "\n";
         store_.commit(step, tmp);
     }
+    fault::point("commit");  // committed; the train log's K record and the durable marks not yet
     checkpointed_ = step;
     log_.checkpoint(ctx_.env.incarnation, step);
     const std::uint64_t n = ctx_.ledger.make_durable(ctx_.env.rank, step);

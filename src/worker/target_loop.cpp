@@ -1,5 +1,6 @@
 #include "worker/target_loop.hpp"
 
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 
 #include <chrono>
@@ -43,6 +44,7 @@ int run_target(Context& ctx, TargetCompute& compute) {
         }
         write_meta(slot->meta(), batch, ctx.env.rank);
         t0 = Clock::now();
+        fault::point("write");  // HSRING_FAULT (CONTRACT.md)
         compute.write(batch, *slot);
         st.busy_ns += ns_since(t0);
         if (!slot->commit()) {
