@@ -1,6 +1,7 @@
 #include "hsring/train_log.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,14 +9,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
+#include <cstdlib>
 
 namespace hsring {
 
 TrainLog::TrainLog(const std::filesystem::path& file) : path_(file) {
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot open the train log {}: {}", file.string(), errno_text(errno));
+    fd_ = safe::open_file(file, O_RDWR | O_CREAT | O_APPEND).release();  // never through a planted link
     const off_t size = ::lseek(fd_, 0, SEEK_END);
     if (size > 0) {
         char last = '\n';
@@ -77,19 +77,25 @@ std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log,
         std::uint64_t step, pos;
     };
     std::vector<Line> lines;
-    std::ifstream in(log);
-    if (!in && std::filesystem::exists(log)) fail("cannot read the train log {}", log.string());
-    std::string text;
+    // Streamed: a long run's log holds millions of lines. Never read through a planted link.
+    safe::Fd fd = safe::open_file(log, O_RDONLY);
     std::uint32_t incarnations = 0;
-    while (std::getline(in, text)) {
-        std::istringstream ls(text);
-        char kind = 0;
-        std::uint64_t inc = 0, step = 0, pos = 0;
-        ls >> kind >> inc >> step;
-        if (!ls) continue;  // a torn line
-        if (kind == 'T' && !(ls >> pos)) continue;
-        if (kind == 'R') ++incarnations;
-        if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+    if (fd) {
+        std::FILE* in = ::fdopen(fd.get(), "r");
+        if (!in) fail("cannot read the train log {}: {}", log.string(), errno_text(errno));
+        fd.release();
+        char* buf = nullptr;
+        std::size_t cap = 0;
+        while (::getline(&buf, &cap, in) > 0) {
+            char kind = 0;
+            unsigned long long inc = 0, step = 0, pos = 0;
+            const int n = std::sscanf(buf, " %c %llu %llu %llu", &kind, &inc, &step, &pos);
+            if (n < 3 || (kind == 'T' && n < 4)) continue;  // a torn line
+            if (kind == 'R') ++incarnations;
+            if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+        }
+        std::free(buf);
+        std::fclose(in);
     }
     // Walk backwards: each resume bounds the steps of everything before it.
     std::vector<Ledger::Trained> out;

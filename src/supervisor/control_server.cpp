@@ -45,6 +45,8 @@ bool someone_listens(const sockaddr_un& a) {
 
 ControlServer::ControlServer(std::filesystem::path socket) : path_(std::move(socket)) {
     const sockaddr_un a = address(path_);
+    if (std::filesystem::is_symlink(path_))
+        fail("{} is a symbolic link: refusing to use it as the control socket; remove the link", path_.string());
     if (std::filesystem::exists(std::filesystem::symlink_status(path_))) {
         if (someone_listens(a))
             fail("{} is in use: a supervisor is already running in this run directory (hsring status --run-dir {})",

@@ -6,6 +6,7 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
+#include "hsring/safe_file.hpp"
 #include "supervisor/previous_run.hpp"
 
 #include <fcntl.h>
@@ -86,11 +87,10 @@ void Supervisor::load_config_and_data() {
 }
 
 void Supervisor::lock_run_dir() {
-    std::error_code ec;
-    fs::create_directories(files_.logs_dir(), ec);
-    if (ec) fail("cannot create the run directory {}: {}", files_.logs_dir().string(), ec.message());
-    lock_fd_ = ::open(files_.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) fail("cannot open {}: {}", files_.lock_file().string(), errno_text(errno));
+    // A private directory of this user; nothing in it is opened through a link (safe_file.hpp).
+    safe::make_private_dir(files_.dir);
+    safe::open_dir_beneath(files_.dir, "logs", true);
+    lock_fd_ = safe::open_beneath(files_.dir, "supervisor.lock", O_RDWR | O_CREAT, 0600).release();
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK)
             fail("another `hsring run` is using the run directory {} (see `hsring status --run-dir {}`)",

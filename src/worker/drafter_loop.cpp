@@ -13,7 +13,6 @@
 
 #include <chrono>
 #include <deque>
-#include <fstream>
 
 namespace hsring::worker {
 
@@ -146,8 +145,7 @@ void Drafter::restore() {
                 fail("the gang resumes from step {} (the oldest latest checkpoint of its machines), but {} holds no "
                      "weights of that step: the master's run directory lost them", s, dir.string());
             compute_.restore(&dir);
-            std::ifstream in(dir / "state.json");
-            const json st = json::parse(in, nullptr, false);
+            const json st = json::parse(store_.read_file(s, "state.json").value_or(""), nullptr, false);
             if (st.is_object()) {
                 state[0] = st.value("tokens_total", 0.0);
                 state[1] = st.value("warmup_end_tokens", 0.0);
@@ -339,7 +337,7 @@ void Drafter::checkpoint(std::uint64_t step) {
         const json st = {{"step", step}, {"incarnation", ctx_.env.incarnation}, {"tokens_total", tokens_done_},
                          {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_},
                          {"world", gang_.world()}};
-        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.write_file(tmp, "state.json", st.dump() + "\n");
         fault::point("checkpoint");  // written, not committed
         store_.commit(step, tmp);
     }
@@ -349,7 +347,7 @@ void Drafter::checkpoint(std::uint64_t step) {
         // master); their supervisors rebuild a lost ledger from it and their train logs.
         const auto tmp = store_.begin(step);
         const json st = {{"step", step}, {"marker", true}, {"weights", "on machine 0 (the master)"}};
-        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.write_file(tmp, "state.json", st.dump() + "\n");
         store_.commit(step, tmp);
     }
     fault::point("commit");  // committed; the train log's K record and the durable marks not yet

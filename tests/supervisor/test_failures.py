@@ -4,6 +4,10 @@ a changed ring layout, a second supervisor, a missing supervisor, an over-long s
 removing a ring in use are refused with messages that say what to do."""
 import os
 import re
+import shutil
+import signal
+import subprocess
+import time
 
 from harness import HSRING, Run, check, main
 
@@ -127,7 +131,48 @@ def test_a_changed_layout_is_refused_unless_fresh():
         r.cleanup()
 
 
+def make_unwritable(path):
+    """A directory nobody may write into, root included where chattr works; returns the undo."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o500)
+        return lambda: os.chmod(path, 0o700)
+    if subprocess.run(["chattr", "+i", path], capture_output=True).returncode != 0:
+        return None
+    return lambda: subprocess.run(["chattr", "-i", path], capture_output=True)
+
+
+def test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop():
+    r = Run("ckro", step_ms=5)
+    undo = None
+    try:
+        ck = os.path.join(r.run_dir, "checkpoints")
+        os.makedirs(ck, mode=0o700)
+        os.chmod(r.run_dir, 0o700)
+        undo = make_unwritable(ck)
+        if undo is None:
+            print("note: cannot make a directory unwritable for root here (chattr); skipped", flush=True)
+            return
+        unwritable = r"drafter\.0 stopped the run with a user error \(exit code 3\): .*the checkpoint directory \S+checkpoints is not writable"
+        # Found at start, before any work is done.
+        r.start()
+        r.expect_exit(3)
+        out = r.output()
+        check(re.search(unwritable, out), out)
+        check("restarting the drafter gang" not in out, "restarting cannot make it writable:\n" + out)
+        # Found at the first checkpoint when it turns unwritable during the run.
+        undo()
+        undo = None
+        r.start(env={"HSRING_SYNTH_STEP_MS": "100"})
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 1, "a first step")
+        undo = make_unwritable(ck)
+        r.expect_exit(3)
+        out = r.output()
+        check(re.search(unwritable, out) and "restarting the drafter gang" not in out, out)
+    finally:
+        if undo:
+            undo()
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
-          test_bad_topologies_are_refused, test_control_errors_while_running,
-          test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh])
+    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3, test_bad_topologies_are_refused, test_control_errors_while_running, test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh, test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop])

@@ -28,6 +28,61 @@ def stopped_now_after(r, step):
     check(r.shm_exists() == (True, True), "stop --now keeps the ring and the ledger")
 
 
+def test_planted_links_are_never_followed():
+    # Finding 5: links planted in the run dir were followed (logs, metrics, train log, latest.tmp).
+    r = Run("f5", step_ms=5, samples=120)
+    victim = os.path.join(r.tmp, "victim.txt")
+    try:
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        os.makedirs(os.path.join(r.run_dir, "logs"), mode=0o700)
+        os.makedirs(os.path.join(r.run_dir, "checkpoints"), mode=0o700)
+        os.chmod(r.run_dir, 0o700)
+        links = {n: os.path.join(r.run_dir, n) for n in
+                 ("logs/target.0.log", "metrics.jsonl", "train-log.0.txt", "checkpoints/latest.tmp")}
+        for path in links.values():
+            os.symlink(victim, path)
+        # The supervisor opens the worker logs: refused, naming the link.
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check(f"{links['logs/target.0.log']} is a symbolic link: refusing to follow it" in res.stderr, res.stderr)
+        os.remove(links["logs/target.0.log"])
+        # The drafter opens metrics.jsonl and its train log: a user error (exit 3) naming the link.
+        r.start()
+        r.expect_exit(3)
+        check(re.search(r"drafter\.0 stopped the run with a user error \(exit code 3\): .*(metrics\.jsonl|"
+                        r"train-log\.0\.txt) is a symbolic link: refusing to follow it", r.output()), r.output())
+        os.remove(links["metrics.jsonl"])
+        os.remove(links["train-log.0.txt"])
+        # A stale latest.tmp (a link) is removed, never written through.
+        r.start()
+        r.expect_exit(0)
+        r.verify()
+        check(not os.path.islink(links["checkpoints/latest.tmp"]), "the planted latest.tmp link is gone")
+        with open(victim) as f:
+            check(f.read() == "precious\n", "nothing was written through a planted link")
+    finally:
+        r.cleanup()
+
+
+def test_a_run_dir_open_to_others_is_refused():
+    # Finding 5: a run dir owned by another user with mode 0777 was accepted.
+    r = Run("f5d")
+    try:
+        os.makedirs(r.run_dir)
+        os.chmod(r.run_dir, 0o777)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("has mode 0777: its group or other users could plant files" in res.stderr and "chmod 700" in res.stderr,
+              res.stderr)
+        if ROOT:
+            os.chmod(r.run_dir, 0o700)
+            os.chown(r.run_dir, OTHER_UID, OTHER_UID)
+            res = r.cli("run", r.config, run_dir=False, expect=2)
+            check(f"belongs to uid {OTHER_UID}" in res.stderr and "not to you" in res.stderr, res.stderr)
+        check(not os.path.exists(os.path.join(r.run_dir, "run.json")), "nothing is written into a refused run dir")
+    finally:
+        r.cleanup()
+
+
 def test_a_failed_write_reissues_its_samples():
     # Finding 7: an exception in a target's write left its samples taken: the run never ended.
     r = Run("f7", step_ms=5, env={"HSRING_FAULT": "target.0:write:3,target.1:write:5"})
@@ -43,4 +98,4 @@ def test_a_failed_write_reissues_its_samples():
 
 
 if __name__ == "__main__":
-    main([test_a_failed_write_reissues_its_samples])
+    main([test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_a_failed_write_reissues_its_samples])

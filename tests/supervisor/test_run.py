@@ -22,6 +22,8 @@ def test_run_completes_and_verifies():
         check(st["ring"]["slots"] == 4, str(st["ring"]))
         mode = stat.S_IMODE(os.stat(os.path.join(r.run_dir, "control.sock")).st_mode)
         check(mode == 0o600, f"control.sock has mode {oct(mode)}")
+        mode = stat.S_IMODE(os.stat(r.run_dir).st_mode)
+        check(mode == 0o700, f"a new run dir is made private (0700), not {oct(mode)}")
         text = r.cli("status").stdout
         check("drafter.0" in text and "ring " in text and "ledger " in text, text)
         r.expect_exit(0)

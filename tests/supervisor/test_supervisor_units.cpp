@@ -1,6 +1,7 @@
 // The supervisor's pure parts: restart decisions, exit reasons, pipe lines, worker names,
 // run.json, the status line.
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 #include "supervisor/exit_reason.hpp"
 #include "supervisor/line_reader.hpp"
 #include "supervisor/restart_policy.hpp"
@@ -11,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,4 +268,47 @@ TEST_CASE("rates come from the worker's heartbeats over a window and restart wit
     s.tokens = 10;
     s.heartbeat_ns += sec;
     CHECK(m.update("t", s).tokens_per_s == 0);
+}
+
+// --- reliability (issue 12) -------------------------------------------------------------------
+
+namespace {
+
+std::filesystem::path temp_dir(const std::string& tag) {
+    auto d = std::filesystem::temp_directory_path() / ("hsring-sup-unit-" + tag + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    return d;
+}
+
+} // namespace
+
+TEST_CASE("run-dir files are opened without following links; temporaries are fresh") {
+    namespace fs = std::filesystem;
+    const fs::path dir = temp_dir("safe");
+    safe::make_private_dir(dir);
+    struct stat st{};
+    REQUIRE(::stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+    const fs::path victim = dir.parent_path() / ("hsring-victim-" + std::to_string(::getpid()));
+    std::ofstream(victim) << "precious\n";
+    fs::create_symlink(victim, dir / "metrics.jsonl");
+    fs::create_directories(dir / "real");
+    fs::create_directory_symlink(dir / "real", dir / "logs");
+    CHECK_THROWS_WITH_AS(safe::open_beneath(dir, "metrics.jsonl", O_WRONLY | O_CREAT | O_APPEND),
+                         doctest::Contains("is a symbolic link: refusing to follow it"), Error);
+    CHECK_THROWS_WITH_AS(safe::open_beneath(dir, "logs/target.0.log", O_WRONLY | O_CREAT | O_APPEND),
+                         doctest::Contains("symbolic link"), Error);
+    CHECK_THROWS_AS(safe::read_beneath(dir, "metrics.jsonl"), Error);
+    // A link at the temporary's name is removed, never written through.
+    fs::create_symlink(victim, dir / "run.json.tmp");
+    safe::write_atomic(dir, "run.json", "{}\n", true);
+    CHECK(safe::read_beneath(dir, "run.json") == std::optional<std::string>("{}\n"));
+    CHECK_FALSE(fs::exists(fs::symlink_status(dir / "run.json.tmp")));
+    CHECK_FALSE(safe::read_beneath(dir, "nothing/here").has_value());
+    CHECK(safe::read_file(victim) == std::optional<std::string>("precious\n"));
+    // A run dir others may write into is refused.
+    ::chmod(dir.c_str(), 0777);
+    CHECK_THROWS_WITH_AS(safe::make_private_dir(dir), doctest::Contains("has mode 0777"), Error);
+    fs::remove_all(dir);
+    fs::remove(victim);
 }
