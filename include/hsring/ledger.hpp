@@ -20,6 +20,8 @@
 //
 // The same region carries the run's done flag and the trained-passes counter; the per-worker
 // live counters are on the status board (hsring/status_board.hpp), a region of their own.
+#include "hsring/run_tag.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -60,10 +62,12 @@ struct LedgerCounts {
 
 class Ledger {
 public:
-    // Creates the region (all PENDING). Fails if the name exists.
-    static Ledger create(std::string_view name, const LedgerInfo& info);
-    // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error.
-    static Ledger attach(std::string_view name, const LedgerInfo* expected = nullptr);
+    // Creates the region (all PENDING) for the run `tag`. Fails if the name exists.
+    static Ledger create(std::string_view name, const LedgerInfo& info, const RunTag& tag = {});
+    // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error;
+    // with `tag`, a ledger of another run (run dir, user, data, machine) is refused.
+    static Ledger attach(std::string_view name, const LedgerInfo* expected = nullptr, const RunTag* tag = nullptr);
+    RunTag tag() const;
     static bool exists(std::string_view name);
     static bool remove(std::string_view name);
     // The ledger's shm name for a ring name.

@@ -16,6 +16,7 @@
 #include "hsring/units.hpp"
 #include "shm/futex.hpp"
 #include "shm/region.hpp"
+#include "shm/run_tag_block.hpp"
 
 #include <unistd.h>
 
@@ -29,7 +30,8 @@ namespace ledger_detail {
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
 // 3: the worker stats moved out to the status board (hsring/status_board.hpp); the machine's
 // share of the data set (nnodes, node_rank, dataset_samples) in the header.
-inline constexpr std::uint32_t kVersion = 3;
+// 4: the run tag (whose ledger it is: hsring/run_tag.hpp).
+inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::uint64_t kEntriesOffset = 4096;
 
 struct LedgerHeader {
@@ -46,6 +48,7 @@ struct LedgerHeader {
     std::uint64_t dataset_samples;
     std::uint32_t nnodes;
     std::uint32_t node_rank;
+    shm::RunTagBlock tag;
     // Next position never handed out yet.
     alignas(64) std::atomic<std::uint64_t> cursor;
     // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
@@ -87,7 +90,7 @@ std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ri
 
 std::uint64_t Ledger::region_bytes(const LedgerInfo& info) { return kEntriesOffset + info.total() * 8; }
 
-Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
+Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTag& tag) {
     if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
     if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
     const std::uint64_t bytes = region_bytes(info);
@@ -105,6 +108,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->dataset_samples = info.dataset_samples ? info.dataset_samples : info.samples;
         h->nnodes = info.nnodes;
         h->node_rank = info.node_rank;
+        h->tag.store(tag);
         // Entries: a fresh file reads as zero = PENDING with payload 0.
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
@@ -115,7 +119,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
     return l;
 }
 
-Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
+Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected, const RunTag* tag) {
     Ledger l;
     l.region_ = shm::Region::open(name);
     auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
@@ -126,6 +130,11 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     l.header_ = h;
     l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0,
                          h->dataset_samples, h->nnodes, h->node_rank, h->tokens_per_epoch};
+    if (tag) {
+        const RunTag found = h->tag.load();
+        if (!tag->differences(found).empty())
+            refuse_foreign("ledger", name, path, found, *tag, name.substr(0, name.size() - std::string_view("-ledger").size()));
+    }
     if (expected) {
         const LedgerInfo& e = *expected;
         if (e.data_fingerprint != l.info_.data_fingerprint || e.samples != l.info_.samples)
@@ -145,6 +154,7 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
 }
 
 bool Ledger::exists(std::string_view name) { return !shm::Region::find(name).empty(); }
+RunTag Ledger::tag() const { return header_->tag.load(); }
 bool Ledger::remove(std::string_view name) { return shm::Region::remove(name); }
 
 Ledger::Ledger(Ledger&&) noexcept = default;

@@ -218,6 +218,7 @@ Ring Ring::create(const RingOptions& opts) {
         h->created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::system_clock::now().time_since_epoch()).count();
         std::snprintf(h->name, sizeof h->name, "%s", opts.name.c_str());
+        h->tag.store(opts.tag);
         h->slot_count = g.slot_count;
         h->max_samples = g.max_samples;
         h->slot_bytes = g.slot_bytes;
@@ -249,7 +250,7 @@ Ring Ring::create(const RingOptions& opts) {
     return r;
 }
 
-Ring Ring::attach(std::string_view name, const RingGeometry* expected) {
+Ring Ring::attach(std::string_view name, const RingGeometry* expected, const RunTag* tag) {
     auto region = Region::open(name);
     const std::string& path = region->info().path;
     auto* h = reinterpret_cast<const RingHeader*>(region->base());
@@ -268,6 +269,10 @@ Ring Ring::attach(std::string_view name, const RingGeometry* expected) {
              expected->str(), h->creator_pid,
              process_alive(static_cast<pid_t>(h->creator_pid), h->creator_start_ticks) ? " (still running)" : " (gone)",
              name);
+    if (tag) {
+        const RunTag found = h->tag.load();
+        if (!tag->differences(found).empty()) refuse_foreign("ring", name, path, found, *tag, name);
+    }
     Ring r;
     r.name_ = std::string(name);
     r.bind(std::move(region));
@@ -307,6 +312,23 @@ Ring::~Ring() {
 
 const RegionInfo& Ring::region() const { return region_->info(); }
 pid_t Ring::creator_pid() const { return static_cast<pid_t>(header_->creator_pid); }
+std::uint64_t Ring::creator_start_ticks() const { return header_->creator_start_ticks; }
+RunTag Ring::tag() const { return header_->tag.load(); }
+
+std::vector<OwnerInfo> Ring::live_users() const {
+    std::vector<OwnerInfo> out;
+    const pid_t me = ::getpid();
+    if (creator_pid() != me && process_alive(creator_pid(), creator_start_ticks())) {
+        OwnerInfo c;
+        c.owner = Owner{creator_pid(), 0};
+        c.name = "supervisor (the `hsring run` that created it)";
+        c.alive = true;
+        out.push_back(c);
+    }
+    for (OwnerInfo& o : owners())
+        if (o.alive && o.owner.pid != me && o.owner.pid != creator_pid()) out.push_back(std::move(o));
+    return out;
+}
 
 SlotControl& Ring::control(std::uint32_t slot) const {
     return *reinterpret_cast<SlotControl*>(region_->base() + header_->controls_offset + slot * sizeof(SlotControl));

@@ -5,6 +5,7 @@
 #include "hsring/units.hpp"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -88,6 +89,23 @@ void* map_aligned(int fd, std::uint64_t bytes, int extra_flags) {
     const std::uintptr_t end = start + bytes + kHugePage, used_end = at + bytes;
     if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
     return p;
+}
+
+// Shared memory of another user, or memory other users may read or write, is never attached
+// (DESIGN.md invariant 8): they could read the run's data and corrupt its ring and ledger.
+void check_owner(const std::string& path, const struct stat& st) {
+    if (!S_ISREG(st.st_mode)) fail("{} is not a regular file: not an hsring ring; remove it", path);
+    if (st.st_uid != ::geteuid()) {
+        struct passwd pw{}, *found = nullptr;
+        char buf[1024];
+        const bool known = ::getpwuid_r(st.st_uid, &pw, buf, sizeof buf, &found) == 0 && found;
+        fail("{} belongs to user {} (uid {}), not to you (uid {}): hsring attaches only to its own user's shared "
+             "memory. Ask its owner to remove it (hsring ring rm), or give this run another [run] name or [ring] name",
+             path, known ? found->pw_name : "?", st.st_uid, ::geteuid());
+    }
+    if (st.st_mode & 0077)
+        fail("{} has mode {:04o}: other users may read or write it (hsring makes its shared memory 0600). Remove it "
+             "(hsring ring rm NAME) and start again", path, st.st_mode & 07777);
 }
 
 struct Fd {
@@ -240,7 +258,7 @@ std::string Region::find(std::string_view name) {
     for (const std::string& dir : {probe.mount, shm_dir()}) {
         if (dir.empty()) continue;
         std::string path = dir + "/" + std::string(name);
-        if (::access(path.c_str(), F_OK) == 0) return path;
+        if (::faccessat(AT_FDCWD, path.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) return path;
     }
     return "";
 }
@@ -251,10 +269,14 @@ std::unique_ptr<Region> Region::open(std::string_view name) {
         fail("no ring named '{}' (looked in the hugetlbfs mount and {}): is `hsring run` running, or was the ring "
              "removed?", name, shm_dir());
     Fd f;
-    f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f.fd < 0) fail("cannot open ring {}: {}", path, errno_text(errno));
+    f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (f.fd < 0) {
+        if (errno == ELOOP) fail("{} is a symbolic link, not an hsring ring: remove it (rm {})", path, path);
+        fail("cannot open ring {}: {}", path, errno_text(errno));
+    }
     struct stat st{};
     if (::fstat(f.fd, &st) != 0) fail("cannot stat ring {}: {}", path, errno_text(errno));
+    check_owner(path, st);
     if (st.st_size < static_cast<off_t>(kHugePage))
         fail("{} is not an hsring ring (only {} bytes)", path, st.st_size);
     void* p = map_aligned(f.fd, static_cast<std::uint64_t>(st.st_size), 0);

@@ -14,33 +14,36 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
     if (Ring::exists(plan.ring_name)) {
         Ring ring = [&] {
             try {
-                return Ring::attach(plan.ring_name, &plan.geometry);
+                return Ring::attach(plan.ring_name, &plan.geometry, &plan.tag);
             } catch (const Error& e) {
                 fail("{}\n  `hsring run --fresh` removes the old ring and its ledger (their READY slots and progress "
                      "are dropped; the checkpoint and train log in {} stay, so nothing trained is lost), or "
                      "give this run another [ring] name", e.what(), plan.files.dir.string());
             }
         }();
-        const pid_t creator = ring.creator_pid();
-        if (creator != ::getpid() && process_alive(creator))
-            fail("ring '{}' was created by process {}, which is still running: is another `hsring run` using it? "
-                 "Stop it (hsring stop --run-dir DIR), or give this run another [run] name or [ring] name",
-                 plan.ring_name, creator);
+        // The same run dir, so the same run; but its supervisor may still be alive (another
+        // machine mounting the same run dir, or a run.json that lost track of it).
+        if (auto users = ring.live_users(); !users.empty())
+            fail("ring '{}' is in use by {} (pid {}): is another `hsring run` using it? Stop it (hsring stop "
+                 "--run-dir DIR), or give this run another [run] name or [ring] name", plan.ring_name,
+                 users[0].name, users[0].owner.pid);
         created = false;
         return ring;
     }
     created = true;
-    return Ring::create({plan.ring_name, plan.geometry, plan.huge_pages, true});
+    RingOptions o{plan.ring_name, plan.geometry, plan.huge_pages, true};
+    o.tag = plan.tag;
+    return Ring::create(o);
 }
 
 Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& created, std::uint64_t& marked,
                    const std::function<void(const std::string&)>& say) {
     if (Ledger::exists(name)) {
         created = false;
-        return Ledger::attach(name, &plan.info);
+        return Ledger::attach(name, &plan.info, &plan.tag);
     }
     created = true;
-    Ledger ledger = Ledger::create(name, plan.info);
+    Ledger ledger = Ledger::create(name, plan.info, plan.tag);
     try {
         // A new ledger for a run that already has a checkpoint: what is in those weights is done.
         if (auto step = read_latest_checkpoint(plan.files)) {
@@ -62,17 +65,17 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     return ledger;
 }
 
-StatusBoard open_status(const std::string& name, bool ring_created, bool& created) {
+StatusBoard open_status(const std::string& name, const RunTag& tag, bool ring_created, bool& created) {
     if (StatusBoard::exists(name)) {
         if (!ring_created) {
             created = false;
-            return StatusBoard::attach(name);
+            return StatusBoard::attach(name, &tag);
         }
         // Its entries describe the processes of a ring that is gone.
         StatusBoard::remove(name);
     }
     created = true;
-    return StatusBoard::create(name);
+    return StatusBoard::create(name, tag);
 }
 
 // Removes what this start made if a later step fails.
@@ -91,6 +94,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     const std::string ledger_name = Ledger::name_for_ring(plan.ring_name);
     const std::string status_name = StatusBoard::name_for_ring(plan.ring_name);
     if (plan.fresh) {
+        check_unused(plan.ring_name, "--fresh");
         const std::string removed = remove_run_memory(plan.ring_name);
         if (!removed.empty()) say("--fresh: removed " + removed);
     }
@@ -100,7 +104,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     // Whatever fails from here on must not leave a ring or a status board we just made.
     Undo undo_ring{plan.ring_name, &Ring::remove, ring_created};
     bool status_created = false;
-    StatusBoard status = open_status(status_name, ring_created, status_created);
+    StatusBoard status = open_status(status_name, plan.tag, ring_created, status_created);
     Undo undo_status{status_name, &StatusBoard::remove, status_created};
 
     if (ring_created && Ledger::exists(ledger_name)) {
@@ -125,6 +129,27 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     undo_ring.armed = false;
     undo_status.armed = false;
     return m;
+}
+
+void check_unused(const std::string& ring_name, std::string_view who) {
+    if (!Ring::exists(ring_name)) return;
+    std::vector<OwnerInfo> users;
+    std::string whose;
+    try {
+        const Ring ring = Ring::attach(ring_name);
+        users = ring.live_users();
+        whose = ring.tag().run_dir;
+    } catch (const Error& e) {
+        // Not readable as a ring of this version: nobody can tell who uses it.
+        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, remove it with "
+             "`hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
+    }
+    if (users.empty()) return;
+    std::string list;
+    for (const auto& u : users) list += fmt::format("{}{} (pid {})", list.empty() ? "" : ", ", u.name, u.owner.pid);
+    fail("{} does not remove ring '{}': live processes use it: {}; it belongs to the run in {}. Stop that run first "
+         "(hsring stop --run-dir {}), or give this run another [run] name or [ring] name", who, ring_name, list,
+         whose.empty() ? "?" : whose, whose.empty() ? "DIR" : whose);
 }
 
 std::string remove_run_memory(const std::string& ring_name) {

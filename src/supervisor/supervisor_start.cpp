@@ -125,8 +125,12 @@ void Supervisor::open_memory() {
              "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);
     plan.fresh = opts_.fresh;
     plan.files = files_;
+    plan.tag = RunTag::of(files_.dir.string(), plan.geometry.layout_hash(), fingerprint_, dist.node_rank, dist.nnodes);
     plan.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     mem_.emplace(open_run_memory(plan, [this](const std::string& m) { console_.info("{}", m); }));
+    // In the owner table as an observer: `--fresh` and `hsring ring rm` of another run see that
+    // this ring is in use, also after the supervisor that created it is gone.
+    mem_->ring.join(Role::Observer, 0, "supervisor");
     const auto& m = *mem_;
     if (m.ring_created)
         console_.info("created ring '{}' ({}: {} slots of {} bytes, {})", derived_.ring_name, m.ring.region().path,

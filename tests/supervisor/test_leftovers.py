@@ -28,6 +28,72 @@ def stopped_now_after(r, step):
     check(r.shm_exists() == (True, True), "stop --now keeps the ring and the ledger")
 
 
+def test_another_run_dirs_ring_is_refused():
+    # Finding 1: a new run dir with the same [run] name re-attached the stopped run's ring.
+    r = Run("f1", step_ms=40)
+    other = os.path.join(r.tmp, "other")
+    try:
+        stopped_now_after(r, 6)
+        res = r.cli("run", r.config, "--run-dir", other, run_dir=False, expect=2)
+        check("belongs to another run" in res.stderr and f"run dir {r.run_dir}" in res.stderr, res.stderr)
+        check(f"hsring ring rm {r.ring}" in res.stderr and "--fresh" in res.stderr, res.stderr)
+        check(r.shm_exists() == (True, True), "the refused run leaves the other run's ring alone")
+        # --fresh: that run is over (no live process uses its ring), so this run starts over.
+        r.start("--fresh", "--run-dir", other)
+        r.expect_exit(0)
+        check("--fresh: removed ring" in r.output() and "complete" in r.output(), r.output())
+        res = r.cli("ledger", "verify", other, run_dir=False)
+        check("ok: every sample" in res.stdout, res.stdout)
+        # The first run resumes from its own checkpoint and train log.
+        r.start()
+        r.expect_exit(0)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
+def test_another_users_shared_memory_is_refused():
+    # Finding 3: another user's ring and ledger (mode 666) were attached without an owner check.
+    if not ROOT:
+        print("note: not root: cannot make files of another user; skipped", flush=True)
+        return
+    r = Run("f3", step_ms=40)
+    try:
+        stopped_now_after(r, 3)
+        for f in shm_files(r):
+            os.chown(f, OTHER_UID, OTHER_UID)
+            os.chmod(f, 0o666)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check(f"belongs to user ? (uid {OTHER_UID}), not to you" in res.stderr, res.stderr)
+        for f in shm_files(r):
+            os.chown(f, 0, 0)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("has mode 0666: other users may read or write it" in res.stderr and "hsring ring rm" in res.stderr,
+              res.stderr)
+    finally:
+        r.cleanup()
+
+
+def test_fresh_never_removes_a_ring_in_use():
+    # Finding 4: `hsring run --fresh` of another run dir deleted the ring of a live run.
+    r = Run("f4", step_ms=60, samples=300)
+    other = os.path.join(r.tmp, "other")
+    try:
+        r.start()
+        r.wait_running()
+        res = r.cli("run", r.config, "--fresh", "--run-dir", other, run_dir=False, expect=2)
+        check("--fresh does not remove ring" in res.stderr and "live processes use it" in res.stderr and
+              "supervisor" in res.stderr and f"belongs to the run in {r.run_dir}" in res.stderr, res.stderr)
+        check(r.shm_exists() == (True, True), "the live run keeps its ring")
+        st = r.status()
+        check(all(w["state"] == "running" for w in st["workers"]), str(st["workers"]))
+        r.cli("restart", "target.0")  # its workers can still (re)attach
+        r.expect_exit(0)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 def test_planted_links_are_never_followed():
     # Finding 5: links planted in the run dir were followed (logs, metrics, train log, latest.tmp).
     r = Run("f5", step_ms=5, samples=120)
@@ -98,4 +164,4 @@ def test_a_failed_write_reissues_its_samples():
 
 
 if __name__ == "__main__":
-    main([test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_a_failed_write_reissues_its_samples])
+    main([test_another_run_dirs_ring_is_refused, test_another_users_shared_memory_is_refused, test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_a_failed_write_reissues_its_samples])
