@@ -62,8 +62,18 @@ struct LedgerCounts {
 
 class Ledger {
 public:
-    // Creates the region (all PENDING) for the run `tag`. Fails if the name exists.
-    static Ledger create(std::string_view name, const LedgerInfo& info, const RunTag& tag = {});
+    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights,
+    // trained by drafter `rank` into step `step`.
+    struct Trained {
+        std::uint64_t pos = 0;
+        std::uint32_t rank = 0;
+        std::uint64_t step = 0;
+    };
+    // Creates the region for the run `tag`: every entry PENDING except `durable` (what the run's
+    // checkpoint holds: DURABLE). All or nothing: the name appears only once every mark is made.
+    // Fails if the name exists.
+    static Ledger create(std::string_view name, const LedgerInfo& info, const RunTag& tag = {},
+                         const std::vector<Trained>& durable = {});
     // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error;
     // with `tag`, a ledger of another run (run dir, user, data, machine) is refused.
     static Ledger attach(std::string_view name, const LedgerInfo* expected = nullptr, const RunTag* tag = nullptr);
@@ -108,17 +118,16 @@ public:
         std::uint64_t durable = 0, repended = 0;
     };
     Recovery recover(std::uint32_t rank, std::uint64_t step);
-    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights,
-    // trained by drafter `rank` into step `step`.
-    struct Trained {
-        std::uint64_t pos = 0;
-        std::uint32_t rank = 0;
-        std::uint64_t step = 0;
-    };
-    void mark_durable(const std::vector<Trained>& trained);
 
     // --- status ---
     EntryState state(std::uint64_t pos) const;
+    // An entry as a whole: its state, and the drafter rank and step of CONSUMED / DURABLE.
+    struct EntryView {
+        EntryState state = EntryState::Pending;
+        std::uint32_t rank = 0;
+        std::uint64_t step = 0;
+    };
+    EntryView view(std::uint64_t pos) const;
     LedgerCounts counts() const;          // scans every entry
     std::uint64_t consumed_or_durable() const;  // O(1) counter
     bool done() const;

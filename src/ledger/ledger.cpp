@@ -12,6 +12,7 @@
 #include "hsring/ledger.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
 #include "shm/futex.hpp"
@@ -90,7 +91,8 @@ std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ri
 
 std::uint64_t Ledger::region_bytes(const LedgerInfo& info) { return kEntriesOffset + info.total() * 8; }
 
-Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTag& tag) {
+Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTag& tag,
+                      const std::vector<Trained>& durable) {
     if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
     if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
     const std::uint64_t bytes = region_bytes(info);
@@ -109,7 +111,21 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTa
         h->nnodes = info.nnodes;
         h->node_rank = info.node_rank;
         h->tag.store(tag);
-        // Entries: a fresh file reads as zero = PENDING with payload 0.
+        // Entries: a fresh file reads as zero = PENDING with payload 0. What the checkpoint holds
+        // is marked here, before the ledger has its name: a ledger that is visible is complete
+        // (a kill or a Ctrl-C while it is built leaves no half-marked ledger to train on).
+        auto* entries = reinterpret_cast<std::atomic<std::uint64_t>*>(base + kEntriesOffset);
+        std::uint64_t marked = 0;
+        for (const Trained& t : durable) {
+            if (t.pos >= info.total())
+                fail("ledger '{}': position {} of a train log is beyond the {} entries of this run's data set: the "
+                     "train logs belong to another data set", name, t.pos, info.total());
+            fault::point("rebuild");
+            if (state_of(entries[t.pos].load(memory_order_relaxed)) == EntryState::Durable) continue;
+            entries[t.pos].store(make(EntryState::Durable, consumed_payload(t.rank, t.step)), memory_order_relaxed);
+            ++marked;
+        }
+        h->consumed_or_durable.store(marked, memory_order_relaxed);
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
@@ -271,20 +287,19 @@ Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     return r;
 }
 
-void Ledger::mark_durable(const std::vector<Trained>& trained) {
-    for (const Trained& t : trained) {
-        std::uint64_t e = entry(t.pos).load(memory_order_relaxed);
-        if (state_of(e) == EntryState::Durable) continue;
-        HSRING_ASSERT(state_of(e) == EntryState::Pending, "mark_durable on a position in use ({})", t.pos);
-        if (entry(t.pos).compare_exchange_strong(e, make(EntryState::Durable, consumed_payload(t.rank, t.step)),
-                                                 memory_order_acq_rel))
-            header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
-    }
-}
-
 // --- status --------------------------------------------------------------------------------
 
 EntryState Ledger::state(std::uint64_t pos) const { return state_of(entry(pos).load(memory_order_acquire)); }
+
+Ledger::EntryView Ledger::view(std::uint64_t pos) const {
+    const std::uint64_t e = entry(pos).load(memory_order_acquire);
+    EntryView v{state_of(e)};
+    if (v.state == EntryState::Consumed || v.state == EntryState::Durable) {
+        v.rank = consumed_rank(e);
+        v.step = consumed_step(e);
+    }
+    return v;
+}
 
 LedgerCounts Ledger::counts() const {
     LedgerCounts c;

@@ -6,6 +6,9 @@
 
 #include <unistd.h>
 
+#include <optional>
+#include <vector>
+
 namespace hsring::supervisor {
 
 namespace {
@@ -36,32 +39,96 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
     return Ring::create(o);
 }
 
+// What the run's checkpoint holds: every local drafter rank's train records that are in the
+// weights of checkpoints/latest (none without a checkpoint).
+struct CheckpointContents {
+    std::optional<std::uint64_t> step;
+    std::vector<Ledger::Trained> trained;
+};
+
+CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
+    CheckpointContents c;
+    c.step = read_latest_checkpoint(plan.files);
+    if (!c.step) return c;
+    for (std::uint32_t r = 0; r < plan.drafters; ++r) {
+        auto t = surviving_records(plan.files.train_log(r), r, *c.step);
+        c.trained.insert(c.trained.end(), t.begin(), t.end());
+    }
+    return c;
+}
+
+// "" when the ledger's trained marks are what the checkpoint holds (DESIGN.md invariant 8), else
+// what differs. CONSUMED after the checkpoint's step is fine: the drafter's recover() re-issues it.
+std::string disagreement(const Ledger& l, const CheckpointContents& c) {
+    constexpr std::uint64_t kNone = ~std::uint64_t{0};
+    const std::uint64_t total = l.total(), step = c.step.value_or(0);
+    std::vector<std::uint64_t> expect(total, kNone);
+    std::uint64_t beyond = 0, doubled = 0;
+    for (const auto& t : c.trained) {
+        if (t.pos >= total) {
+            ++beyond;
+            continue;
+        }
+        if (expect[t.pos] != kNone) ++doubled;
+        expect[t.pos] = (std::uint64_t{t.rank} << 48) | t.step;
+    }
+    std::uint64_t extra = 0, missing = 0, other = 0;
+    for (std::uint64_t p = 0; p < total; ++p) {
+        const Ledger::EntryView v = l.view(p);
+        const std::uint64_t key = (std::uint64_t{v.rank} << 48) | v.step;
+        switch (v.state) {
+        case EntryState::Durable:
+            if (expect[p] == kNone) ++extra;
+            else if (expect[p] != key) ++other;
+            break;
+        case EntryState::Consumed:
+            if (v.step <= step ? expect[p] != key : expect[p] != kNone) ++(expect[p] == kNone ? extra : other);
+            break;
+        case EntryState::Pending:
+        case EntryState::InSlot:
+            if (expect[p] != kNone) ++missing;
+            break;
+        }
+    }
+    std::string why;
+    auto add = [&](std::uint64_t n, const char* text) {
+        if (n) why += fmt::format("{}{} {}", why.empty() ? "" : "; ", n, text);
+    };
+    add(extra, "sample passes are marked trained in the ledger but are not in the checkpoint's weights (was "
+               "checkpoints/latest removed or set back?)");
+    add(missing, "sample passes in the checkpoint's weights are not marked trained in the ledger");
+    add(other, "sample passes are marked trained by another drafter rank or into another step than the train logs say");
+    add(doubled, "positions appear twice in the checkpoint's train records");
+    add(beyond, "train records name positions beyond this ledger");
+    return why;
+}
+
 Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& created, std::uint64_t& marked,
                    const std::function<void(const std::string&)>& say) {
+    const CheckpointContents ck = read_checkpoint_contents(plan);
+    const std::string at = ck.step ? fmt::format("the checkpoint of step {}", *ck.step) : std::string("no checkpoint");
     if (Ledger::exists(name)) {
-        created = false;
-        return Ledger::attach(name, &plan.info, &plan.tag);
+        Ledger attached = Ledger::attach(name, &plan.info, &plan.tag);
+        const std::string why = disagreement(attached, ck);
+        if (why.empty()) {
+            created = false;
+            return attached;
+        }
+        // Never train on a ledger that disagrees with the weights it would resume: it would skip
+        // samples that are not in them, or train twice what is. The checkpoint and the train logs
+        // are the durable truth; the ring's READY slots stay, their samples are produced again.
+        say(fmt::format("ledger '{}' does not agree with {} in {}: {}. The ledger is rebuilt from the checkpoint "
+                        "and the train logs", name, at, plan.files.dir.string(), why));
+        { Ledger gone = std::move(attached); }
+        Ledger::remove(name);
     }
     created = true;
-    Ledger ledger = Ledger::create(name, plan.info, plan.tag);
-    try {
-        // A new ledger for a run that already has a checkpoint: what is in those weights is done.
-        if (auto step = read_latest_checkpoint(plan.files)) {
-            std::vector<Ledger::Trained> trained;
-            for (std::uint32_t r = 0; r < plan.drafters; ++r) {
-                auto t = surviving_records(plan.files.train_log(r), r, *step);
-                trained.insert(trained.end(), t.begin(), t.end());
-            }
-            ledger.mark_durable(trained);
-            marked = trained.size();
-            say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
-                            "drafter rank(s) in {}): marked durable", name, marked, *step, plan.drafters,
-                            plan.files.dir.string()));
-        }
-    } catch (...) {
-        Ledger::remove(name);
-        throw;
-    }
+    Ledger ledger = Ledger::create(name, plan.info, plan.tag, ck.trained);
+    marked = ck.trained.size();
+    if (ck.step)
+        say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
+                        "drafter rank(s) in {}): marked durable", name, marked, *ck.step, plan.drafters,
+                        plan.files.dir.string()));
     return ledger;
 }
 

@@ -8,10 +8,13 @@
 //                               run dir, user, data set, machine) is refused (the message says
 //                               whose it is, --fresh, hsring ring rm); so is a ring a live process uses
 //   ring new, ledger exists     the ledger's IN_SLOT entries name slots that are gone: replaced
-//   ledger exists               attach; another data set / epochs / seed is refused
+//   ledger exists               attach; another data set / epochs / seed / run is refused. Its
+//                               trained marks must be what RUN_DIR/checkpoints/latest holds (every
+//                               local drafter's train log replayed to that step): if they are not
+//                               (latest lost or set back, a half-built ledger), it is rebuilt
 //   ledger new                  all PENDING; if RUN_DIR/checkpoints/latest exists, the positions
 //                               in that checkpoint's weights (every local drafter's train log)
-//                               are marked DURABLE
+//                               are DURABLE; the name appears only once every mark is made
 //   status board                goes with the ring: new with a new ring (an old one is replaced),
 //                               else attached (created if missing)
 // Then the slots of dead owners are reclaimed (their samples re-pended) and a stopping flag left

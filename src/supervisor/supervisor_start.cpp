@@ -25,9 +25,11 @@ void Supervisor::start() {
     load_config_and_data();
     lock_run_dir();
     take_over_previous();
+    // From here on SIGINT/SIGTERM wait in the signalfd for the loop: a Ctrl-C while the ring and
+    // the ledger are made (or rebuilt) stops the run once they are complete, never halfway.
+    signals_ = std::make_unique<SignalEvents>();
     open_memory();
     control_ = std::make_unique<ControlServer>(files_.control_socket());
-    signals_ = std::make_unique<SignalEvents>();
 
     record_ = RunRecord{};
     record_.config = fs::absolute(cfg_.file).string();
@@ -123,6 +125,14 @@ void Supervisor::open_memory() {
     if (plan.info.samples == 0)
         fail("the data set {} has {} samples, fewer than the {} machines of the run ([distributed] nnodes): machine "
              "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);
+    RunRecord now;
+    now.fingerprint = fingerprint_;
+    now.samples = samples_;
+    now.seed = cfg_.run.seed;
+    now.shuffle = cfg_.data.shuffle;
+    now.nnodes = dist.nnodes;
+    now.node_rank = dist.node_rank;
+    check_same_data(previous_, files_, now);
     plan.fresh = opts_.fresh;
     plan.files = files_;
     plan.tag = RunTag::of(files_.dir.string(), plan.geometry.layout_hash(), fingerprint_, dist.node_rank, dist.nnodes);

@@ -213,3 +213,26 @@ TEST_CASE("train log lineage: weights that died are not counted, resumes bound e
     CHECK_FALSE(r.ok());
     fs::remove_all(dir);
 }
+
+TEST_CASE("a ledger of another run is refused; a new one is built complete before it has its name") {
+    const std::string name = "hsring-test-ledger-tag-" + std::to_string(::getpid());
+    const RunTag mine = RunTag::of("/tmp/run-a", 0x11, 0xabc, 0, 1);
+    std::vector<Ledger::Trained> durable{{0, 0, 3}, {2, 1, 4}};
+    {
+        Ledger l = Ledger::create(name, info(4), mine, durable);
+        CHECK(l.state(0) == EntryState::Durable);
+        CHECK(l.state(1) == EntryState::Pending);
+        CHECK(l.view(2).rank == 1);
+        CHECK(l.view(2).step == 4);
+        CHECK(l.consumed_or_durable() == 2);
+    }
+    CHECK_NOTHROW(Ledger::attach(name, nullptr, &mine));
+    const RunTag other = RunTag::of("/tmp/run-b", 0x11, 0xabc, 0, 1);
+    CHECK_THROWS_WITH_AS(Ledger::attach(name, nullptr, &other),
+                         doctest::Contains("belongs to another run: run dir /tmp/run-a (this run: /tmp/run-b)"), Error);
+    Ledger::remove(name);
+    // A train record beyond the data set: refused, and no ledger by that name appears.
+    durable.push_back({99, 0, 1});
+    CHECK_THROWS_WITH_AS(Ledger::create(name, info(4), mine, durable), doctest::Contains("another data set"), Error);
+    CHECK_FALSE(Ledger::exists(name));
+}

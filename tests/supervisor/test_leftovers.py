@@ -52,6 +52,40 @@ def test_another_run_dirs_ring_is_refused():
         r.cleanup()
 
 
+def test_a_lost_latest_rebuilds_the_ledger():
+    # Finding 2: checkpoints/latest removed after everything was killed: fresh weights, but the
+    # kept ledger still said the old steps were durable.
+    r = Run("f2a", step_ms=40)
+    try:
+        stopped_now_after(r, 11)
+        os.remove(os.path.join(r.run_dir, "checkpoints", "latest"))
+        r.start()
+        r.expect_exit(0)
+        check(re.search(r"ledger '[^']+' does not agree with no checkpoint .*marked trained in the ledger but are not "
+                        r"in the checkpoint's weights.*rebuilt", r.output()), r.output())
+        r.verify()
+    finally:
+        r.cleanup()
+
+
+def test_an_older_latest_rebuilds_the_ledger():
+    # Finding 2: checkpoints/latest set back to an older step.
+    r = Run("f2b", step_ms=40)
+    try:
+        stopped_now_after(r, 11)
+        ck = os.path.join(r.run_dir, "checkpoints")
+        steps = sorted(d for d in os.listdir(ck) if d.startswith("step-"))
+        check(len(steps) == 2, f"two checkpoints kept: {steps}")
+        with open(os.path.join(ck, "latest"), "w") as f:
+            f.write(str(int(steps[0][5:])) + "\n")
+        r.start()
+        r.expect_exit(0)
+        check(f"does not agree with the checkpoint of step {int(steps[0][5:])}" in r.output(), r.output())
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 def test_another_users_shared_memory_is_refused():
     # Finding 3: another user's ring and ledger (mode 666) were attached without an owner check.
     if not ROOT:
@@ -149,6 +183,35 @@ def test_a_run_dir_open_to_others_is_refused():
         r.cleanup()
 
 
+def test_changed_data_is_refused():
+    # Finding 6: the data changed between a graceful stop and the resume.
+    r = Run("f6", step_ms=40)
+    try:
+        r.start()
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 6, "a checkpoint (step >= 5)")
+        r.cli("stop")
+        r.expect_exit(0)
+        fingerprint = r.record()["fingerprint"]
+        with open(r.data, "a") as f:
+            f.write('{"input_ids": [1, 2, 3, 4, 5]}\n')
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("holds the checkpoint of step" in res.stderr and "another data set or order" in res.stderr and
+              "fingerprint" in res.stderr and "--run-dir" in res.stderr, res.stderr)
+        check(r.record()["fingerprint"] == fingerprint, "run.json still names the data set of the checkpoint")
+        # The same with the ring kept (stop --now): refused by the ring's and the ledger's tag.
+        with open(r.data) as f:
+            lines = f.readlines()
+        with open(r.data, "w") as f:
+            f.writelines(lines[:-1])
+        stopped_now_after(r, 11)
+        with open(r.data, "a") as f:
+            f.write('{"input_ids": [1, 2, 3, 4, 5]}\n')
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("another data set" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
 def test_a_failed_write_reissues_its_samples():
     # Finding 7: an exception in a target's write left its samples taken: the run never ended.
     r = Run("f7", step_ms=5, env={"HSRING_FAULT": "target.0:write:3,target.1:write:5"})
@@ -163,5 +226,25 @@ def test_a_failed_write_reissues_its_samples():
         r.cleanup()
 
 
+def test_ctrl_c_while_the_ledger_is_rebuilt():
+    # Finding 8: Ctrl-C while a new ledger took the checkpoint's marks: the ledger was visible by
+    # name half-marked and SIGINT killed the supervisor; the next run trained samples twice.
+    r = Run("f8", step_ms=40)
+    try:
+        r.start()
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 6, "a checkpoint (step >= 5)")
+        r.cli("stop")
+        r.expect_exit(0)
+        check(r.shm_exists() == (False, False), "a graceful stop removes the ledger: the next run rebuilds it")
+        r.start(env={"HSRING_FAULT": "supervisor:rebuild:3:int"})
+        r.expect_exit(0)
+        check("injected fault" in r.output() and "interrupted (SIGINT): stopping gracefully" in r.output(), r.output())
+        r.start()
+        r.expect_exit(0)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_another_run_dirs_ring_is_refused, test_another_users_shared_memory_is_refused, test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_a_failed_write_reissues_its_samples])
+    main([test_another_run_dirs_ring_is_refused, test_a_lost_latest_rebuilds_the_ledger, test_an_older_latest_rebuilds_the_ledger, test_another_users_shared_memory_is_refused, test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_changed_data_is_refused, test_a_failed_write_reissues_its_samples, test_ctrl_c_while_the_ledger_is_rebuilt])
