@@ -113,7 +113,8 @@ public:
     std::uint64_t make_durable(std::uint32_t rank, std::uint64_t step);
     // At a drafter's start from a checkpoint of `step` (0 = none): CONSUMED(rank, s <= step) ->
     // DURABLE, CONSUMED(rank, s > step) and DURABLE(rank, s > step) -> PENDING (trained into
-    // weights that are not the ones resumed from).
+    // weights that are not the ones resumed from). Scans every entry: recounts `rank`'s counter
+    // and lowers the low-water mark to the lowest PENDING entry.
     struct Recovery {
         std::uint64_t durable = 0, repended = 0;
     };
@@ -129,12 +130,17 @@ public:
     };
     EntryView view(std::uint64_t pos) const;
     LedgerCounts counts() const;          // scans every entry
-    std::uint64_t consumed_or_durable() const;  // O(1) counter
+    std::uint64_t consumed_or_durable() const;  // sum of the per-rank counters (exact after recover/repair)
+    // With no other process attached (the supervisor at start): recounts every rank's counter and
+    // lowers the low-water mark to the lowest PENDING entry, undoing what a process killed between
+    // an entry's CAS and its bookkeeping left behind.
+    void repair();
     bool done() const;
     void set_done();
 
 private:
     Ledger() = default;
+    std::chrono::steady_clock::time_point last_sweep_{};  // take()'s sweep for stray PENDING entries
     std::atomic<std::uint64_t>& entry(std::uint64_t pos) const;
     void lower_low_water(std::uint64_t pos);
     bool to_pending(std::uint64_t pos, std::uint64_t expected_entry);
@@ -143,5 +149,10 @@ private:
     ledger_detail::LedgerHeader* header_ = nullptr;
     LedgerInfo info_;
 };
+
+// Tests: called at "consume.cas" (an entry CONSUMED, its counter not yet counted) and
+// "repend.cas" (an entry PENDING, the low-water mark not yet lowered). Default: none.
+using LedgerTestHook = void (*)(const char* point);
+void set_ledger_test_hook(LedgerTestHook hook);
 
 } // namespace hsring

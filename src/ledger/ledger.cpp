@@ -15,6 +15,7 @@
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
+#include "hsring/worker_contract.hpp"
 #include "shm/futex.hpp"
 #include "shm/region.hpp"
 #include "shm/run_tag_block.hpp"
@@ -31,9 +32,10 @@ namespace ledger_detail {
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
 // 3: the worker stats moved out to the status board (hsring/status_board.hpp); the machine's
 // share of the data set (nnodes, node_rank, dataset_samples) in the header.
-// 4: the run tag (whose ledger it is: hsring/run_tag.hpp).
+// 4: the run tag (whose ledger it is: hsring/run_tag.hpp); consumption counted per drafter rank.
 inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::uint64_t kEntriesOffset = 4096;
+inline constexpr std::uint32_t kMaxRanks = kMaxWorkers - kDrafterStatsBase;  // drafter ranks per machine
 
 struct LedgerHeader {
     char magic[8];
@@ -56,8 +58,15 @@ struct LedgerHeader {
     alignas(64) std::atomic<std::uint64_t> low_water;
     alignas(64) std::atomic<std::uint32_t> pending_seq;  // futex: bumped when entries go PENDING
     std::atomic<std::uint32_t> pending_waiters;
-    alignas(64) std::atomic<std::uint64_t> consumed_or_durable;
-    std::atomic<std::uint32_t> done;
+    alignas(64) std::atomic<std::uint32_t> done;
+    // Entries CONSUMED or DURABLE, per drafter rank of this machine. Each counter has one writer
+    // at a time (its rank: consume, recover; the supervisor while it builds the ledger alone),
+    // so recover() can recount its rank's exactly: a kill between an entry's CAS and the counter
+    // update skews nothing for good.
+    struct alignas(64) RankCount {
+        std::atomic<std::uint64_t> n;
+    };
+    RankCount consumed[kMaxRanks];
 };
 static_assert(sizeof(LedgerHeader) <= kEntriesOffset);
 
@@ -81,6 +90,16 @@ constexpr std::uint64_t lw_make(std::uint64_t gen, std::uint64_t pos) { return (
 } // namespace ledger_detail
 
 using namespace ledger_detail;
+
+namespace {
+LedgerTestHook g_hook = nullptr;
+inline void hook(const char* point) {
+    if (g_hook) [[unlikely]] g_hook(point);
+}
+constexpr auto kSweepEvery = std::chrono::seconds(1);
+} // namespace
+
+void set_ledger_test_hook(LedgerTestHook h) { g_hook = h; }
 using std::memory_order_acq_rel;
 using std::memory_order_acquire;
 using std::memory_order_relaxed;
@@ -115,17 +134,16 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTa
         // is marked here, before the ledger has its name: a ledger that is visible is complete
         // (a kill or a Ctrl-C while it is built leaves no half-marked ledger to train on).
         auto* entries = reinterpret_cast<std::atomic<std::uint64_t>*>(base + kEntriesOffset);
-        std::uint64_t marked = 0;
         for (const Trained& t : durable) {
             if (t.pos >= info.total())
                 fail("ledger '{}': position {} of a train log is beyond the {} entries of this run's data set: the "
                      "train logs belong to another data set", name, t.pos, info.total());
+            if (t.rank >= kMaxRanks) fail("ledger '{}': a train record of drafter rank {} (at most {})", name, t.rank, kMaxRanks);
             fault::point("rebuild");
             if (state_of(entries[t.pos].load(memory_order_relaxed)) == EntryState::Durable) continue;
             entries[t.pos].store(make(EntryState::Durable, consumed_payload(t.rank, t.step)), memory_order_relaxed);
-            ++marked;
+            h->consumed[t.rank].n.fetch_add(1, memory_order_relaxed);
         }
-        h->consumed_or_durable.store(marked, memory_order_relaxed);
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
@@ -203,7 +221,20 @@ std::optional<std::uint64_t> Ledger::take(std::uint64_t ticket) {
             header_->low_water.compare_exchange_strong(lw, lw_make(lw_gen(lw), cur), memory_order_acq_rel);
             continue;
         }
-        if (cur >= total) return std::nullopt;
+        if (cur >= total) {
+            // Everything was handed out. A position re-pended by a process killed between its CAS
+            // and lowering the mark is PENDING below the mark, where no scan looks: sweep for it now
+            // and then (cheap: once a second, and only on this idle path).
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_sweep_ < kSweepEvery) return std::nullopt;
+            last_sweep_ = now;
+            std::uint64_t p = 0;
+            while (p < total && state_of(entry(p).load(memory_order_relaxed)) != EntryState::Pending) ++p;
+            if (p == total) return std::nullopt;
+            log::debug("ledger: position {} was PENDING below the low-water mark: found by a sweep", p);
+            lower_low_water(p);
+            continue;
+        }
         if (header_->cursor.compare_exchange_weak(cur, cur + 1, memory_order_acq_rel) && try_take(cur)) return cur;
     }
 }
@@ -220,6 +251,7 @@ void Ledger::lower_low_water(std::uint64_t pos) {
 bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
     // Entry first, then the mark: a taker that sees the new mark also sees the PENDING entry.
     if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Pending), memory_order_acq_rel)) return false;
+    hook("repend.cas");
     lower_low_water(pos);
     return true;
 }
@@ -254,7 +286,8 @@ bool Ledger::consume(std::uint64_t pos, std::uint64_t ticket, std::uint32_t rank
     if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Consumed, consumed_payload(rank, step)),
                                             memory_order_acq_rel))
         return false;
-    header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
+    hook("consume.cas");
+    header_->consumed[rank].n.fetch_add(1, memory_order_relaxed);
     return true;
 }
 
@@ -270,20 +303,28 @@ std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
 }
 
 Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
+    HSRING_ASSERT(rank < kMaxRanks, "drafter rank {}", rank);
     Recovery r;
+    std::uint64_t kept = 0;                      // rank's entries CONSUMED or DURABLE after the pass
+    std::uint64_t lowest_pending = info_.total();  // any rank's
     for (std::uint64_t p = 0; p < info_.total(); ++p) {
         std::uint64_t e = entry(p).load(memory_order_relaxed);
         const EntryState st = state_of(e);
+        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
         if ((st != EntryState::Consumed && st != EntryState::Durable) || consumed_rank(e) != rank) continue;
         if (consumed_step(e) <= step) {
+            ++kept;
             if (st == EntryState::Consumed &&
                 entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
                 ++r.durable;
         } else if (to_pending(p, e)) {
-            header_->consumed_or_durable.fetch_sub(1, memory_order_relaxed);
             ++r.repended;
         }
     }
+    // Recount: nobody else writes this rank's entries or its counter while it recovers.
+    header_->consumed[rank].n.store(kept, memory_order_relaxed);
+    // A position left PENDING above a mark that a killed process did not lower is found again.
+    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
     return r;
 }
 
@@ -314,7 +355,25 @@ LedgerCounts Ledger::counts() const {
     return c;
 }
 
-std::uint64_t Ledger::consumed_or_durable() const { return header_->consumed_or_durable.load(memory_order_acquire); }
+std::uint64_t Ledger::consumed_or_durable() const {
+    std::uint64_t n = 0;
+    for (const auto& c : header_->consumed) n += c.n.load(memory_order_acquire);
+    return n;
+}
+
+void Ledger::repair() {
+    std::uint64_t counts[kMaxRanks] = {};
+    std::uint64_t lowest_pending = info_.total();
+    for (std::uint64_t p = 0; p < info_.total(); ++p) {
+        const std::uint64_t e = entry(p).load(memory_order_relaxed);
+        const EntryState st = state_of(e);
+        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
+        if ((st == EntryState::Consumed || st == EntryState::Durable) && consumed_rank(e) < kMaxRanks)
+            ++counts[consumed_rank(e)];
+    }
+    for (std::uint32_t r = 0; r < kMaxRanks; ++r) header_->consumed[r].n.store(counts[r], memory_order_relaxed);
+    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
+}
 bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0; }
 void Ledger::set_done() {
     header_->done.store(1, memory_order_release);

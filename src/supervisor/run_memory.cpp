@@ -184,6 +184,9 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     bool ledger_created = false;
     std::uint64_t marked = 0;
     Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
+    // No worker is attached yet: undo what a process killed between an entry's CAS and its
+    // bookkeeping left (a counter off by one, a PENDING entry below the low-water mark).
+    if (!ledger_created) ledger.repair();
 
     RunMemory m{std::move(ring), std::move(ledger), std::move(status)};
     m.ring_created = ring_created;
