@@ -215,7 +215,8 @@ public:
     // turns FREE (so the samples it held are re-issued even if the reclaimer dies midway).
     // Safe to call concurrently and repeatedly (idempotent).
     ReclaimResult reclaim(Owner owner, const std::function<void(std::uint64_t ticket)>& before_free = {});
-    // Reclaims every owner whose process is gone (pid gone, or reused: start time differs).
+    // Reclaims every owner whose process is gone (pid gone, or reused: start time differs), and
+    // frees owner entries left half-joined by a process that died.
     ReclaimResult reclaim_dead(const std::function<void(std::uint64_t ticket)>& before_free = {});
     // Called by waits that time out, to reclaim dead owners without the supervisor.
     void set_reclaim_hook(std::function<void(std::uint64_t ticket)> before_free);
@@ -226,7 +227,8 @@ public:
 
     Occupancy occupancy() const;
     RingCounters counters() const;
-    // The owner table: every process that joined and has not left (or been reclaimed).
+    // The owner table: every process that joined and has not left (or been reclaimed); an entry
+    // being joined shows as "(joining)".
     std::vector<OwnerInfo> owners() const;
     SlotState state(std::uint32_t slot) const;
     std::optional<Owner> owner_of(std::uint32_t slot) const;
@@ -270,7 +272,8 @@ private:
 };
 
 // Fault injection for tests: called at each transition point ("claim", "commit.before",
-// "commit.after", "acquire", "release.before", "release.after", "abort.before"). Default: none.
+// "commit.after", "acquire", "release.before", "release.after", "abort.before") and in join()
+// once its owner entry is reserved ("join.reserved"). Default: none.
 using RingTestHook = void (*)(const char* point);
 void set_ring_test_hook(RingTestHook hook);
 

@@ -40,7 +40,7 @@
 namespace hsring::ring_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'R', 'I', 'N', 'G', '\0', '\1'};
-// 2: the run tag (whose ring it is) in the header in the header.
+// 2: the run tag (whose ring it is) in the header; owner entries being joined carry the joiner's pid.
 inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint32_t kMaxOwners = 128;
 inline constexpr std::size_t kCacheLine = 64;

@@ -39,7 +39,13 @@ inline void hook(const char* point) {
 
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 constexpr auto kReclaimEvery = std::chrono::milliseconds(500);
-constexpr std::uint64_t kReservedToken = 1;  // an owner entry being filled in
+// An owner entry being filled in by `pid`: [pid : 32 | 0 | 0xf]. A joiner killed before it
+// published its token leaves this; reclaim_dead() frees it once that pid is gone.
+constexpr std::uint64_t kReservingState = 0xf;
+constexpr std::uint64_t reserving_token(pid_t pid) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(pid)) << 32) | kReservingState;
+}
+constexpr bool is_reserving(std::uint64_t tok) { return (tok & 0xf) == kReservingState; }
 
 std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -358,7 +364,8 @@ void Ring::join(Role role, std::uint32_t incarnation, std::string_view name) {
         std::uint64_t expect = 0;
         // Reserve, fill, then publish the token (release): a reader that sees the token also
         // sees the start time, so a live owner is never judged dead by a stale start time.
-        if (!e.token.compare_exchange_strong(expect, kReservedToken, memory_order_acquire)) continue;
+        if (!e.token.compare_exchange_strong(expect, reserving_token(self_.pid), memory_order_acquire)) continue;
+        hook("join.reserved");
         e.start_ticks = process_start_ticks(self_.pid);
         e.role = static_cast<std::uint32_t>(role);
         std::snprintf(e.name, sizeof e.name, "%.*s", static_cast<int>(name.size()), name.data());
@@ -537,8 +544,13 @@ ReclaimResult Ring::reclaim_dead(const std::function<void(std::uint64_t)>& befor
     std::vector<std::uint64_t> known;
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
         OwnerEntry& e = owner_entry(region_->base(), header_, i);
-        const std::uint64_t tok = e.token.load(memory_order_acquire);
-        if (tok <= kReservedToken) continue;
+        std::uint64_t tok = e.token.load(memory_order_acquire);
+        if (tok == 0) continue;
+        if (is_reserving(tok)) {
+            // Its joiner holds no slot yet; if it died, the entry is free again.
+            if (!process_alive(word_owner(tok).pid)) e.token.compare_exchange_strong(tok, 0, memory_order_acq_rel);
+            continue;
+        }
         const Owner o = word_owner(tok);
         if (process_alive(o.pid, e.start_ticks)) {
             known.push_back(tok);
@@ -604,8 +616,15 @@ std::vector<OwnerInfo> Ring::owners() const {
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
         const OwnerEntry& e = owner_entry(region_->base(), header_, i);
         const std::uint64_t tok = e.token.load(memory_order_acquire);
-        if (tok <= kReservedToken) continue;
+        if (tok == 0) continue;
         OwnerInfo o;
+        if (is_reserving(tok)) {  // being joined (or its joiner died mid-join)
+            o.owner = Owner{word_owner(tok).pid, 0};
+            o.name = "(joining)";
+            o.alive = process_alive(o.owner.pid);
+            out.push_back(std::move(o));
+            continue;
+        }
         o.owner = word_owner(tok);
         o.role = static_cast<Role>(e.role);
         o.name.assign(e.name, strnlen(e.name, sizeof e.name));

@@ -1,6 +1,7 @@
 #include "shm/region.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/liveness.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
 
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -169,6 +171,23 @@ std::byte* build(const std::string& dir, std::string_view name, std::uint64_t by
     return base;
 }
 
+// `.NAME.creating.PID` files of creators that died mid-create (on hugetlbfs they hold reserved
+// pages): removed once that pid is gone. A live pid's file is its creation in progress.
+void remove_stale_temporaries(const std::string& dir, std::string_view name) {
+    if (dir.empty()) return;
+    const std::string prefix = "." + std::string(name) + ".creating.";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.rfind(prefix, 0) != 0) continue;
+        char* end = nullptr;
+        const long pid = std::strtol(f.c_str() + prefix.size(), &end, 10);
+        if (!end || *end || pid <= 0 || pid == ::getpid() || process_alive(static_cast<pid_t>(pid))) continue;
+        if (::unlink(e.path().c_str()) == 0)
+            log::info("removed {}, left by process {} that died while it created '{}'", e.path().string(), pid, name);
+    }
+}
+
 bool is_hugetlbfs(const std::string& path) {
     struct statfs s{};
     return ::statfs(path.c_str(), &s) == 0 && static_cast<unsigned long>(s.f_type) == HUGETLBFS_MAGIC;
@@ -213,6 +232,7 @@ HugePageProbe probe_huge_pages() {
 std::unique_ptr<Region> Region::create(std::string_view name, std::uint64_t bytes, HugePages hp, bool prefault,
                                        const std::function<void(std::byte*)>& init) {
     check_name(name);
+    for (const std::string& dir : {probe_huge_pages().mount, shm_dir()}) remove_stale_temporaries(dir, name);
     if (std::string existing = find(name); !existing.empty())
         fail("a ring named '{}' already exists ({}): attach to it, remove it (hsring ring rm {}), or choose "
              "another [ring] name", name, existing, name);
@@ -289,6 +309,7 @@ std::unique_ptr<Region> Region::open(std::string_view name) {
 
 bool Region::remove(std::string_view name) {
     ::unlink((shm_dir() + "/." + std::string(name) + ".cuda-register.lock").c_str());
+    for (const std::string& dir : {probe_huge_pages().mount, shm_dir()}) remove_stale_temporaries(dir, name);
     bool removed = false;
     for (std::string path = find(name); !path.empty(); path = find(name)) {
         if (::unlink(path.c_str()) != 0) fail("cannot remove ring {}: {}", path, errno_text(errno));

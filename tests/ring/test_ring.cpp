@@ -441,6 +441,47 @@ TEST_CASE("shared memory that other users may access, or of another user, is ref
     ::unlink(link.c_str());
 }
 
+TEST_CASE("a creator killed mid-create leaves its temporary file only until the next create") {
+    const std::string name = unique_ring_name("mid");
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        shm::Region::create(name, 4 * MiB, HugePages::Off, false, [](std::byte*) { ::_exit(0); });
+        ::_exit(1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    const std::string tmp = shm::shm_dir() + "/." + name + ".creating." + std::to_string(child);
+    CHECK(::access(tmp.c_str(), F_OK) == 0);  // what the dead creator left
+    CHECK_FALSE(Ring::exists(name));
+    { Ring r = Ring::create({name, small_geometry(), HugePages::Off, true}); }
+    CHECK(::access(tmp.c_str(), F_OK) != 0);
+    Ring::remove(name);
+}
+
+TEST_CASE("an owner entry left half-joined by a killed process is freed by reclaim_dead") {
+    TempRing t;
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        Ring c = Ring::attach(t.name);
+        set_ring_test_hook([](const char* point) {
+            if (std::string(point) == "join.reserved") ::kill(::getpid(), SIGKILL);
+        });
+        c.join(Role::Writer, 3, "child");
+        ::_exit(1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSIGNALED(status));
+    auto owners = t.ring.owners();
+    REQUIRE(owners.size() == 1);
+    CHECK(owners[0].name == "(joining)");
+    CHECK_FALSE(owners[0].alive);
+    t.ring.reclaim_dead();
+    CHECK(t.ring.owners().empty());  // recycled: 128 such deaths no longer fill the table
+}
+
 TEST_CASE("the ring's creator is a live user only with its start time: a reused pid is not") {
     TempRing t;
     const pid_t child = ::fork();
