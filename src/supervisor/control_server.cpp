@@ -134,6 +134,10 @@ void ControlServer::read_conn(Conn& c, const ControlHandler& handler) {
         reply.body = {{"ok", false}, {"error", std::string("bad request: ") + e.what()}};
     } catch (const Error& e) {
         reply.body = {{"ok", false}, {"error", e.what()}};
+    } catch (const std::exception& e) {
+        // Nothing a client sends may end the supervisor's loop: any other failure is this
+        // request's error.
+        reply.body = {{"ok", false}, {"error", std::string("the supervisor could not answer: ") + e.what()}};
     }
     send_line(c.fd, reply.body);
     if (reply.hold) c.held = true;

@@ -66,7 +66,7 @@ std::size_t wait_for_previous_workers(const RunRecord& r, double timeout_s, Cons
                  "exit: {}", timeout_s, r.supervisor_pid, names);
     // They got SIGTERM when their supervisor died; send it again in case they were started by a
     // supervisor that had not set it yet.
-    for (const auto* w : alive) ::kill(w->pid, SIGTERM);
+    for (const auto* w : alive) signal_process(w->pid, w->start_ticks, SIGTERM);
     const std::size_t count = alive.size();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     bool killed = false;
@@ -78,8 +78,9 @@ std::size_t wait_for_previous_workers(const RunRecord& r, double timeout_s, Cons
             for (const auto* w : alive) {
                 console.warn("{} (pid {}) of the previous supervisor did not exit within {:g} s ([supervisor] "
                              "stop_timeout_s): killing it", w->name, w->pid, timeout_s);
-                ::kill(-w->pid, SIGKILL);  // its process group: it may have helpers
-                ::kill(w->pid, SIGKILL);
+                // Through a pidfd, after checking its start time: a pid reused meanwhile is spared.
+                // Its process group too: it may have helpers.
+                signal_process(w->pid, w->start_ticks, SIGKILL, true);
             }
             killed = true;
             deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -1,7 +1,10 @@
 // The supervisor's pure parts: restart decisions, exit reasons, pipe lines, worker names,
 // run.json, the status line.
 #include "hsring/error.hpp"
+#include "hsring/liveness.hpp"
 #include "hsring/safe_file.hpp"
+#include "supervisor/control_client.hpp"
+#include "supervisor/control_server.hpp"
 #include "supervisor/exit_reason.hpp"
 #include "supervisor/line_reader.hpp"
 #include "supervisor/restart_policy.hpp"
@@ -12,14 +15,18 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace hsring;
@@ -281,6 +288,54 @@ std::filesystem::path temp_dir(const std::string& tag) {
 }
 
 } // namespace
+
+TEST_CASE("a control handler that throws anything answers with an error and the supervisor goes on") {
+    namespace fs = std::filesystem;
+    const fs::path dir = temp_dir("ctl");
+    fs::create_directories(dir);
+    ControlServer server(dir / "control.sock");
+    auto throwing = [](const nlohmann::json&) -> ControlReply { throw std::out_of_range("map::at"); };
+    for (int round = 0; round < 2; ++round) {  // and it still answers the next request
+        std::atomic<bool> done{false};
+        std::string error;
+        std::thread client([&] {
+            try {
+                ControlClient(dir).request({{"cmd", "status"}}, std::chrono::seconds(5));
+            } catch (const Error& e) {
+                error = e.what();
+            }
+            done = true;
+        });
+        for (int i = 0; i < 1000 && !done; ++i) {
+            std::vector<pollfd> fds;
+            server.poll_fds(fds);
+            ::poll(fds.data(), fds.size(), 5);
+            CHECK_NOTHROW(server.service(fds, throwing));
+        }
+        client.join();
+        CHECK(error.find("the supervisor could not answer: map::at") != std::string::npos);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("signal_process signals a pid only while it is the process that started at that time") {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    std::uint64_t ticks = 0;
+    while (!(ticks = process_start_ticks(child))) ::usleep(1000);
+    CHECK_FALSE(signal_process(child, ticks + 1, SIGKILL));  // a reused pid: spared
+    CHECK_FALSE(signal_process(child, 0, SIGKILL));          // start time unknown: spared
+    CHECK(process_alive(child, ticks));
+    CHECK(signal_process(child, ticks, SIGKILL));
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    CHECK_FALSE(signal_process(child, ticks, SIGKILL));  // gone
+}
 
 TEST_CASE("run-dir files are opened without following links; temporaries are fresh") {
     namespace fs = std::filesystem;
