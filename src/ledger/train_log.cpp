@@ -64,6 +64,18 @@ void TrainLog::sync() {
     if (::fdatasync(fd_) != 0) fail("cannot sync the train log {}: {}", path_.string(), errno_text(errno));
 }
 
+std::uint64_t LineageReport::missing() const {
+    std::uint64_t n = 0;
+    for (const auto& e : epochs) n += e.missing;
+    return n;
+}
+
+std::uint64_t LineageReport::doubled() const {
+    std::uint64_t n = 0;
+    for (const auto& e : epochs) n += e.more_than_once;
+    return n;
+}
+
 bool LineageReport::ok() const {
     for (const auto& e : epochs)
         if (e.missing || e.more_than_once) return false;
@@ -136,6 +148,30 @@ LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_
     r.epochs.resize(epochs);
     for (std::uint64_t p = 0; p < total; ++p) {
         EpochReport& e = r.epochs[p / dataset_samples];
+        ++e.total;
+        if (count[p] == 0) ++e.missing;
+        else if (count[p] == 1) ++e.exactly_once;
+        else ++e.more_than_once;
+    }
+    return r;
+}
+
+LineageReport verify_positions(const std::vector<std::filesystem::path>& logs, std::uint64_t final_step,
+                               std::uint64_t share, std::uint32_t epochs) {
+    LineageReport r;
+    const std::uint64_t total = share * epochs;
+    std::vector<std::uint32_t> count(total, 0);
+    for (std::uint32_t rank = 0; rank < logs.size(); ++rank)
+        for (const Ledger::Trained& t : surviving_records(logs[rank], rank, final_step, &r)) {
+            if (t.pos >= total)
+                fail("train log {}: position {} is outside the run's {} epochs of {} samples", logs[rank].string(),
+                     t.pos, epochs, share);
+            ++count[t.pos];
+        }
+    r.final_step = final_step;
+    r.epochs.resize(epochs);
+    for (std::uint64_t p = 0; p < total; ++p) {
+        EpochReport& e = r.epochs[p / share];
         ++e.total;
         if (count[p] == 0) ++e.missing;
         else if (count[p] == 1) ++e.exactly_once;

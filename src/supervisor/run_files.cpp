@@ -77,12 +77,15 @@ void write_run_record(const RunFiles& files, const RunRecord& r) {
         {"nnodes", r.nnodes},
         {"node_rank", r.node_rank},
         {"drafters", r.drafters},
+        {"max_steps", r.max_steps},
         {"started", r.started},
         {"supervisor_pid", r.supervisor_pid},
         {"supervisor_start_ticks", r.supervisor_start_ticks},
         {"workers", workers},
     };
-    if (r.end) j["end"] = {{"time", r.end->time}, {"exit_code", r.end->exit_code}, {"reason", r.end->reason}};
+    if (r.end)
+        j["end"] = {{"time", r.end->time}, {"exit_code", r.end->exit_code}, {"reason", r.end->reason},
+                    {"complete", r.end->complete}};
 
     safe::write_atomic(files.dir, "run.json", j.dump(2) + "\n", false);
 }
@@ -110,6 +113,7 @@ RunRecord read_run_record(const fs::path& file) {
     r.nnodes = j.value("nnodes", 1u);
     r.node_rank = j.value("node_rank", 0u);
     r.drafters = j.value("drafters", 1u);
+    r.max_steps = j.value("max_steps", std::uint64_t{0});
     if (r.nnodes == 0 || r.node_rank >= r.nnodes || r.drafters == 0)
         fail("{}: machine {} of {} with {} drafters is not a valid place in a run", file.string(), r.node_rank,
              r.nnodes, r.drafters);
@@ -123,7 +127,7 @@ RunRecord read_run_record(const fs::path& file) {
     }
     if (j.contains("end")) {
         const auto& e = j["end"];
-        r.end = RunEnd{e.value("time", ""), e.value("exit_code", 0), e.value("reason", "")};
+        r.end = RunEnd{e.value("time", ""), e.value("exit_code", 0), e.value("reason", ""), e.value("complete", false)};
     }
     return r;
 }

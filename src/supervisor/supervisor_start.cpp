@@ -43,6 +43,7 @@ void Supervisor::start() {
     record_.nnodes = cfg_.distributed.nnodes;
     record_.node_rank = cfg_.distributed.node_rank;
     record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
+    record_.max_steps = cfg_.train.max_steps;
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());

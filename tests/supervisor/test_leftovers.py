@@ -41,7 +41,7 @@ def test_another_run_dirs_ring_is_refused():
         # --fresh: that run is over (no live process uses its ring), so this run starts over.
         r.start("--fresh", "--run-dir", other)
         r.expect_exit(0)
-        check("--fresh: removed ring" in r.output() and "complete" in r.output(), r.output())
+        check("--fresh: removed ring" in r.output() and "complete (verified)" in r.output(), r.output())
         res = r.cli("ledger", "verify", other, run_dir=False)
         check("ok: every sample" in res.stdout, res.stdout)
         # The first run resumes from its own checkpoint and train log.
@@ -219,7 +219,7 @@ def test_a_failed_write_reissues_its_samples():
         r.start()
         r.expect_exit(0, timeout=90)
         out = r.output()
-        check(out.count("hsring-synth-worker failed: HSRING_FAULT") == 2 and "complete" in out, out)
+        check(out.count("hsring-synth-worker failed: HSRING_FAULT") == 2 and "complete (verified)" in out, out)
         check(re.search(r"target\.0 \(pid \d+\) ended: exit code 1", out), out)
         r.verify()
     finally:
@@ -246,5 +246,33 @@ def test_ctrl_c_while_the_ledger_is_rebuilt():
         r.cleanup()
 
 
+def test_complete_only_when_the_run_dir_verifies():
+    # A run reports "complete" (exit 0) only when its train logs verify against its checkpoint.
+    r = Run("cv", step_ms=30)
+    try:
+        r.start()
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 2, "a few steps")
+        # A sample passes twice into the weights, as a bug would make it.
+        log = os.path.join(r.run_dir, "train-log.0.txt")
+        with open(log) as f:
+            t = next(l for l in f if l.startswith("T "))
+        with open(log, "a") as f:
+            f.write(t)
+        r.expect_exit(1)
+        out = r.output()
+        check("the run is NOT complete" in out and "trained more than once" in out and "complete (verified)" not in out,
+              out)
+        check(r.record()["end"]["complete"] is False, str(r.record()["end"]))
+        res = r.verify(expect=1)
+        check("FAILED" in res.stdout, res.stdout)
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_another_run_dirs_ring_is_refused, test_a_lost_latest_rebuilds_the_ledger, test_an_older_latest_rebuilds_the_ledger, test_another_users_shared_memory_is_refused, test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed, test_a_run_dir_open_to_others_is_refused, test_changed_data_is_refused, test_a_failed_write_reissues_its_samples, test_ctrl_c_while_the_ledger_is_rebuilt])
+    main([test_another_run_dirs_ring_is_refused, test_a_lost_latest_rebuilds_the_ledger,
+          test_an_older_latest_rebuilds_the_ledger, test_another_users_shared_memory_is_refused,
+          test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed,
+          test_a_run_dir_open_to_others_is_refused, test_changed_data_is_refused,
+          test_a_failed_write_reissues_its_samples, test_ctrl_c_while_the_ledger_is_rebuilt,
+          test_complete_only_when_the_run_dir_verifies])

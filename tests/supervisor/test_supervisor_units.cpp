@@ -187,7 +187,8 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     r.started = iso_time_now();
     r.supervisor_pid = 42;
     r.workers = {{"target.0", 43, 7, 1234}};
-    r.end = RunEnd{"t", 1, "why"};
+    r.end = RunEnd{"t", 1, "why", true};
+    r.max_steps = 7;
     write_run_record(files, r);
     RunRecord back = read_run_record(files.run_json());
     CHECK(back.fingerprint == r.fingerprint);
@@ -200,6 +201,8 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     CHECK(back.ledger_info().node_rank == 1);
     CHECK(back.workers.at(0).incarnation == 7);
     CHECK(back.end->reason == "why");
+    CHECK(back.end->complete);
+    CHECK(back.max_steps == 7);
 
     CHECK_FALSE(read_latest_checkpoint(files).has_value());
     std::ofstream(files.latest_checkpoint()) << "200\n";
