@@ -42,6 +42,11 @@ ProcStat read_stat(pid_t pid) {
 
 std::uint64_t process_start_ticks(pid_t pid) { return read_stat(pid).start_ticks; }
 
+char process_state(pid_t pid) {
+    const ProcStat s = read_stat(pid);
+    return s.found ? s.state : '?';
+}
+
 bool process_alive(pid_t pid, std::uint64_t start_ticks) {
     if (pid <= 0) return false;
     if (::kill(pid, 0) != 0 && errno != EPERM) return false;

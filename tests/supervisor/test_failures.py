@@ -131,6 +131,23 @@ def test_a_changed_layout_is_refused_unless_fresh():
         r.cleanup()
 
 
+def test_a_run_name_too_long_for_a_ring_is_a_config_error():
+    r = Run("name")
+    try:
+        with open(r.config) as f:
+            text = f.read()
+        long_name = "n" * 47
+        with open(r.config, "w") as f:
+            f.write(text.replace(f'name = "{r.name}"', f'name = "{long_name}"'))
+        res = r.cli("config", "check", r.config, run_dir=False, expect=2)
+        check(re.search(rf"{re.escape(r.config)}:3:\d+: \[run\] name: .* is 47 characters; at most 46", res.stderr),
+              res.stderr)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("at most 46" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
 def make_unwritable(path):
     """A directory nobody may write into, root included where chattr works; returns the undo."""
     if os.geteuid() != 0:
@@ -174,5 +191,32 @@ def test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop():
         r.cleanup()
 
 
+def test_a_suspended_worker_shows_suspended_with_no_rates():
+    r = Run("susp", step_ms=40, samples=300)
+    try:
+        r.start()
+        st = r.wait_running()
+        pid = r.worker(st, "target.0")["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            st = r.wait_for(lambda s: r.worker(s, "target.0")["state"] == "suspended", "target.0 suspended")
+            check(r.worker(st, "target.0")["tokens_per_s"] == 0, str(r.worker(st, "target.0")))
+            text = r.cli("status").stdout
+            line = next(l for l in text.splitlines() if l.strip().startswith("target.0"))
+            check("suspended" in line and "stopped by a signal" in line and "running" not in line, text)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        r.wait_for(lambda s: r.worker(s, "target.0")["state"] == "running", "target.0 running again")
+        r.expect_exit(0)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3, test_bad_topologies_are_refused, test_control_errors_while_running, test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh, test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop])
+    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
+          test_bad_topologies_are_refused, test_control_errors_while_running,
+          test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
+          test_a_run_name_too_long_for_a_ring_is_a_config_error,
+          test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop,
+          test_a_suspended_worker_shows_suspended_with_no_rates])

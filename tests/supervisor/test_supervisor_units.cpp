@@ -15,11 +15,13 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <poll.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <atomic>
 #include <filesystem>
@@ -218,6 +220,40 @@ TEST_CASE("a socket path over 107 bytes is refused with the fix") {
     CHECK_THROWS_WITH_AS(check_socket_path(long_path), doctest::Contains("--run-dir"), Error);
 }
 
+std::uint64_t now_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+TEST_CASE("a worker stopped by a signal, or silent for long, shows so and no stale rates") {
+    StatusInputs in;
+    in.phase = "running";
+    WorkerStatus t;
+    t.name = "target.0";
+    t.role = "target";
+    t.state = "running";
+    t.pid = 10;
+    t.has_stats = true;
+    t.rate = {40, 12345};
+    t.stats.heartbeat_ns = now_ns();
+    t.suspended = true;
+    WorkerStatus u = t;
+    u.name = "target.1";
+    u.suspended = false;
+    u.stats.heartbeat_ns = now_ns() - 120ull * 1000000000ull;  // silent for two minutes
+    in.workers = {t, u};
+    auto j = status_json(in);
+    CHECK(j["workers"][0]["state"] == "suspended");
+    CHECK(j["workers"][0]["tokens_per_s"] == 0.0);
+    CHECK(j["workers"][1]["tokens_per_s"] == 0.0);
+    CHECK(j["rates"]["target"]["tokens_per_s"] == 0.0);
+    const std::string text = status_text(j);
+    CHECK(text.find("suspended") != std::string::npos);
+    CHECK(text.find("stopped by a signal (SIGCONT resumes it)") != std::string::npos);
+    CHECK(text.find("no heartbeat for 2m00s") != std::string::npos);
+}
+
 TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and restarts") {
     StatusInputs in;
     in.name = "x";
@@ -229,6 +265,7 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     t.pid = 10;
     t.has_stats = true;
     t.rate = {40, 12345};
+    t.stats.heartbeat_ns = now_ns();  // it publishes: its rates are current
     WorkerStatus d;
     d.name = "drafter.0";
     d.role = "drafter";
@@ -238,6 +275,7 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     d.has_stats = true;
     d.stats.step = 120;
     d.stats.loss = 2.345;
+    d.stats.heartbeat_ns = now_ns();
     in.workers = {t, d};
     in.slots = 8;
     in.occupancy = {4, 1, 2, 1};
