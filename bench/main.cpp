@@ -1,4 +1,4 @@
-// hsring-bench MODE ARGS...: runs hsring-bench-MODE (ring | target | drafter). Separate programs
+// hsring-bench MODE ARGS...: runs hsring-bench-MODE (ring | target | drafter | gang). Separate programs
 // keep LibTorch out of the ring benchmark's processes.
 #include "hsring/error.hpp"
 #include "hsring/programs.hpp"
@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
                    "  ring     --writers P --readers C --slot-mib S --slots N --seconds T [--cuda]\n"
                    "  target   packed forward tokens/s of a target preset vs PyTorch eager\n"
                    "  drafter  DFlash training step time vs PyTorch eager\n"
+                   "  gang     1 vs N data-parallel drafter ranks (c10d): scaling, all-reduce hidden by backward\n"
                    "each mode prints its own --help\n");
         return 2;
     }

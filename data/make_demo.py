@@ -9,6 +9,8 @@ same byte for byte on every machine and Python version. data/README.md describes
     python3 data/make_demo.py            # (re)write data/demo.jsonl next to this script
     python3 data/make_demo.py --check    # exit 1 if data/demo.jsonl is not what this writes
     python3 data/make_demo.py -o -       # to stdout
+    python3 data/make_demo.py --heldout  # data/demo-heldout.jsonl: 60 other samples of the same
+                                         # tasks ([data] eval_path of the demo), never trained
 """
 import argparse
 import json
@@ -17,6 +19,7 @@ import sys
 
 SEED = 20250101
 NUM_SAMPLES = 600
+HELDOUT_SEED, HELDOUT_SAMPLES = 20250202, 60
 MIN_LEN, MAX_LEN = 64, 400
 
 # Token ids; all < 511 (the `tiny` preset: vocab 512, id 511 = the DFlash mask token).
@@ -119,10 +122,10 @@ def make_sample(rng, task):
     return prompt, response
 
 
-def generate():
-    rng = SplitMix64(SEED)
+def generate(seed=SEED, num_samples=NUM_SAMPLES):
+    rng = SplitMix64(seed)
     lines = []
-    for i in range(NUM_SAMPLES):
+    for i in range(num_samples):
         task = draw_task(rng) if i >= len(TASKS) else TASKS[i]
         prompt, response = make_sample(rng, task)
         ids = prompt + response
@@ -135,14 +138,19 @@ def generate():
 def main():
     here = pathlib.Path(__file__).resolve().parent
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", default=str(here / "demo.jsonl"), help="file to write, '-' = stdout")
+    ap.add_argument("-o", "--output", default=None, help="file to write, '-' = stdout")
     ap.add_argument("--check", action="store_true", help="compare with --output instead of writing it")
+    ap.add_argument("--heldout", action="store_true", help="the held-out set (data/demo-heldout.jsonl)")
     args = ap.parse_args()
-    text = generate()
+    if args.output is None:
+        args.output = str(here / ("demo-heldout.jsonl" if args.heldout else "demo.jsonl"))
+    text = generate(HELDOUT_SEED, HELDOUT_SAMPLES) if args.heldout else generate()
     if args.check:
         path = pathlib.Path(args.output)
         if not path.is_file() or path.read_text() != text:
-            print(f"{path} is not what data/make_demo.py writes: run python3 data/make_demo.py", file=sys.stderr)
+            flag = " --heldout" if args.heldout else ""
+            print(f"{path} is not what data/make_demo.py{flag} writes: run python3 data/make_demo.py{flag}",
+                  file=sys.stderr)
             return 1
         return 0
     if args.output == "-":

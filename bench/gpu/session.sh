@@ -37,44 +37,11 @@ fi
 
 [ "${SKIP_PIPELINES:-0}" = 1 ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-400}" --length 3072
 
-# pipeline NAME CONFIG TARGETS KILL_AFTER_S: runs to completion (or a time limit), snapshots status.
-pipeline() {
-  local name=$1 config=$2 targets=$3 kill_after=$4
-  local cfg="$work/$name.toml" run_dir="$root/runs/$name"
-  sed -e "s/^targets = .*/targets = $targets/" -e "s/^name = .*/name = \"$name\"/" "$config" > "$cfg"
-  sed -i "s|^path = .*|path = \"$root/runs/long.jsonl\"|" "$cfg"
-  rm -rf "$run_dir"
-  say "== pipeline $name: targets $targets ($(grep -E '^(slot_tokens|size)' "$cfg" | tr '\n' ' '))"
-  local t0=$SECONDS
-  "$hs" run "$cfg" --run-dir "$run_dir" --fresh > "$work/$name.log" 2>&1 &
-  local sup=$!
-  local killed=0
-  while kill -0 $sup 2>/dev/null; do
-    sleep 5
-    "$hs" status --json --run-dir "$run_dir" >> "$work/$name.status.jsonl" 2>/dev/null && echo >> "$work/$name.status.jsonl"
-    if [ "$kill_after" -gt 0 ] && [ $killed = 0 ] && [ $((SECONDS - t0)) -ge "$kill_after" ]; then
-      "$hs" kill target.1 --run-dir "$run_dir" >> "$work/$name.log" 2>&1 && say "   SIGKILLed target.1 at $((SECONDS - t0)) s"
-      killed=1
-    fi
-    if [ $((SECONDS - t0)) -ge "${PIPELINE_LIMIT_S:-300}" ]; then
-      say "   time limit: hsring stop"
-      "$hs" stop --run-dir "$run_dir" >> "$work/$name.log" 2>&1
-      wait $sup
-      break
-    fi
-  done
-  wait $sup; local rc=$?
-  say "   hsring run exit $rc after $((SECONDS - t0)) s: $(grep -E 'complete after|stopped' "$work/$name.log" | tail -n 1)"
-  "$hs" ledger verify "$run_dir" > "$work/$name.verify.txt" 2>&1; say "   ledger verify exit $?: $(tail -n 1 "$work/$name.verify.txt")"
-  cp "$run_dir/metrics.jsonl" "$work/$name.metrics.jsonl" 2>/dev/null
-  cp -r "$run_dir/logs" "$work/$name.logs" 2>/dev/null
-  "$py" bench/gpu/summarize_run.py "$run_dir" "$work/$name.log" | tee -a "$out/summary.txt"
-  rm -rf "$run_dir/checkpoints"   # tens of GB of fp32 state: not needed after the summary
-}
+source "$root/bench/gpu/lib.sh"
 
 if [ "${SKIP_PIPELINES:-0}" != 1 ]; then
-  pipeline p1 config/qwen3-8b-3t1d-squeezed.toml "[0]" 0
-  pipeline p3 config/qwen3-8b-3t1d-squeezed.toml "[0, 0, 0]" "${KILL_AFTER_S:-60}"
+  pipeline p1 config/qwen3-8b-3t1d-squeezed.toml "" 0 "s/^targets = .*/targets = [0]/"
+  pipeline p3 config/qwen3-8b-3t1d-squeezed.toml target.1 "${KILL_AFTER_S:-60}" "s/^targets = .*/targets = [0, 0, 0]/"
 fi
 
 tar -czf "$out/session.tar.gz" -C "$out" work

@@ -12,6 +12,7 @@ from pathlib import Path
 def main() -> int:
     run, log = Path(sys.argv[1]), Path(sys.argv[2])
     rows = [json.loads(l) for l in open(run / "metrics.jsonl") if l.strip()] if (run / "metrics.jsonl").exists() else []
+    rows = [r for r in rows if "step_ms" in r]  # held-out evaluations are lines of their own
     if not rows:
         print("   no drafter steps recorded")
         return 1

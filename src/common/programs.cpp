@@ -18,7 +18,7 @@ std::filesystem::path locate_program(std::string_view name) {
     if (const char* d = std::getenv("HSRING_BIN_DIR")) dirs.emplace_back(d);
     dirs.push_back(self_exe().parent_path());
     for (const char* sub : {"src/cli", "src/worker", "src/model", "src/supervisor", "bench", "bench/ring",
-                            "bench/model", "tests/supervisor", "tests/ring"})
+                            "bench/model", "bench/distributed", "tests/supervisor", "tests/ring"})
         dirs.push_back(fs::path(HSRING_BUILD_ROOT) / sub);
     if (const char* path = std::getenv("PATH")) {
         std::string p(path);

@@ -37,6 +37,18 @@ std::string host_name() {
 
 double seconds(milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
 
+// Rank 0 refuses the round: the message goes into the store, and rank 0 waits (a little) until
+// every rank that joined has read it before it exits and takes the store with it.
+[[noreturn]] void refuse(c10d::Store& store, std::int64_t round, std::uint32_t joined, const std::string& msg) {
+    store.set(key(round, "error"), bytes(msg));
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+        if (store.add(key(round, "error_seen"), 0) >= static_cast<std::int64_t>(joined)) break;
+        std::this_thread::sleep_for(milliseconds(50));
+    }
+    fail("{}", msg);
+}
+
 } // namespace
 
 void Rendezvous::mark_formed() { store->set(key(round, "formed"), bytes("1")); }
@@ -120,11 +132,12 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
                     missing += fmt::format("{}rank {} (machine {}, drafter.{})", missing.empty() ? "" : ", ", k,
                                            q.node_rank, q.local_rank);
                 }
-                const std::string msg = fmt::format(
-                    "drafter ranks did not join within {:g} s ([distributed] timeout_s): {}. Is `hsring run` running "
-                    "on those machines with the same config and master {}?", seconds(o.timeout), missing, where);
-                r.store->set(key(r.round, "error"), bytes(msg));
-                fail("{}", msg);
+                std::uint32_t joined = 0;
+                for (std::uint32_t k = 1; k < world; ++k) joined += r.store->check({key(r.round, fmt::format("id/{}", k))});
+                refuse(*r.store, r.round, joined,
+                       fmt::format("drafter ranks did not join within {:g} s ([distributed] timeout_s): {}. Is `hsring "
+                                   "run` running on those machines with the same config and master {}?",
+                                   seconds(o.timeout), missing, where));
             }
             std::this_thread::sleep_for(milliseconds(50));
         }
@@ -136,22 +149,29 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
             if (!d.empty() && diffs.find(fmt::format("on machine {},", node)) == std::string::npos)
                 diffs += (diffs.empty() ? "" : "; ") + d;
         }
-        if (!diffs.empty()) {
-            const std::string msg = fmt::format("the machines of this run do not agree: {}. Use the same config "
-                                                "and data on every machine", diffs);
-            r.store->set(key(r.round, "error"), bytes(msg));
-            fail("{}", msg);
-        }
+        if (!diffs.empty())
+            refuse(*r.store, r.round, world - 1,
+                   fmt::format("the machines of this run do not agree: {}. Use the same config and data on every "
+                               "machine", diffs));
         r.store->set(key(r.round, "ok"), bytes("1"));
     } else {
-        for (;;) {
-            if (r.store->check({key(r.round, "error")}))
-                fail("the master refused the rendezvous: {}", text(r.store->get(key(r.round, "error"))));
-            if (r.store->check({key(r.round, "ok")})) break;
-            if (Clock::now() > deadline)
-                fail("the master {} did not complete the rendezvous within {:g} s ([distributed] timeout_s): are all "
-                     "{} machines running `hsring run`?", where, seconds(o.timeout), p.nnodes);
-            std::this_thread::sleep_for(milliseconds(50));
+        try {
+            for (;;) {
+                if (r.store->check({key(r.round, "error")})) {
+                    const std::string msg = text(r.store->get(key(r.round, "error")));
+                    r.store->add(key(r.round, "error_seen"), 1);
+                    fail("the master refused the rendezvous: {}", msg);
+                }
+                if (r.store->check({key(r.round, "ok")})) break;
+                if (Clock::now() > deadline)
+                    fail("the master {} did not complete the rendezvous within {:g} s ([distributed] timeout_s): are "
+                         "all {} machines running `hsring run`?", where, seconds(o.timeout), p.nnodes);
+                std::this_thread::sleep_for(milliseconds(50));
+            }
+        } catch (const Error&) {
+            throw;
+        } catch (const std::exception& e) {
+            fail("lost the master {} during the rendezvous (its drafter rank 0 stopped): {}", where, e.what());
         }
     }
     r.store->setTimeout(o.timeout);

@@ -188,16 +188,32 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     // bookkeeping left (a counter off by one, a PENDING entry below the low-water mark).
     if (!ledger_created) ledger.repair();
 
-    RunMemory m{std::move(ring), std::move(ledger), std::move(status)};
+    // The evaluation board goes with the ring like the status board: a new ring's slots hold no
+    // held-out sample of an older board.
+    std::optional<EvalBoard> eval;
+    const std::string eval_name = EvalBoard::name_for_ring(plan.ring_name);
+    bool eval_created = false;
+    if (plan.eval) {
+        if (EvalBoard::exists(eval_name) && ring_created) EvalBoard::remove(eval_name);
+        if (EvalBoard::exists(eval_name)) {
+            eval.emplace(EvalBoard::attach(eval_name, plan.eval->samples, plan.eval->fingerprint));
+        } else {
+            eval.emplace(EvalBoard::create(eval_name, plan.eval->samples, plan.eval->fingerprint));
+            eval_created = true;
+        }
+    }
+    Undo undo_eval{eval_name, &EvalBoard::remove, eval_created};
+
+    RunMemory m{std::move(ring), std::move(ledger), std::move(status), std::move(eval)};
     m.ring_created = ring_created;
     m.ledger_created = ledger_created;
     m.status_created = status_created;
     m.marked_durable = marked;
-    Ledger* l = &m.ledger;
-    m.reclaimed = m.ring.reclaim_dead([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
+    m.reclaimed = m.ring.reclaim_dead(m.repend());
     m.ring.set_stopping(false);
     undo_ring.armed = false;
     undo_status.armed = false;
+    undo_eval.armed = false;
     return m;
 }
 
@@ -230,6 +246,9 @@ std::string remove_run_memory(const std::string& ring_name) {
     const std::string status_name = StatusBoard::name_for_ring(ring_name);
     if (StatusBoard::remove(status_name))
         removed += (removed.empty() ? "" : ", ") + std::string("status board '") + status_name + "'";
+    const std::string eval_name = EvalBoard::name_for_ring(ring_name);
+    if (EvalBoard::remove(eval_name))
+        removed += (removed.empty() ? "" : ", ") + std::string("evaluation board '") + eval_name + "'";
     return removed;
 }
 

@@ -16,15 +16,18 @@
 //                               in that checkpoint's weights (every local drafter's train log)
 //                               are DURABLE; the name appears only once every mark is made
 //   status board                goes with the ring: new with a new ring (an old one is replaced),
-//                               else attached (created if missing)
+//   evaluation board            else attached (created if missing); the evaluation board only
+//                               with [data] eval_path (another held-out set is refused)
 // Then the slots of dead owners are reclaimed (their samples re-pended) and a stopping flag left
 // by an earlier stop is cleared. A failure leaves nothing new behind.
+#include "hsring/eval_board.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/status_board.hpp"
 #include "supervisor/run_files.hpp"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,17 +42,32 @@ struct RunMemoryPlan {
     bool fresh = false;
     RunFiles files;
     std::uint32_t drafters = 1;  // local drafter ranks: their train logs seed a new ledger
+    // [data] eval_path: this machine's share of the held-out set (its size and fingerprint).
+    struct Eval {
+        std::uint64_t samples = 0, fingerprint = 0;
+    };
+    std::optional<Eval> eval;
 };
 
 struct RunMemory {
     Ring ring;
     Ledger ledger;
     StatusBoard status;
+    std::optional<EvalBoard> eval;     // with [data] eval_path
     bool ring_created = false;
     bool ledger_created = false;
     bool status_created = false;
     std::uint64_t marked_durable = 0;  // positions a new ledger took from the checkpoint
     ReclaimResult reclaimed;           // what reclaim_dead undid at start
+
+    // A reclaimed WRITING slot's samples go back: training samples in the ledger, held-out ones
+    // on the evaluation board (the ring's before_free hook).
+    std::function<void(std::uint64_t)> repend() {
+        return [this](std::uint64_t ticket) {
+            ledger.repend_ticket(ticket);
+            if (eval) eval->repend_ticket(ticket);
+        };
+    }
 };
 
 // `say` receives progress messages for the console. Throws hsring::Error.

@@ -21,14 +21,18 @@ RateMeter::Rate RateMeter::update(const std::string& worker, const WorkerStats& 
     Track& t = tracks_[worker];
     if (t.pid != s.pid) t = Track{s.pid, {}, {}};  // a new process: its counters started again
     if (!t.points.empty() && s.heartbeat_ns <= t.points.back().heartbeat_ns) return t.rate;  // nothing new
-    t.points.push_back({s.heartbeat_ns, s.samples, s.tokens});
+    t.points.push_back({s.heartbeat_ns, s.samples, s.tokens, s.busy_ns, s.wait_ns});
     const auto window = static_cast<std::uint64_t>(kWindowS * 1e9);
     while (t.points.size() > 2 && s.heartbeat_ns - t.points[1].heartbeat_ns >= window) t.points.pop_front();
     const Point& a = t.points.front();
     const Point& b = t.points.back();
     const double dt = static_cast<double>(b.heartbeat_ns - a.heartbeat_ns) * 1e-9;
     if (dt > 0 && b.samples >= a.samples && b.tokens >= a.tokens)
-        t.rate = {static_cast<double>(b.samples - a.samples) / dt, static_cast<double>(b.tokens - a.tokens) / dt};
+        t.rate = {static_cast<double>(b.samples - a.samples) / dt, static_cast<double>(b.tokens - a.tokens) / dt,
+                  t.rate.wait_fraction};
+    if (b.busy_ns >= a.busy_ns && b.wait_ns >= a.wait_ns && (b.busy_ns - a.busy_ns) + (b.wait_ns - a.wait_ns) > 0)
+        t.rate.wait_fraction = static_cast<double>(b.wait_ns - a.wait_ns) /
+                               static_cast<double>((b.busy_ns - a.busy_ns) + (b.wait_ns - a.wait_ns));
     return t.rate;
 }
 
@@ -37,8 +41,34 @@ RateMeter::Rate RateMeter::last(const std::string& worker) const {
     return it == tracks_.end() ? Rate{} : it->second.rate;
 }
 
+namespace {
+
+// Which side of the ring waits for the other, and what to change about it.
+json balance(double targets_wait, double drafters_wait) {
+    json b = {{"targets_wait", targets_wait < 0 ? json(nullptr) : json(targets_wait)},
+              {"drafters_wait", drafters_wait < 0 ? json(nullptr) : json(drafters_wait)},
+              {"bottleneck", "none"}, {"advice", ""}};
+    if (targets_wait < 0 || drafters_wait < 0) return b;
+    if (targets_wait > 0.5 && drafters_wait < 0.1) {
+        b["bottleneck"] = "drafters";
+        b["advice"] = fmt::format("the targets wait {:.0f}% of their time for a free slot: the drafters are the "
+                                  "bottleneck; add drafter GPUs ([topology] drafters) or move a target's GPU to the "
+                                  "drafters (hsring plan CONFIG --measure computes the split)", 100 * targets_wait);
+    } else if (drafters_wait > 0.5 && targets_wait < 0.1) {
+        b["bottleneck"] = "targets";
+        b["advice"] = fmt::format("the drafters wait {:.0f}% of their time for data: the targets are the bottleneck; "
+                                  "add target GPUs ([topology] targets) or move a drafter's GPU to the targets (hsring "
+                                  "plan CONFIG --measure computes the split)", 100 * drafters_wait);
+    }
+    return b;
+}
+
+} // namespace
+
 json status_json(const StatusInputs& in) {
     json workers = json::array();
+    double wait_sum[2] = {0, 0};
+    int wait_n[2] = {0, 0};
     json rates = {{"target", {{"samples_per_s", 0.0}, {"tokens_per_s", 0.0}}},
                   {"drafter", {{"samples_per_s", 0.0}, {"tokens_per_s", 0.0}}}};
     json drafter = {{"step", nullptr}, {"loss", nullptr}};
@@ -65,6 +95,12 @@ json status_json(const StatusInputs& in) {
             auto& r = rates[w.role];
             r["samples_per_s"] = r["samples_per_s"].get<double>() + j["samples_per_s"].get<double>();
             r["tokens_per_s"] = r["tokens_per_s"].get<double>() + j["tokens_per_s"].get<double>();
+            if (w.rate.wait_fraction >= 0) {
+                j["wait_fraction"] = w.rate.wait_fraction;
+                const int k = w.role == "target" ? 0 : 1;
+                wait_sum[k] += w.rate.wait_fraction;
+                ++wait_n[k];
+            }
             if (w.role == "drafter") {
                 j["step"] = w.stats.step;
                 j["loss"] = w.stats.loss;
@@ -73,6 +109,10 @@ json status_json(const StatusInputs& in) {
         }
         workers.push_back(std::move(j));
     }
+    const double targets_wait = wait_n[0] ? wait_sum[0] / wait_n[0] : -1;
+    const double drafters_wait = wait_n[1] ? wait_sum[1] / wait_n[1] : -1;
+    if (targets_wait >= 0) rates["target"]["wait_fraction"] = targets_wait;
+    if (drafters_wait >= 0) rates["drafter"]["wait_fraction"] = drafters_wait;
     const auto& c = in.counters;
     return {
         {"run", {{"name", in.name}, {"run_dir", in.run_dir}, {"config", in.config}, {"pid", in.pid},
@@ -88,6 +128,7 @@ json status_json(const StatusInputs& in) {
                     {"in_slot", in.counts.in_slot}, {"consumed", in.counts.consumed},
                     {"durable", in.counts.durable}, {"done", in.done}}},
         {"rates", rates},
+        {"balance", balance(targets_wait, drafters_wait)},
         {"drafter", drafter},
     };
 }
@@ -150,6 +191,9 @@ std::string status_line(const json& st) {
     const std::uint64_t total = ledger.value("total", std::uint64_t{0});
     if (total) s += fmt::format(" | {}/{} {:.0f}%", trained(ledger), total, 100.0 * static_cast<double>(trained(ledger)) / static_cast<double>(total));
     s += fmt::format(" | restarts {}", restarts);
+    if (st.contains("balance") && !st["balance"]["targets_wait"].is_null() && !st["balance"]["drafters_wait"].is_null())
+        s += fmt::format(" | wait T {:.0f}% D {:.0f}%", 100 * st["balance"]["targets_wait"].get<double>(),
+                         100 * st["balance"]["drafters_wait"].get<double>());
     const std::string phase = st["run"].value("phase", "");
     if (phase != "running") s += " | " + phase;
     return s;
@@ -181,6 +225,13 @@ std::string status_text(const json& st) {
     s += fmt::format("rates: targets {} tok/s, {} samples/s; drafters {} tok/s, {} samples/s\n",
                      human(rates["target"].value("tokens_per_s", 0.0)), human(rates["target"].value("samples_per_s", 0.0)),
                      human(rates["drafter"].value("tokens_per_s", 0.0)), human(rates["drafter"].value("samples_per_s", 0.0)));
+    if (st.contains("balance")) {
+        const json& b = st["balance"];
+        auto pct = [](const json& v) { return v.is_null() ? std::string("-") : fmt::format("{:.0f}%", 100 * v.get<double>()); };
+        s += fmt::format("balance: targets wait {} of their time (a full ring or no samples), drafters wait {} (for "
+                         "data){}\n", pct(b["targets_wait"]), pct(b["drafters_wait"]),
+                         b.value("advice", "").empty() ? "" : ": " + b.value("advice", ""));
+    }
     const json& ring = st["ring"];
     const json& c = ring["counters"];
     s += fmt::format("ring {}: {} slots: {} free, {} writing, {} ready, {} reading {}{}\n", ring.value("name", ""),

@@ -12,8 +12,12 @@
 //             "counters": {"commits", "releases", "aborts", "put_backs", "reclaimed_writing",
 //                          "reclaimed_reading", "redeliveries"}},
 //    "ledger": {"name", "total", "pending", "in_slot", "consumed", "durable", "done"},
-//    "rates": {"target": {"samples_per_s", "tokens_per_s"}, "drafter": {...}},
+//    "rates": {"target": {"samples_per_s", "tokens_per_s", "wait_fraction"}, "drafter": {...}},
+//    "balance": {"targets_wait", "drafters_wait", "bottleneck", "advice"},
 //    "drafter": {"step", "loss"}}
+// wait_fraction: of the workers' time over the last seconds, the part spent waiting (targets: for
+// a free slot or pending samples; drafters: for data); "bottleneck" is "drafters" when targets
+// wait most of the time and drafters hardly, "targets" the other way round, else "none".
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/status_board.hpp"
@@ -35,6 +39,7 @@ class RateMeter {
 public:
     struct Rate {
         double samples_per_s = 0, tokens_per_s = 0;
+        double wait_fraction = -1;  // waiting / (waiting + busy) over the window; -1 = not known yet
     };
     static constexpr double kWindowS = 3.0;
     // Feeds the latest stats of `worker`; returns its rate over the window.
@@ -43,7 +48,7 @@ public:
 
 private:
     struct Point {
-        std::uint64_t heartbeat_ns = 0, samples = 0, tokens = 0;
+        std::uint64_t heartbeat_ns = 0, samples = 0, tokens = 0, busy_ns = 0, wait_ns = 0;
     };
     struct Track {
         std::int32_t pid = 0;

@@ -39,7 +39,7 @@ void Supervisor::kill_and_reap() {
         if (!w->alive()) continue;
         signal_worker(*w, SIGKILL);
         ::waitpid(w->pid, nullptr, 0);
-        if (mem_) mem_->ring.reclaim({w->pid, w->incarnation}, [this](std::uint64_t t) { mem_->ledger.repend_ticket(t); });
+        if (mem_) mem_->ring.reclaim({w->pid, w->incarnation}, mem_->repend());
         w->pid = 0;
     }
 }
@@ -277,8 +277,7 @@ std::string Supervisor::verify_completion() {
 int Supervisor::finish() {
     // Every worker is gone: undo whatever a process killed at the end still held.
     console_.hide();
-    Ledger* ledger = &mem_->ledger;
-    mem_->ring.reclaim_dead([ledger](std::uint64_t t) { ledger->repend_ticket(t); });
+    mem_->ring.reclaim_dead(mem_->repend());
     bool complete = false;
     if (phase_ == Phase::Completing && exit_code_ == 0) {
         const std::string why = verify_completion();

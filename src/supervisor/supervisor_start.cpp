@@ -87,6 +87,19 @@ void Supervisor::load_config_and_data() {
     fingerprint_ = ds.fingerprint();
     tokens_per_epoch_ = ds.total_tokens();
     console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
+    if (!cfg_.data.eval_path.empty()) {
+        // The held-out set: checked here (FILE:LINE errors before anything starts), evaluated
+        // through the ring, never trained.
+        const fs::path eval_path = cfg_.resolve(cfg_.data.eval_path);
+        console_.info("loading the held-out set {} ([data] eval_path)", eval_path.string());
+        const auto es = data::Dataset::load(eval_path, data::dataset_options(cfg_, derived_));
+        eval_samples_ = es.size();
+        eval_fingerprint_ = es.fingerprint();
+        console_.info("{} held-out samples, {} tokens, fingerprint {:016x}: evaluated {}", eval_samples_,
+                      es.total_tokens(), eval_fingerprint_,
+                      cfg_.train.eval_every ? fmt::format("every {} steps and at the end", cfg_.train.eval_every)
+                                            : std::string("at the end"));
+    }
 }
 
 void Supervisor::lock_run_dir() {
@@ -126,6 +139,13 @@ void Supervisor::open_memory() {
     if (plan.info.samples == 0)
         fail("the data set {} has {} samples, fewer than the {} machines of the run ([distributed] nnodes): machine "
              "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);
+    if (eval_samples_) {
+        const std::uint64_t share = data::shard_size(eval_samples_, dist.nnodes, dist.node_rank);
+        if (share == 0)
+            fail("the held-out set {} has {} samples, fewer than the {} machines of the run: give every machine at "
+                 "least one ([data] eval_path)", cfg_.resolve(cfg_.data.eval_path).string(), eval_samples_, dist.nnodes);
+        plan.eval = RunMemoryPlan::Eval{share, eval_fingerprint_};
+    }
     RunRecord now;
     now.fingerprint = fingerprint_;
     now.samples = samples_;

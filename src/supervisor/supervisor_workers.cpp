@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace hsring::supervisor {
 
 void Supervisor::start_worker(Worker& w) {
@@ -39,6 +41,9 @@ void Supervisor::start_worker(Worker& w) {
         {env::kDistTimeout, fmt::format("{}", dist.timeout_s)},
         {env::kGangGeneration, std::to_string(gang_generation_)},
     };
+    // c10d logs a lost peer as a warning with a C++ stack trace; the workers say what happened in
+    // one line of their own. Users who want c10d's own logs set TORCH_CPP_LOG_LEVEL themselves.
+    if (!std::getenv("TORCH_CPP_LOG_LEVEL")) spec.env.push_back({"TORCH_CPP_LOG_LEVEL", "ERROR"});
     // HSRING_FAULT reaches the first process of each worker only: a restarted one runs without
     // it, so an injected fault fires once instead of looping (src/worker/CONTRACT.md).
     if (w.starts > 0) spec.env.push_back({env::kFault, ""});
@@ -93,8 +98,7 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
 
     // Undo what it held: WRITING slots -> FREE with their samples re-issued, READING -> READY.
     console_.hide();  // the ring logs what it reclaims on stderr
-    Ledger* ledger = &mem_->ledger;
-    const ReclaimResult r = mem_->ring.reclaim({pid, w.incarnation}, [ledger](std::uint64_t t) { ledger->repend_ticket(t); });
+    const ReclaimResult r = mem_->ring.reclaim({pid, w.incarnation}, mem_->repend());
     console_.redraw();
     const std::string slots = r.empty() ? "" : fmt::format("; reclaimed {} WRITING and {} READING slots",
                                                            r.writing_freed.size(), r.reading_returned.size());

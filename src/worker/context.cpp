@@ -46,8 +46,25 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     StatusBoard status = StatusBoard::attach(env.status, &tag);
     auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),
                                          std::move(ledger), std::move(status), std::move(data));
-    Ledger* l = &ctx->ledger;
-    ctx->ring.set_reclaim_hook([l](std::uint64_t ticket) { l->repend_ticket(ticket); });
+    if (!ctx->cfg.data.eval_path.empty()) {
+        const std::string board = EvalBoard::name_for_ring(ctx->env.ring);
+        if (ctx->env.role == WorkerRole::Target) {
+            ctx->eval_data = data::Dataset::load(ctx->cfg.resolve(ctx->cfg.data.eval_path),
+                                                 data::dataset_options(ctx->cfg, ctx->derived));
+            const auto& dist = ctx->cfg.distributed;
+            ctx->eval = EvalBoard::attach(board, data::shard_size(ctx->eval_data->size(), dist.nnodes, dist.node_rank),
+                                          ctx->eval_data->fingerprint());
+        } else {
+            ctx->eval = EvalBoard::attach(board);
+        }
+    }
+    // Any worker's timed-out wait may reclaim a dead writer's slot: its samples go back to the
+    // ledger, its held-out samples to the evaluation board.
+    Context* c = ctx.get();
+    ctx->ring.set_reclaim_hook([c](std::uint64_t ticket) {
+        c->ledger.repend_ticket(ticket);
+        if (c->eval) c->eval->repend_ticket(ticket);
+    });
     ctx->ring.join(ctx->env.role == WorkerRole::Target ? Role::Writer : Role::Reader, ctx->env.incarnation, ctx->env.name);
     log::info("{} (pid {}, incarnation {}) attached to ring '{}' ({}) on {}", ctx->env.name, ::getpid(),
               ctx->env.incarnation, ctx->env.ring, ctx->ring.geometry().str(), ctx->env.cuda ? "cuda" : "cpu");

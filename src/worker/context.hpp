@@ -4,6 +4,7 @@
 // board it publishes its counters on.
 #include "hsring/config.hpp"
 #include "hsring/dataset.hpp"
+#include "hsring/eval_board.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/status_board.hpp"
@@ -22,6 +23,9 @@ struct Context {
     Ledger ledger;
     StatusBoard status;
     std::optional<data::Dataset> data;  // targets only
+    // [data] eval_path: the evaluation board (every worker), the held-out set (targets).
+    std::optional<EvalBoard> eval;
+    std::optional<data::Dataset> eval_data;
 
     // Loads the config, attaches ring + ledger + status board, sets the ring's reclaim hook to re-issue a dead
     // writer's samples, joins the ring, loads the data set for targets. Throws hsring::Error.

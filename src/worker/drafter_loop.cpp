@@ -34,11 +34,15 @@ struct RoundStats {
     double stop_self = 0;     // ranks asked to stop themselves (SIGTERM: hsring restart, supervisor gone)
     std::vector<double> correct, counted;  // per block position 1..B-1
     std::vector<double> wait_ms;           // per global rank (each rank fills its own entry)
+    // Held-out samples evaluated in this round (the open evaluation round's sums).
+    double eval_samples = 0, eval_loss_sum = 0, eval_weight_sum = 0;
+    std::vector<double> eval_correct, eval_counted;
     // Local only (not summed).
     double h2d_ms = 0, compute_ms = 0, sync_ms = 0;
 
     RoundStats(std::size_t positions, std::uint32_t world)
-        : correct(positions, 0.0), counted(positions, 0.0), wait_ms(world, 0.0) {}
+        : correct(positions, 0.0), counted(positions, 0.0), wait_ms(world, 0.0), eval_correct(positions, 0.0),
+          eval_counted(positions, 0.0) {}
 
     void add(const BatchResult& r) {
         loss_sum += r.loss_sum;
@@ -51,18 +55,29 @@ struct RoundStats {
             counted[i] += r.counted[i];
         }
     }
+    void add_eval(const BatchResult& r, std::size_t n_samples) {
+        eval_samples += static_cast<double>(n_samples);
+        eval_loss_sum += r.loss_sum;
+        eval_weight_sum += r.weight_sum;
+        h2d_ms += r.h2d_ms;
+        for (std::size_t i = 0; i < r.correct.size() && i < eval_correct.size(); ++i) {
+            eval_correct[i] += r.correct[i];
+            eval_counted[i] += r.counted[i];
+        }
+    }
     std::vector<double> pack() const {
-        std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self};
-        v.insert(v.end(), correct.begin(), correct.end());
-        v.insert(v.end(), counted.begin(), counted.end());
-        v.insert(v.end(), wait_ms.begin(), wait_ms.end());
+        std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self,
+                              eval_samples, eval_loss_sum, eval_weight_sum};
+        for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
+            v.insert(v.end(), vec->begin(), vec->end());
         return v;
     }
     void unpack(const std::vector<double>& v) {
         std::size_t i = 0;
-        for (double* f : {&slots, &samples, &tokens, &loss_sum, &weight_sum, &exhausted, &stop_run, &stop_self})
+        for (double* f : {&slots, &samples, &tokens, &loss_sum, &weight_sum, &exhausted, &stop_run, &stop_self,
+                          &eval_samples, &eval_loss_sum, &eval_weight_sum})
             *f = v[i++];
-        for (auto* vec : {&correct, &counted, &wait_ms})
+        for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
             for (double& x : *vec) x = v[i++];
     }
 };
@@ -70,8 +85,18 @@ struct RoundStats {
 // A staged slot as the loop sees it (the compute holds the data, in the same order).
 struct StagedSlot {
     std::uint64_t step = 0;     // the optimizer step it trains in
-    std::uint64_t samples = 0;  // kept (trained) samples
+    std::uint64_t samples = 0;  // kept (trained, or evaluated) samples
     std::uint64_t tokens = 0;   // their tokens
+    bool eval = false;          // a held-out slot: evaluated, not trained
+    std::vector<std::uint64_t> eval_ids;  // its samples' indices in the held-out set
+};
+
+// The open evaluation round's sums over the gang.
+struct EvalRound {
+    bool active = false, final = false;
+    std::uint64_t step = 0;     // requested after this optimizer step
+    double samples = 0, loss_sum = 0, weight_sum = 0;
+    std::vector<double> correct, counted;
 };
 
 class Drafter {
@@ -101,6 +126,9 @@ private:
     void write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms);
     void checkpoint(std::uint64_t step);
     void barrier();
+    void evaluate_front(RoundStats& r);
+    void start_eval(bool final);
+    void add_eval(const RoundStats& g);
 
     Context& ctx_;
     DrafterCompute& compute_;
@@ -121,6 +149,9 @@ private:
     std::uint32_t assigned_ = 0;          // slots already assigned to assign_step_
     std::deque<StagedSlot> staged_;
     bool gang_stopping_ = false;          // another rank stops: take no new slots
+    std::uint64_t eval_total_ = 0;        // held-out samples of every machine (0 = no [data] eval_path)
+    EvalRound eval_;
+    bool final_eval_done_ = false;
     Clock::time_point step_start_ = Clock::now();
     Clock::time_point run_start_ = Clock::now();
 };
@@ -137,7 +168,8 @@ void Drafter::restore() {
     double v = -static_cast<double>(mine);
     gang_.allreduce_max({&v, 1});
     const auto s = static_cast<std::uint64_t>(-v);
-    double state[3] = {0, 0, 0};  // tokens_done, warmup_end_tokens, samples_done (from the master)
+    // tokens_done, warmup_end_tokens, samples_done (from the master), held-out samples (each machine's)
+    double state[4] = {0, 0, 0, 0};
     if (gang_.place().is_master()) {
         if (s) {
             const auto dir = store_.dir_of(s);
@@ -159,6 +191,7 @@ void Drafter::restore() {
     } else {
         compute_.prepare_replica();
     }
+    if (ctx_.eval && gang_.place().is_local_leader()) state[3] = static_cast<double>(ctx_.eval->samples());
     if (gang_.world() > 1) {
         compute_.broadcast_state();
         gang_.allreduce_sum(state);  // the others contributed zeros
@@ -168,6 +201,9 @@ void Drafter::restore() {
     tokens_done_ = static_cast<std::uint64_t>(state[0]);
     warmup_end_tokens_ = static_cast<std::uint64_t>(state[1]);
     samples_done_ = static_cast<std::uint64_t>(state[2]);
+    eval_total_ = static_cast<std::uint64_t>(state[3]);
+    // A round left open by an earlier incarnation is of no use: its sums died with it.
+    if (ctx_.eval && gang_.place().is_local_leader()) ctx_.eval->close_round();
     step_ = checkpointed_ = s;
     stats_.step = s;  // status shows the restored step, not 0, until the first new one
     assign_step_ = s + 1;
@@ -197,9 +233,28 @@ void Drafter::fill_pipeline(RoundStats& r) {
         }
         if (!slot) break;
         PackedBatch batch = read_meta(slot->meta());
+        if (batch.eval_round > 0) {
+            // Held-out samples: only those of the round the gang evaluates now count (a slot of an
+            // older round is dropped; its samples were made for a round that is over).
+            if (!ctx_.eval || !eval_.active || batch.eval_round != ctx_.eval->round()) {
+                slot->release();
+                continue;
+            }
+            StagedSlot info{0, 0, 0, true, {}};
+            std::vector<std::uint8_t> keep(batch.positions.size(), 0);
+            const GangPlace& p = ctx_.env.gang;
+            for (std::size_t i = 0; i < batch.positions.size(); ++i) {
+                keep[i] = ctx_.eval->done(batch.positions[i], batch.eval_round, slot->ticket()) ? 1 : 0;
+                info.samples += keep[i];
+                info.eval_ids.push_back(p.node_rank + batch.positions[i] * p.nnodes);
+            }
+            staged_.push_back(std::move(info));
+            compute_.stage(std::move(*slot), std::move(batch), std::move(keep));
+            continue;
+        }
         std::vector<std::uint8_t> keep(batch.positions.size(), 0);
         std::vector<std::uint64_t> kept;
-        StagedSlot info{assign_step_};
+        StagedSlot info{assign_step_, 0, 0, false, {}};
         for (std::size_t i = 0; i < batch.positions.size(); ++i) {
             if (ctx_.ledger.consume(batch.positions[i], slot->ticket(), ctx_.env.rank, assign_step_)) {
                 keep[i] = 1;
@@ -228,11 +283,60 @@ void Drafter::fill_pipeline(RoundStats& r) {
 bool Drafter::next_training_batch(RoundStats& r) {
     for (;;) {
         fill_pipeline(r);
+        while (!staged_.empty() && staged_.front().eval) evaluate_front(r);
         if (!staged_.empty()) return true;
+        if (eval_.active && exhausted()) return false;  // one look for held-out slots per round
         if (exhausted() || stop_requested() || gang_stopping_) return false;
         if (ctx_.ring.stopping()) return false;  // drained: nothing READY is left
         ctx_.publish(stats_);
     }
+}
+
+void Drafter::evaluate_front(RoundStats& r) {
+    const StagedSlot s = std::move(staged_.front());
+    staged_.pop_front();
+    const BatchResult b = compute_.evaluate_one(s.eval_ids);
+    r.add_eval(b, s.samples);
+}
+
+// Every rank at the same round (lockstep): the first drafter of each machine opens the round on
+// its machine's evaluation board; the targets then fill held-out slots first.
+void Drafter::start_eval(bool final) {
+    if (eval_.active && gang_.place().is_local_leader()) ctx_.eval->close_round();
+    eval_ = EvalRound{true, final, step_, 0, 0, 0, std::vector<double>(positions_, 0.0),
+                      std::vector<double>(positions_, 0.0)};
+    if (gang_.place().is_local_leader()) ctx_.eval->open_round();
+    log::info("held-out evaluation after step {}{}: {} samples", step_, final ? " (the final weights)" : "", eval_total_);
+}
+
+void Drafter::add_eval(const RoundStats& g) {
+    if (!eval_.active) return;
+    eval_.samples += g.eval_samples;
+    eval_.loss_sum += g.eval_loss_sum;
+    eval_.weight_sum += g.eval_weight_sum;
+    for (std::size_t i = 0; i < positions_; ++i) {
+        eval_.correct[i] += g.eval_correct[i];
+        eval_.counted[i] += g.eval_counted[i];
+    }
+    if (eval_.samples < static_cast<double>(eval_total_)) return;
+    // Every held-out sample of every machine is in: the round is complete.
+    std::vector<double> acc;
+    for (std::size_t i = 0; i < positions_; ++i) acc.push_back(eval_.counted[i] > 0 ? eval_.correct[i] / eval_.counted[i] : 0.0);
+    const double loss = eval_.weight_sum > 0 ? eval_.loss_sum / eval_.weight_sum : 0.0;
+    const double accept = expected_accept_length(acc.data(), acc.size());
+    if (metrics_) {
+        const json m = {{"step", eval_.step},
+                        {"time", std::chrono::duration<double>(Clock::now() - run_start_).count()},
+                        {"eval", {{"loss", loss}, {"acc", acc}, {"accept_len", accept},
+                                  {"samples", static_cast<std::uint64_t>(eval_.samples)},
+                                  {"completed_at_step", step_}, {"final", eval_.final}}}};
+        metrics_->append(m.dump());
+    }
+    log::info("held-out evaluation after step {}: loss {:.4f}, position-1 accuracy {:.3f}, acceptance estimate {:.3f} "
+              "({} samples)", eval_.step, loss, acc.empty() ? 0.0 : acc[0], accept, eval_.samples);
+    if (gang_.place().is_local_leader()) ctx_.eval->close_round();
+    if (eval_.final) final_eval_done_ = true;
+    eval_.active = false;
 }
 
 RoundStats Drafter::gather_and_train() {
@@ -278,6 +382,8 @@ void Drafter::apply_step(const RoundStats& g, const RoundStats& local, double st
     if (step % ctx_.cfg.train.log_every == 0) write_metrics(g, local, r, lr, stats_ms);
     step_start_ = Clock::now();
     if (step % ctx_.cfg.train.checkpoint_every == 0) checkpoint(step);
+    const std::uint64_t every = ctx_.cfg.train.eval_every;
+    if (eval_total_ && every && step % every == 0 && !eval_.active) start_eval(false);
     ctx_.publish(stats_);
 }
 
@@ -378,10 +484,17 @@ int Drafter::run() {
         gang_.allreduce_sum(v);
         const double stats_ms = ms_since(t0);
         global.unpack(v);
+        add_eval(global);
         if (global.slots > 0) apply_step(global, local, stats_ms);
         else compute_.discard_grads();
         const auto world = static_cast<double>(gang_.world());
         if (global.slots == 0 && global.exhausted == world) {
+            // Every epoch is trained. With a held-out set, the final weights are evaluated first.
+            if (eval_total_ && !final_eval_done_) {
+                if (!eval_.active || !eval_.final) start_eval(true);
+                ctx_.publish(stats_);
+                continue;
+            }
             done = true;
             break;
         }

@@ -59,6 +59,10 @@ public:
     // sample i must not be trained (its ledger entry was re-issued).
     virtual void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) = 0;
     virtual std::size_t staged() const = 0;
+    // The oldest staged batch is a held-out (evaluation) slot: the loss and per-position accuracy
+    // without gradients, at anchors fixed per held-out sample (the same in every round).
+    // `sample_ids` names each sample of the batch in the held-out set.
+    virtual BatchResult evaluate_one(const std::vector<std::uint64_t>& sample_ids) = 0;
     // Forward + backward on the oldest staged batch; gradients accumulate until optimizer_step.
     // sync_grads: it is the step's last batch: sum the accumulated gradients over the gang in its
     // backward (a collective; see synced()).

@@ -116,6 +116,16 @@ BatchResult SynthDrafter::train_one(bool sync_grads) {
     return r;
 }
 
+BatchResult SynthDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_ids) {
+    // The payload was checked when staged; an evaluation "scores" each sample once.
+    Staged s = std::move(staged_.front());
+    staged_.pop_front();
+    BatchResult r;
+    r.tokens = s.tokens;
+    r.weight_sum = static_cast<double>(sample_ids.size());
+    return r;
+}
+
 double SynthDrafter::sync_grads() { return sync_grads_now(); }
 
 double SynthDrafter::sync_grads_now() {

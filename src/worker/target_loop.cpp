@@ -31,7 +31,11 @@ int run_target(Context& ctx, TargetCompute& compute) {
             ctx.publish(st);
             continue;
         }
-        PackedBatch batch = packer.pack(slot->ticket());
+        // Held-out samples first while the drafters evaluate a round ([data] eval_path): the round
+        // ends sooner, and its numbers are of weights that moved less meanwhile.
+        PackedBatch batch;
+        if (ctx.eval) batch = packer.pack_eval(*ctx.eval, *ctx.eval_data, slot->ticket());
+        if (batch.empty()) batch = packer.pack(slot->ticket());
         if (batch.empty()) {
             // Everything is handed out; samples come back only if a slot is reclaimed or the
             // drafter restarts. Give the slot back and sleep until then.

@@ -5,6 +5,7 @@
 #include "hsring/log.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_drafter.hpp"
+#include "model/dflash_eval.hpp"
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/target.hpp"
@@ -115,6 +116,19 @@ struct TorchDrafter::Impl {
         optimizer = std::make_unique<torch::optim::AdamW>(drafter->parameters(), o);
         if (auto* c10d = dynamic_cast<distributed::C10dGang*>(&gang))
             sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->parameters());
+    }
+    // A staged batch is used after its copy completed (and its slot was released).
+    void wait_for_copy(Staged& s) {
+#ifdef HSRING_TORCH_CUDA
+        if (device.is_cuda()) {
+            s.done->block(at::cuda::getCurrentCUDAStream(device.index()));  // compute after the copy
+            s.done->synchronize();
+            s.copy_ms = s.start->elapsed_time(*s.done);
+            s.released->synchronize();  // the callback ran: the slot is FREE again
+        }
+#else
+        (void)s;
+#endif
     }
     void describe() const {
         std::int64_t n = 0;
@@ -249,20 +263,48 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
 
 std::size_t TorchDrafter::staged() const { return impl_->staged.size(); }
 
+BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_ids) {
+    Impl& m = *impl_;
+    Impl::Staged s = std::move(m.staged.front());
+    m.staged.pop_front();
+    BatchResult r;
+    auto t0 = Clock::now();
+    m.wait_for_copy(s);
+    // Micro-batches as in training (no activations are kept, but the logits chunks are).
+    const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
+    const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
+    model::DFlashEvalSums sums;
+    for (std::size_t first = 0; first + 1 < cu.size();) {
+        std::size_t last = first + 1;
+        while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
+        const std::int64_t begin = cu[first], len = cu[last] - cu[first];
+        std::vector<std::int64_t> sub;
+        for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
+        model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
+                                 s.loss_mask.narrow(0, begin, len), sub};
+        const std::vector<std::uint64_t> ids(sample_ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                             sample_ids.begin() + static_cast<std::ptrdiff_t>(last));
+        sums.add(model::evaluate_dflash(m.drafter, m.head, batch, ids, m.ctx.cfg.run.seed, m.loss_opts));
+        first = last;
+    }
+    r.loss_sum = sums.loss_sum;
+    r.weight_sum = sums.weight_sum;
+    r.correct = sums.correct;
+    r.counted = sums.counted;
+    r.tokens = s.batch.n_tokens();
+    r.h2d_ms = s.copy_ms;
+    r.compute_ms = ms_since(t0);
+    m.buffer_busy[s.buffer] = false;
+    return r;
+}
+
 BatchResult TorchDrafter::train_one(bool sync_grads) {
     Impl& m = *impl_;
     Impl::Staged s = std::move(m.staged.front());
     m.staged.pop_front();
     BatchResult r;
     auto t0 = Clock::now();
-#ifdef HSRING_TORCH_CUDA
-    if (m.device.is_cuda()) {
-        s.done->block(at::cuda::getCurrentCUDAStream(m.device.index()));  // train after the copy
-        s.done->synchronize();
-        s.copy_ms = s.start->elapsed_time(*s.done);
-        s.released->synchronize();  // the callback ran: the slot is FREE again
-    }
-#endif
+    m.wait_for_copy(s);
     // Whole sequences in micro-batches of at most micro_batch_tokens context tokens: activation
     // memory follows the micro-batch, not the slot. Anchors depend on the run seed and the
     // micro-batch's first sample, so a redelivered or re-produced batch draws the same blocks.

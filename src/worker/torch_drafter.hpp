@@ -28,6 +28,7 @@ public:
     void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) override;
     std::size_t staged() const override;
     BatchResult train_one(bool sync_grads) override;
+    BatchResult evaluate_one(const std::vector<std::uint64_t>& sample_ids) override;
     bool synced() const override;
     double sync_grads() override;
     StepResult optimizer_step(double lr, double weight_sum) override;

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 root = os.environ["HSRING_SOURCE_ROOT"]
-r = subprocess.run([sys.executable, os.path.join(root, "data", "make_demo.py"), "--check"])
-if r.returncode != 0:
-    sys.exit(r.returncode)
+for extra in ([], ["--heldout"]):
+    r = subprocess.run([sys.executable, os.path.join(root, "data", "make_demo.py"), "--check", *extra])
+    if r.returncode != 0:
+        sys.exit(r.returncode)
 
 with open(os.path.join(root, "data", "demo.jsonl")) as f:
     for line_no, line in enumerate(f, 1):

@@ -38,6 +38,19 @@ def write_data(path, samples, seed=7):
             f.write(json.dumps({"input_ids": ids, "loss_mask": [0] * (n // 3) + [1] * (n - n // 3)}) + "\n")
 
 
+def free_port():
+    """A TCP port the kernel has just handed out (free for the next moments)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def distributed(port, nnodes=1, node_rank=0, timeout_s=30):
+    return (f"[distributed]\nnnodes = {nnodes}\nnode_rank = {node_rank}\nmaster_addr = \"127.0.0.1\"\n"
+            f"master_port = {port}\ntimeout_s = {timeout_s}\n")
+
+
 def process_gone(pid):
     """Exited (a zombie counts: it holds nothing any more)."""
     try:
@@ -50,7 +63,7 @@ def process_gone(pid):
 
 class Run:
     def __init__(self, tag, targets='["cpu", "cpu"]', drafters='["cpu"]', samples=200, epochs=2,
-                 supervisor="", ring="", run_extra="", step_ms=40, env=None):
+                 supervisor="", ring="", run_extra="", step_ms=40, env=None, tail="", data_extra="", train_extra=""):
         self.tmp = tempfile.mkdtemp(prefix=f"hsring-sup-{tag}-")
         self.name = f"t{tag}{os.getpid()}"
         self.ring = f"hsring-{self.name}"
@@ -64,6 +77,8 @@ class Run:
         self.proc = None
         self.lines = []
         self._reader = None
+        self.tail = tail
+        self.data_extra, self.train_extra = data_extra, train_extra
         self.write_config(targets, drafters, epochs, supervisor, ring, run_extra)
 
     def write_config(self, targets='["cpu", "cpu"]', drafters='["cpu"]', epochs=2, supervisor="", ring="",
@@ -91,14 +106,17 @@ num_layers = 2
 [data]
 path = "{self.data}"
 epochs = {epochs}
+{self.data_extra}
 [train]
 checkpoint_every = 5
+{self.train_extra}
 [supervisor]
 status_interval_s = 0.5
 backoff_initial_s = 0.1
 backoff_max_s = 0.5
 stop_timeout_s = 20
 {supervisor}
+{self.tail}
 """)
 
     # --- the supervisor -------------------------------------------------------------------

@@ -155,7 +155,32 @@ def test_sigint_is_graceful_and_a_second_sigint_immediate():
         r.cleanup()
 
 
+def test_status_says_which_side_waits_and_what_to_change():
+    # A slow drafter: the targets fill the ring and wait for free slots.
+    r = Run("bald", step_ms=120, samples=300)
+    try:
+        r.start()
+        st = r.wait_for(lambda s: s["balance"]["bottleneck"] == "drafters", "targets waiting on a full ring", timeout=30)
+        check(st["balance"]["targets_wait"] > 0.5 and st["balance"]["drafters_wait"] < 0.1, str(st["balance"]))
+        text = r.cli("status").stdout
+        check("balance: targets wait" in text and "add drafter GPUs" in text, text)
+        r.cli("stop")
+        r.expect_exit(0)
+    finally:
+        r.cleanup()
+    # Slow targets: the drafter waits for data.
+    r = Run("balt", step_ms=0, samples=300, env={"HSRING_SYNTH_WRITE_MS": "150"})
+    try:
+        r.start()
+        st = r.wait_for(lambda s: s["balance"]["bottleneck"] == "targets", "the drafter waiting for data", timeout=30)
+        check("add target GPUs" in st["balance"]["advice"], str(st["balance"]))
+        r.cli("stop")
+        r.expect_exit(0)
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_run_completes_and_verifies, test_restart_command_restarts_a_worker, test_stop_drains_and_exits_0,
           test_stop_without_keep_ring_removes_the_ring_and_the_next_run_resumes, test_stop_now_kills_and_keeps_the_ring,
-          test_sigint_is_graceful_and_a_second_sigint_immediate])
+          test_sigint_is_graceful_and_a_second_sigint_immediate, test_status_says_which_side_waits_and_what_to_change])

@@ -318,6 +318,46 @@ TEST_CASE("rates come from the worker's heartbeats over a window and restart wit
     CHECK(m.update("t", s).tokens_per_s == 0);
 }
 
+TEST_CASE("the wait fraction of each side names the bottleneck and what to change") {
+    RateMeter m;
+    WorkerStats s;
+    s.pid = 5;
+    const std::uint64_t sec = 1000000000ull;
+    s.heartbeat_ns = 100 * sec;
+    m.update("target.0", s);
+    s.heartbeat_ns += sec;
+    s.busy_ns = sec / 10;  // 0.1 s computing, 0.9 s waiting for a free slot
+    s.wait_ns = 9 * sec / 10;
+    CHECK(m.update("target.0", s).wait_fraction == doctest::Approx(0.9));
+
+    StatusInputs in;
+    in.phase = "running";
+    WorkerStatus t, d;
+    t.name = "target.0";
+    t.role = "target";
+    t.has_stats = true;
+    t.rate = {1, 100, 0.9};
+    d.name = "drafter.0";
+    d.role = "drafter";
+    d.has_stats = true;
+    d.rate = {1, 100, 0.02};
+    in.workers = {t, d};
+    nlohmann::json j = status_json(in);
+    CHECK(j["balance"]["bottleneck"] == "drafters");
+    CHECK(j["balance"]["advice"].get<std::string>().find("add drafter GPUs ([topology] drafters)") != std::string::npos);
+    CHECK(status_line(j).find("wait T 90% D 2%") != std::string::npos);
+    CHECK(status_text(j).find("balance: targets wait 90% of their time") != std::string::npos);
+    in.workers[0].rate.wait_fraction = 0.01;
+    in.workers[1].rate.wait_fraction = 0.8;
+    j = status_json(in);
+    CHECK(j["balance"]["bottleneck"] == "targets");
+    CHECK(j["balance"]["advice"].get<std::string>().find("add target GPUs ([topology] targets)") != std::string::npos);
+    in.workers[1].rate.wait_fraction = 0.3;
+    CHECK(status_json(in)["balance"]["bottleneck"] == "none");
+    in.workers[1].rate.wait_fraction = -1;  // not measured yet
+    CHECK(status_json(in)["balance"]["drafters_wait"].is_null());
+}
+
 // --- reliability (issue 12) -------------------------------------------------------------------
 
 namespace {

@@ -1,0 +1,42 @@
+# Sourced by the GPU session scripts (bench/gpu/*.sh): run one pipeline under `hsring run` and
+# summarise it. Needs: $build (build dir), $hs (hsring), $py (python3), $root, $work, $out, say().
+#
+# pipeline NAME CONFIG KILL_WORKER KILL_AFTER_S [SED_EXPR ...]
+#   copies CONFIG with [run] name = NAME, [data] path = runs/long.jsonl and the sed expressions
+#   applied; runs it to completion (or PIPELINE_LIMIT_S, then hsring stop), snapshots
+#   `hsring status` every 5 s, SIGKILLs KILL_WORKER ("" = none) after KILL_AFTER_S seconds,
+#   verifies the ledger and prints trained tokens/s, data wait and peak memory (summarize_run.py).
+pipeline() {
+  local name=$1 config=$2 kill_worker=$3 kill_after=$4
+  shift 4
+  local cfg="$work/$name.toml" run_dir="$root/runs/$name"
+  sed -e "s/^name = .*/name = \"$name\"/" -e "s|^path = .*|path = \"$root/runs/long.jsonl\"|" "$config" > "$cfg"
+  for e in "$@"; do sed -i "$e" "$cfg"; done
+  rm -rf "$run_dir"
+  say "== pipeline $name: $(grep -E '^(targets|drafters|slot_tokens|tokens_per_step|allow_shared_gpus)' "$cfg" | tr '\n' ' ')"
+  local t0=$SECONDS
+  "$hs" run "$cfg" --run-dir "$run_dir" --fresh > "$work/$name.log" 2>&1 &
+  local sup=$!
+  local killed=0
+  while kill -0 $sup 2>/dev/null; do
+    sleep 5
+    "$hs" status --json --run-dir "$run_dir" >> "$work/$name.status.jsonl" 2>/dev/null && echo >> "$work/$name.status.jsonl"
+    if [ -n "$kill_worker" ] && [ $killed = 0 ] && [ $((SECONDS - t0)) -ge "$kill_after" ]; then
+      "$hs" kill "$kill_worker" --run-dir "$run_dir" >> "$work/$name.log" 2>&1 && say "   SIGKILLed $kill_worker at $((SECONDS - t0)) s"
+      killed=1
+    fi
+    if [ $((SECONDS - t0)) -ge "${PIPELINE_LIMIT_S:-300}" ]; then
+      say "   time limit: hsring stop"
+      "$hs" stop --run-dir "$run_dir" >> "$work/$name.log" 2>&1
+      wait $sup
+      break
+    fi
+  done
+  wait $sup; local rc=$?
+  say "   hsring run exit $rc after $((SECONDS - t0)) s: $(grep -E 'complete after|stopped' "$work/$name.log" | tail -n 1)"
+  "$hs" ledger verify "$run_dir" > "$work/$name.verify.txt" 2>&1; say "   ledger verify exit $?: $(tail -n 1 "$work/$name.verify.txt")"
+  cp "$run_dir/metrics.jsonl" "$work/$name.metrics.jsonl" 2>/dev/null
+  cp -r "$run_dir/logs" "$work/$name.logs" 2>/dev/null
+  "$py" "$root/bench/gpu/summarize_run.py" "$run_dir" "$work/$name.log" | tee -a "$out/summary.txt"
+  rm -rf "$run_dir/checkpoints"   # tens of GB of fp32 state: not needed after the summary
+}
