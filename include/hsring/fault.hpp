@@ -9,8 +9,9 @@
 //   kill   SIGKILL to itself, right there
 //   hold   sleep there until killed (a test kills it while it holds what it holds)
 //   int    SIGINT to itself (a Ctrl-C at that instant)
-// Points: target write; drafter stage, train, checkpoint (after the weights are written, before
-// the commit), commit (after the commit, before the train log's K record and make_durable);
+// Points: target write; drafter restore (at start, the gang formed), stage, train, checkpoint
+// (after the weights are written, before the commit), commit (after the commit, before the train
+// log's K record and make_durable);
 // supervisor rebuild (once per sample marked while a new ledger is built from the checkpoint).
 // A bad HSRING_FAULT is an hsring::Error at the first point. Without HSRING_FAULT a point costs
 // one relaxed load.

@@ -45,8 +45,11 @@ CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(d
     } catch (const Error& e) {
         unwritable(dir_, e.what());
     }
-    for (const auto& e : fs::directory_iterator(dir_))
-        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());  // a crash mid-write
+    // A crash mid-write left these. The drafter ranks of a machine all start here at once and
+    // remove the same ones: what another rank removed first is no error.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
     // A checkpoint directory we cannot write would fail only at the first checkpoint, after the
     // work of a whole interval: find out now.
     const std::string probe = sub_ + "/.write-probe." + std::to_string(::getpid());

@@ -167,6 +167,7 @@ void Drafter::restore() {
     const std::uint64_t mine = store_.latest_step();
     double v = -static_cast<double>(mine);
     gang_.allreduce_max({&v, 1});
+    fault::point("restore");  // HSRING_FAULT: the gang formed, the state not yet sent
     const auto s = static_cast<std::uint64_t>(-v);
     // tokens_done, warmup_end_tokens, samples_done (from the master), held-out samples (each machine's)
     double state[4] = {0, 0, 0, 0};

@@ -87,6 +87,22 @@ def test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches():
         r.cleanup()
 
 
+def test_a_rank_killed_while_the_gang_first_starts_restarts_the_gang():
+    # Found by hsring drill: a peer that died after the gang formed, in its first start, made the
+    # other rank's failed collective a user error (exit 3) that stopped the run.
+    r = Run("kg", drafters='["cpu", "cpu"]', step_ms=5, env={"HSRING_FAULT": "drafter.1:restore:1:kill"})
+    try:
+        r.start()
+        r.expect_exit(0, timeout=120)
+        out = r.output()
+        check("injected fault in drafter.1" in out and "user error" not in out, out)
+        check(re.search(r"restarting the drafter gang \(2 ranks\)", out), out)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_sigkill_target_mid_write, test_sigkill_drafter,
-          test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches])
+          test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches,
+          test_a_rank_killed_while_the_gang_first_starts_restarts_the_gang])
