@@ -144,6 +144,7 @@ private:
     fs::path exe_, work_, config_file_;
     std::uint32_t targets_ = 0, drafters_ = 0;
     std::vector<Suspended> suspended_;
+    Clock::time_point last_supervisor_kill_{};
     std::vector<ConfigSetting> settings_;  // the drill's keys, set on the user's config
     bool user_ring_name_ = false;
 };
@@ -274,13 +275,17 @@ void Drill::resume_due(bool all) {
 // One random fault: returns false when none could be dealt now (nothing eligible).
 bool Drill::act(const fs::path& run_dir, pid_t supervisor, std::uint64_t supervisor_ticks, Tally& t,
                 bool& killed_supervisor) {
-    const std::uint64_t dice = pick(100);
+    std::uint64_t dice = pick(100);
+    // A new supervisor first waits for its predecessor's workers and starts a gang: give it a few
+    // seconds before it is killed again, or the drill would mostly kill supervisors.
+    if (dice >= 95 && seconds_since(last_supervisor_kill_) < 5) dice = pick(90);
     if (dice >= 90) {  // the supervisor: SIGKILL (it is started again) or SIGSTOP for a moment
         resume_due(true);  // its workers must be able to finish when it dies
         if (dice >= 95) {
             ::kill(supervisor, SIGKILL);
             ++t.kill_supervisor;
             killed_supervisor = true;
+            last_supervisor_kill_ = Clock::now();
         } else if (signal_process(supervisor, supervisor_ticks, SIGSTOP)) {
             suspended_.push_back({supervisor, supervisor_ticks, Clock::now() + std::chrono::milliseconds(100 + pick(500))});
             ++t.stop_supervisor;
