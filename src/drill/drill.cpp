@@ -5,6 +5,7 @@
 #include "hsring/config_rewrite.hpp"
 #include "hsring/error.hpp"
 #include "hsring/liveness.hpp"
+#include "hsring/ring.hpp"
 #include "hsring/safe_file.hpp"
 #include "hsring/worker_contract.hpp"
 #include "supervisor/control_client.hpp"
@@ -147,12 +148,14 @@ private:
     Clock::time_point last_supervisor_kill_{};
     std::vector<ConfigSetting> settings_;  // the drill's keys, set on the user's config
     bool user_ring_name_ = false;
+    std::string ring_name_;  // the current run's
 };
 
 // The drill's config for run `index`: its own run (and ring) name and a free rendezvous port.
 void Drill::write_config(std::uint32_t index) {
     std::vector<ConfigSetting> set = settings_;
     const std::string name = fmt::format("drill{}r{}", ::getpid(), index);
+    ring_name_ = "hsring-" + name;
     set.push_back({"run", "name", name});
     if (user_ring_name_) set.push_back({"ring", "name", "hsring-" + name});
     set.push_back({"distributed", "master_port", std::int64_t{free_port()}});
@@ -372,6 +375,8 @@ RunResult Drill::run_one(std::uint32_t index, std::uint64_t budget) {
             }
         }
         res.why = std::move(why);
+        if (Ring::exists(ring_name_))
+            res.why += fmt::format(" (its ring stays for a look: hsring ring rm {} removes it)", ring_name_);
         res.seconds = seconds_since(t0);
         return res;
     };
