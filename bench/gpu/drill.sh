@@ -2,7 +2,7 @@
 # bench/gpu/drill.sh BUILD_DIR OUT_DIR — `hsring drill` on the GPU machine with the real workers
 # (hsring-target / hsring-drafter: LibTorch, CUDA registration of the ring, device copies), for
 # README's Reliability section. Run after bin/gpu-build (and bin/hugepages for huge_pages):
-#   1. one target GPU + one drafter GPU
+#   1. one target GPU + one drafter GPU (on a 1-GPU machine: both on GPU 0, allow_shared_gpus)
 #   2. with 3+ GPUs: one target GPU + two data-parallel drafter ranks (NCCL)
 # Each drill SIGKILLs and SIGSTOPs random workers and the supervisor, restarts workers and injects
 # faults (HSRING_FAULT) until FAULTS (default 200) were dealt, then verifies every run dir.
@@ -20,7 +20,9 @@ say() { echo "$*" | tee -a "$out/summary.txt"; }
 : > "$out/summary.txt"
 say "$(date -u) $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
 say "$(git -C "$root" log -1 --oneline 2>/dev/null)"
-[ "$gpus" -ge 2 ] || { say "drill.sh needs 2 GPUs (found $gpus)"; exit 1; }
+[ "$gpus" -ge 1 ] || { say "drill.sh needs a GPU (found none)"; exit 1; }
+shared=false
+[ "$gpus" -ge 2 ] || shared=true
 
 # drill NAME DRAFTERS: a config of one target on GPU 0 and DRAFTERS, then hsring drill on it.
 drill() {
@@ -33,6 +35,7 @@ seed = 7
 [topology]
 targets = [0]
 drafters = $drafters
+allow_shared_gpus = $shared
 [ring]
 slots = 8
 slot_tokens = 2048
@@ -60,6 +63,6 @@ TOML
   grep -E '^(drill|samples|ok|FAILED)' "$out/$name.txt" | sed 's/^/   /' | tee -a "$out/summary.txt" > /dev/null
 }
 
-drill 1t1d "[1]"
+if [ "$gpus" -ge 2 ]; then drill 1t1d "[1]"; else drill 1t1d-shared "[0]"; fi
 [ "$gpus" -ge 3 ] && drill 1t2d "[1, 2]"
 say "done"
