@@ -6,7 +6,8 @@
 //  offset 0 ┌───────────────────────────────────────────────────────────────┐
 //           │ RingHeader (4 KiB)                                            │
 //           │   identity: magic "HSRING\0\1", version, layout hash,         │
-//           │             creator pid + start ticks, created time, name     │
+//           │             creator pid + start ticks, created time, name,    │
+//           │             run tag (run dir, uid, data, machine)             │
 //           │   geometry: slot count, slot stride, tokens, samples, ...     │
 //           │   offsets:  owners, controls, metas, payloads, total bytes    │
 //           │   [own line] next_ticket         [own line] free/ready futex  │
@@ -29,6 +30,7 @@
 // Control word (64 bits): [ pid : 32 | incarnation : 28 | state : 4 ]. FREE and READY carry no
 // owner (pid 0). A slot's ticket (claim order, from next_ticket, 0 = none) sits next to it.
 #include "hsring/ring.hpp"
+#include "shm/run_tag_block.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -38,7 +40,8 @@
 namespace hsring::ring_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'R', 'I', 'N', 'G', '\0', '\1'};
-inline constexpr std::uint32_t kVersion = 1;
+// 2: the run tag (whose ring it is) in the header; owner entries being joined carry the joiner's pid.
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint32_t kMaxOwners = 128;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kHeaderBytes = 4096;
@@ -97,6 +100,7 @@ struct RingHeader {
     std::uint64_t creator_start_ticks;
     std::int64_t created_unix_ns;
     char name[64];
+    shm::RunTagBlock tag;
     // geometry
     std::uint32_t slot_count;
     std::uint32_t max_samples;

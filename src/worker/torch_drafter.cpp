@@ -48,7 +48,6 @@ struct TorchDrafter::Impl {
         double copy_ms = 0;
 #ifdef HSRING_TORCH_CUDA
         std::unique_ptr<at::cuda::CUDAEvent> start, done, released;
-        std::unique_ptr<ReadSlot> slot;  // released by the host callback, destroyed after it ran
 #endif
     };
 
@@ -98,6 +97,18 @@ struct TorchDrafter::Impl {
 #endif
     }
 
+    ~Impl() {
+#ifdef HSRING_TORCH_CUDA
+        // Pending copies and their release callbacks finish before the buffers and the ring go.
+        if (copy_stream) {
+            try {
+                copy_stream->synchronize();
+            } catch (...) {
+            }
+        }
+#endif
+    }
+
     // After the model exists (restore or replica): the optimizer, and the gang's gradient sums
     // over exactly these parameter tensors.
     void make_optimizer() {
@@ -114,7 +125,7 @@ struct TorchDrafter::Impl {
             s.done->block(at::cuda::getCurrentCUDAStream(device.index()));  // compute after the copy
             s.done->synchronize();
             s.copy_ms = s.start->elapsed_time(*s.done);
-            s.released->synchronize();  // the callback ran: the ReadSlot may be destroyed now
+            s.released->synchronize();  // the callback ran: the slot is FREE again
         }
 #else
         (void)s;
@@ -228,9 +239,20 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
         s.start->record(*m.copy_stream);
         copy_filled_rows_async(buf.data_ptr(), slot.payload().data(), rows, m.copy_stream->stream());
         s.done->record(*m.copy_stream);
-        s.slot = std::make_unique<ReadSlot>(std::move(slot));
-        C10_CUDA_CHECK(cudaLaunchHostFunc(
-            m.copy_stream->stream(), [](void* p) { static_cast<ReadSlot*>(p)->release(); }, s.slot.get()));
+        // The host callback owns the slot: it releases and deletes it whenever it runs, so a
+        // staged batch destroyed first (an exception, the end of the process) leaves it no dangling
+        // pointer. ~Impl waits for the copy stream: no callback outlives the ring's mapping.
+        auto* owned = new ReadSlot(std::move(slot));
+        const cudaError_t launched = cudaLaunchHostFunc(
+            m.copy_stream->stream(),
+            [](void* p) {
+                auto* held = static_cast<ReadSlot*>(p);
+                held->release();
+                delete held;
+            },
+            owned);
+        if (launched != cudaSuccess) delete owned;  // never launched: READY again
+        C10_CUDA_CHECK(launched);
         s.released = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
         s.released->record(*m.copy_stream);
 #endif
