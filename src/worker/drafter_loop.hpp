@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 namespace hsring::worker {
@@ -42,6 +43,14 @@ struct BatchResult {
 struct StepResult {
     double grad_norm = 0;
     std::uint64_t device_peak_bytes = 0;
+};
+
+// A drafter's state as of one step, in host memory, detached from the live model.
+class StateSnapshot {
+public:
+    virtual ~StateSnapshot() = default;
+    // Writes it into the (temporary checkpoint) directory `dir`; from any one thread, once.
+    virtual void write(const std::filesystem::path& dir) = 0;
 };
 
 class DrafterCompute {
@@ -77,8 +86,10 @@ public:
     virtual StepResult optimizer_step(double lr, double weight_sum) = 0;
     // Drops accumulated gradients (a round in which no rank trained anything).
     virtual void discard_grads() = 0;
-    // Writes everything a restart needs into `dir` (master only).
-    virtual void save(const std::filesystem::path& dir) = 0;
+    // Everything a restart needs, copied out of the model now (master only, between two steps):
+    // training may change the model as soon as this returns. The copy is written later, possibly
+    // on another thread while training goes on (CheckpointWriter).
+    virtual std::unique_ptr<StateSnapshot> snapshot() = 0;
     // The trained drafter in the format users load (HF directory; master only).
     virtual void export_model(const std::filesystem::path& dir) = 0;
     // Releases slots whose copies have completed.
