@@ -12,7 +12,8 @@
 //   4. if any rank trained something: the optimizer step (gradients / the global weight sum, so N
 //      ranks make exactly the update one rank would on the same global batch), metrics,
 //      checkpoints every [train] checkpoint_every steps (collective: train logs synced, the
-//      master commits, then each rank makes its samples durable).
+//      master snapshots the state and commits it, in the background by default (the commit is
+//      reported in a later round), then each rank makes its samples durable).
 //   The run ends when every rank is out of data (or at [train] max_steps, or when a rank stops).
 // At start the ranks agree on the step to resume from (the oldest latest checkpoint of any
 // machine), the master loads it and sends its state to every rank, and each rank re-issues what
