@@ -452,9 +452,9 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
 }
 
 void Drafter::checkpoint(std::uint64_t step, bool wait) {
-    drain_checkpoint();  // one write at a time: the one in flight is committed first
+    const auto t0 = Clock::now();  // the pause includes waiting for a write still in flight
+    drain_checkpoint();            // one write at a time: the one in flight is committed first
     if (step == checkpointed_) return;
-    const auto t0 = Clock::now();
     // Exactly once (DESIGN.md invariant 4): every rank's train records of steps <= step are on
     // disk before the checkpoint exists; samples turn durable only after it exists.
     log_.sync();

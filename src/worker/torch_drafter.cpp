@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <deque>
+#include <future>
 #include <fstream>
 
 namespace hsring::worker {
@@ -99,6 +100,9 @@ struct TorchDrafter::Impl {
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::shared_ptr<HostState> host_state;  // the last snapshot's buffers
+    // The first snapshot's pinned buffers, allocated on a thread of their own from the start
+    // (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the checkpoint).
+    std::future<std::shared_ptr<HostState>> host_state_ready;
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
     bool synced = false;               // the last train_one(true) summed the gradients
@@ -212,6 +216,22 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
     }
     m.drafter->train();
     m.describe();
+    if (m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background) {
+        // Master only (restore): pinned host buffers for the weights and both AdamW moments.
+        std::vector<at::Tensor> params = m.drafter->parameters();
+        std::vector<std::vector<std::int64_t>> shapes;
+        for (const auto& p : params) shapes.push_back(p.sizes().vec());
+        m.host_state_ready = std::async(std::launch::async, [shapes = std::move(shapes)] {
+            auto h = std::make_shared<HostState>();
+            const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
+            for (const auto& s : shapes) {
+                h->params.push_back(at::empty(s, opts));
+                h->exp_avg.push_back(at::empty(s, opts));
+                h->exp_avg_sq.push_back(at::empty(s, opts));
+            }
+            return h;
+        });
+    }
 }
 
 void TorchDrafter::prepare_replica() {
@@ -455,6 +475,7 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
 std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     Impl& m = *impl_;
     torch::NoGradGuard no_grad;
+    if (m.host_state_ready.valid()) m.host_state = m.host_state_ready.get();
     if (!m.host_state || m.host_state.use_count() > 1) m.host_state = std::make_shared<HostState>();
     HostState& h = *m.host_state;
     const bool pinned = m.device.is_cuda();
