@@ -261,7 +261,7 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
         x.casts = fc_casts;
         x.transient = nograd;
     } else {
-        const bool at_first = first >= last;
+        const bool at_first = nl > 1 && first >= last;  // one layer: the first is the last
         x.peak = at_first ? DrafterPeak::RecomputeFirstLayer : DrafterPeak::RecomputeLastLayer;
         x.inputs = (at_first ? 1 : nl) * row_bytes;
         x.layer = layer;
