@@ -414,14 +414,22 @@ HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& 
                        fmt::format("{} GPU worker processes x {} (LibTorch, CUDA runtime) + {} CPU ones x {} (stated)",
                                    gpu_workers, gib(kWorkerHostBytes), cpu_workers_n, gib(kCpuWorkerHostBytes))});
     const u64 p = drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
-    const u64 n_drafters = cfg.topology.drafters.size();
-    h.parts.push_back({"checkpoint_staging", n_drafters * 2 * p * 4,
-                       fmt::format("{} drafter(s) x AdamW state {} copied to host while a checkpoint is written",
-                                   n_drafters, gib(2 * p * 4))});
+    // The master drafter (global rank 0: on machine 0 only) copies fp32 weights + both AdamW
+    // moments to host memory at each checkpoint; with checkpoint_background (default) into pinned
+    // buffers it keeps for the whole run (src/worker/torch_drafter.cpp snapshot()).
+    const bool master_here = cfg.distributed.node_rank == 0 && !cfg.topology.drafters.empty();
+    const u64 staging = master_here ? 3 * p * 4 : 0;
+    const bool drafter_on_gpu = master_here && !cfg.topology.drafters.front().is_cpu();
+    const bool pinned_staging = drafter_on_gpu && cfg.train.checkpoint_background;
+    h.parts.push_back({"checkpoint_staging", staging,
+                       master_here ? fmt::format("the master drafter's weights + AdamW moments ({}) copied to host at a "
+                                                 "checkpoint{}", gib(staging),
+                                                 pinned_staging ? ", pinned and kept (checkpoint_background)" : "")
+                                   : std::string("none: the master drafter (global rank 0) is on machine 0")});
     for (const auto& w : cpu_workers)
         h.parts.push_back({w.name + " (cpu)", w.allocated(), "the worker's model memory, computed as on a GPU in fp32"});
     if (cfg.ring.huge_pages != HugePages::Off) h.huge_pages = (ring + kHugePage - 1) / kHugePage;
-    if (gpu_workers > 0) h.pinned_bytes = ring;
+    if (gpu_workers > 0) h.pinned_bytes = ring + (pinned_staging ? staging : 0);
     return h;
 }
 
