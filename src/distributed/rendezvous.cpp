@@ -181,18 +181,4 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
     return r;
 }
 
-std::uint16_t free_loopback_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) fail("socket: {}", errno_text(errno));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-    ::close(fd);
-    if (!ok) fail("cannot get a free port on 127.0.0.1: {}", errno_text(errno));
-    return ntohs(a.sin_port);
-}
-
 } // namespace hsring::distributed

@@ -15,6 +15,7 @@
 //   all         create the process group under the prefix "hsring/r<round>/pg", a first
 //               collective, then rank 0 marks the round formed.
 // A rank that does not join within the timeout is named in the error (its machine and rank).
+#include "hsring/free_port.hpp"
 #include "hsring/worker_contract.hpp"
 
 #include <nlohmann/json.hpp>
@@ -46,8 +47,7 @@ struct Rendezvous {
 // differ (the message names every differing key), a rank claimed twice.
 Rendezvous rendezvous(const RendezvousOptions& options);
 
-// A TCP port on 127.0.0.1 the kernel has just handed out (free for the next moments): for
-// gangs that tests and benchmarks start on one host.
-std::uint16_t free_loopback_port();
+// For gangs that tests and benchmarks start on one host (hsring/free_port.hpp).
+using hsring::free_loopback_port;
 
 } // namespace hsring::distributed

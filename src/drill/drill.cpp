@@ -4,6 +4,7 @@
 #include "hsring/config.hpp"
 #include "hsring/config_rewrite.hpp"
 #include "hsring/error.hpp"
+#include "hsring/free_port.hpp"
 #include "hsring/liveness.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/safe_file.hpp"
@@ -13,10 +14,8 @@
 #include "supervisor/run_verify.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,21 +40,6 @@ using namespace std::chrono_literals;
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// A TCP port the kernel says is free now, for the drafter gang's rendezvous.
-int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) fail("socket: {}", errno_text(errno));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-    ::close(fd);
-    if (!ok) fail("cannot find a free TCP port for the drafter gang: {}", errno_text(errno));
-    return ntohs(a.sin_port);
-}
 
 // This very program, also when its file was replaced meanwhile (a rebuild during a long drill).
 fs::path self_exe() {
@@ -158,7 +142,7 @@ void Drill::write_config(std::uint32_t index) {
     ring_name_ = "hsring-" + name;
     set.push_back({"run", "name", name});
     if (user_ring_name_) set.push_back({"ring", "name", "hsring-" + name});
-    set.push_back({"distributed", "master_port", std::int64_t{free_port()}});
+    set.push_back({"distributed", "master_port", std::int64_t{free_loopback_port()}});
     safe::write_atomic(work_, config_file_.filename().string(), rewrite_config(o_.config, set), false);
 }
 
