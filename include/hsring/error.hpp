@@ -14,6 +14,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// An error that restarting cannot fix whenever it happens (an unwritable checkpoint directory):
+// a worker exits 3 for it even after it started (see src/worker/worker_env.hpp run_guarded).
+class UserError : public Error {
+public:
+    using Error::Error;
+};
+
 // Throws hsring::Error with a formatted message.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {

@@ -20,6 +20,8 @@
 //
 // The same region carries the run's done flag and the trained-passes counter; the per-worker
 // live counters are on the status board (hsring/status_board.hpp), a region of their own.
+#include "hsring/run_tag.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -60,10 +62,22 @@ struct LedgerCounts {
 
 class Ledger {
 public:
-    // Creates the region (all PENDING). Fails if the name exists.
-    static Ledger create(std::string_view name, const LedgerInfo& info);
-    // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error.
-    static Ledger attach(std::string_view name, const LedgerInfo* expected = nullptr);
+    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights,
+    // trained by drafter `rank` into step `step`.
+    struct Trained {
+        std::uint64_t pos = 0;
+        std::uint32_t rank = 0;
+        std::uint64_t step = 0;
+    };
+    // Creates the region for the run `tag`: every entry PENDING except `durable` (what the run's
+    // checkpoint holds: DURABLE). All or nothing: the name appears only once every mark is made.
+    // Fails if the name exists.
+    static Ledger create(std::string_view name, const LedgerInfo& info, const RunTag& tag = {},
+                         const std::vector<Trained>& durable = {});
+    // Attaches; with `expected`, a different data set, epoch count, seed or shuffle is an error;
+    // with `tag`, a ledger of another run (run dir, user, data, machine) is refused.
+    static Ledger attach(std::string_view name, const LedgerInfo* expected = nullptr, const RunTag* tag = nullptr);
+    RunTag tag() const;
     static bool exists(std::string_view name);
     static bool remove(std::string_view name);
     // The ledger's shm name for a ring name.
@@ -99,29 +113,34 @@ public:
     std::uint64_t make_durable(std::uint32_t rank, std::uint64_t step);
     // At a drafter's start from a checkpoint of `step` (0 = none): CONSUMED(rank, s <= step) ->
     // DURABLE, CONSUMED(rank, s > step) and DURABLE(rank, s > step) -> PENDING (trained into
-    // weights that are not the ones resumed from).
+    // weights that are not the ones resumed from). Scans every entry: recounts `rank`'s counter
+    // and lowers the low-water mark to the lowest PENDING entry.
     struct Recovery {
         std::uint64_t durable = 0, repended = 0;
     };
     Recovery recover(std::uint32_t rank, std::uint64_t step);
-    // At a fresh ledger for a run that has a checkpoint: these positions are in its weights,
-    // trained by drafter `rank` into step `step`.
-    struct Trained {
-        std::uint64_t pos = 0;
-        std::uint32_t rank = 0;
-        std::uint64_t step = 0;
-    };
-    void mark_durable(const std::vector<Trained>& trained);
 
     // --- status ---
     EntryState state(std::uint64_t pos) const;
+    // An entry as a whole: its state, and the drafter rank and step of CONSUMED / DURABLE.
+    struct EntryView {
+        EntryState state = EntryState::Pending;
+        std::uint32_t rank = 0;
+        std::uint64_t step = 0;
+    };
+    EntryView view(std::uint64_t pos) const;
     LedgerCounts counts() const;          // scans every entry
-    std::uint64_t consumed_or_durable() const;  // O(1) counter
+    std::uint64_t consumed_or_durable() const;  // sum of the per-rank counters (exact after recover/repair)
+    // With no other process attached (the supervisor at start): recounts every rank's counter and
+    // lowers the low-water mark to the lowest PENDING entry, undoing what a process killed between
+    // an entry's CAS and its bookkeeping left behind.
+    void repair();
     bool done() const;
     void set_done();
 
 private:
     Ledger() = default;
+    std::chrono::steady_clock::time_point last_sweep_{};  // take()'s sweep for stray PENDING entries
     std::atomic<std::uint64_t>& entry(std::uint64_t pos) const;
     void lower_low_water(std::uint64_t pos);
     bool to_pending(std::uint64_t pos, std::uint64_t expected_entry);
@@ -130,5 +149,10 @@ private:
     ledger_detail::LedgerHeader* header_ = nullptr;
     LedgerInfo info_;
 };
+
+// Tests: called at "consume.cas" (an entry CONSUMED, its counter not yet counted) and
+// "repend.cas" (an entry PENDING, the low-water mark not yet lowered). Default: none.
+using LedgerTestHook = void (*)(const char* point);
+void set_ledger_test_hook(LedgerTestHook hook);
 
 } // namespace hsring

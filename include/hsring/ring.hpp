@@ -26,6 +26,7 @@
 #include "hsring/config.hpp"
 #include "hsring/liveness.hpp"
 #include "hsring/region_info.hpp"
+#include "hsring/run_tag.hpp"
 
 #include <sys/types.h>
 
@@ -187,6 +188,7 @@ struct RingOptions {
     RingGeometry geometry;
     HugePages huge_pages = HugePages::Auto;
     bool prefault = true;     // touch every page at creation (reservation failures surface now)
+    RunTag tag;               // whose ring it is (hsring/run_tag.hpp)
 };
 
 // A process registered in the ring's owner table (join()), as `hsring status` / `ring rm` see it.
@@ -215,8 +217,10 @@ public:
     // once fully initialised: a crash during creation leaves nothing behind.
     static Ring create(const RingOptions& opts);
     // Attaches to an existing ring. With `expected`, a different layout is an error naming
-    // both layouts; a non-hsring object or another version is an error too.
-    static Ring attach(std::string_view name, const RingGeometry* expected = nullptr);
+    // both layouts; with `tag`, a ring of another run (run dir, user, data, machine) is an error
+    // saying whose it is; a non-hsring object, another version, another user's file or one that
+    // others may access is an error too.
+    static Ring attach(std::string_view name, const RingGeometry* expected = nullptr, const RunTag* tag = nullptr);
     static bool exists(std::string_view name);
     // Unlinks the name (mappings stay valid until unmapped). True if something was removed.
     static bool remove(std::string_view name);
@@ -241,7 +245,8 @@ public:
     // (so the samples it held are re-issued even if the reclaimer dies midway).
     // Safe to call concurrently and repeatedly (idempotent).
     ReclaimResult reclaim(Owner owner, const std::function<void(std::uint64_t ticket)>& before_free = {});
-    // Reclaims every owner whose process is gone (pid gone, or reused: start time differs).
+    // Reclaims every owner whose process is gone (pid gone, or reused: start time differs), and
+    // frees owner entries left half-joined by a process that died.
     ReclaimResult reclaim_dead(const std::function<void(std::uint64_t ticket)>& before_free = {});
     // Called by waits that time out, to reclaim dead owners without the supervisor.
     void set_reclaim_hook(std::function<void(std::uint64_t ticket)> before_free);
@@ -253,7 +258,8 @@ public:
 
     Occupancy occupancy() const;
     RingCounters counters() const;
-    // The owner table: every process that joined and has not left (or been reclaimed).
+    // The owner table: every process that joined and has not left (or been reclaimed); an entry
+    // being joined shows as "(joining)".
     std::vector<OwnerInfo> owners() const;
     SlotState state(std::uint32_t slot) const;
     std::uint64_t ticket(std::uint32_t slot) const;  // of its current (or last) claim
@@ -269,6 +275,12 @@ public:
     const RegionInfo& region() const;
     const std::string& name() const { return name_; }
     pid_t creator_pid() const;
+    std::uint64_t creator_start_ticks() const;
+    RunTag tag() const;
+    // The live processes that use the ring: its creator (if alive, same start time) and every
+    // live owner-table entry (workers, and the supervisor that joined as an observer), except
+    // this process. `hsring run --fresh` and `hsring ring rm` never remove a ring in use.
+    std::vector<OwnerInfo> live_users() const;
 
     std::byte* payload(std::uint32_t slot) const;
     SlotMeta meta(std::uint32_t slot) const;
@@ -300,7 +312,8 @@ private:
 };
 
 // Fault injection for tests: called at each transition point ("claim", "commit.before",
-// "commit.after", "acquire", "release.before", "release.after", "abort.before"). Default: none.
+// "commit.after", "acquire", "release.before", "release.after", "abort.before") and in join()
+// once its owner entry is reserved ("join.reserved"). Default: none.
 using RingTestHook = void (*)(const char* point);
 void set_ring_test_hook(RingTestHook hook);
 

@@ -5,8 +5,9 @@
 // rates, and the incarnations an earlier process used).
 //
 //  offset 0 ┌──────────────────────────────────────────────────────────────┐
-//           │ StatusHeader: magic, version, entry count, creator pid       │
-//  128      ├──────────────────────────────────────────────────────────────┤
+//           │ StatusHeader: magic, version, entry count, creator pid,      │
+//           │   run tag (whose board it is: hsring/run_tag.hpp)            │
+//  512      ├──────────────────────────────────────────────────────────────┤
 //           │ StatsEntry[64]  (128 B each, one writer each)                │
 //           │   0 .. 47: target rank r at r;  48 .. 63: drafter rank r at  │
 //           │   kDrafterStatsBase + r                                      │
@@ -16,6 +17,7 @@
 // so a reader may see a mix of two successive publishes; status tolerates that, and the
 // heartbeat tells a stale entry from a live one. Nothing here is a lock: a killed writer leaves
 // its last numbers, which the supervisor clears before it starts the next process.
+#include "hsring/run_tag.hpp"
 #include "hsring/worker_contract.hpp"
 
 #include <cstdint>
@@ -49,10 +51,11 @@ public:
     static constexpr std::uint32_t kMaxDrafters = kMaxWorkers - kDrafterStatsBase;
     static_assert(kMaxDrafters >= 16, "room for 16 drafter ranks per machine (data-parallel drafters)");
 
-    // Creates the region (every entry zero). Fails if the name exists.
-    static StatusBoard create(std::string_view name);
-    // Attaches; a region of another kind or version is an error that says how to remove it.
-    static StatusBoard attach(std::string_view name);
+    // Creates the region (every entry zero) for the run `tag`. Fails if the name exists.
+    static StatusBoard create(std::string_view name, const RunTag& tag = {});
+    // Attaches; a region of another kind or version is an error that says how to remove it; with
+    // `tag`, a board of another run is refused.
+    static StatusBoard attach(std::string_view name, const RunTag* tag = nullptr);
     static bool exists(std::string_view name);
     static bool remove(std::string_view name);
     // The status board's shm name for a ring name.

@@ -51,6 +51,8 @@ struct LineageReport {
     std::uint64_t records = 0, surviving = 0;
     std::vector<EpochReport> epochs;
     bool ok() const;
+    std::uint64_t missing() const;  // over every epoch
+    std::uint64_t doubled() const;  // samples trained more than once
 };
 
 // The records of drafter `rank`'s log that are in the weights of the checkpoint of `final_step`
@@ -70,6 +72,11 @@ struct LogOfMachine {
 // counted; every sample of every epoch must be counted once.
 LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_t final_step,
                              std::uint64_t dataset_samples, std::uint32_t epochs, std::uint64_t seed, bool shuffle);
+// One machine's share of a run in ledger positions (epoch-major, `share` per epoch): every
+// position of its drafter ranks' logs (`logs[r]` = rank r's) counted against the weights of the
+// checkpoint of `final_step`. What a supervisor checks before it reports its run complete.
+LineageReport verify_positions(const std::vector<std::filesystem::path>& logs, std::uint64_t final_step,
+                               std::uint64_t share, std::uint32_t epochs);
 // The single-machine, single-drafter case (rank 0's log against its ledger's facts).
 LineageReport verify_lineage(const std::filesystem::path& log, std::uint64_t final_step, const LedgerInfo& info);
 

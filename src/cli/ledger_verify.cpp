@@ -7,7 +7,7 @@
 #include "cli/options.hpp"
 #include "hsring/error.hpp"
 #include "hsring/train_log.hpp"
-#include "supervisor/run_files.hpp"
+#include "supervisor/run_verify.hpp"
 
 #include <fmt/format.h>
 
@@ -21,7 +21,8 @@ int ledger(Args args) {
         "usage: hsring ledger verify RUN_DIR [RUN_DIR ...]\n"
         "  per epoch: samples trained exactly once, missing, more than once, in the weights of the latest\n"
         "  checkpoint (RUN_DIR/checkpoints/latest, RUN_DIR/train-log.<rank>.txt); a run of several machines\n"
-        "  needs every machine's run dir; exit 1 on any missing or doubled\n";
+        "  needs every machine's run dir. Exit 0 ok; 1 a sample trained more than once, or missing from a run\n"
+        "  that completed; 3 the run has not completed (samples not trained yet, none twice)\n";
     ParsedArgs p;
     try {
         p = parse_args(args.subspan(1), {}, {"--help"});
@@ -38,59 +39,18 @@ int ledger(Args args) {
         return 2;
     }
 
-    // Every machine's run dir, by node rank.
-    std::map<std::uint32_t, std::pair<supervisor::RunFiles, supervisor::RunRecord>> machines;
-    for (std::size_t i = 1; i < p.positional.size(); ++i) {
-        supervisor::RunFiles files{std::filesystem::absolute(p.positional[i])};
-        supervisor::RunRecord record = supervisor::read_run_record(files.run_json());
-        if (!machines.emplace(record.node_rank, std::pair{files, record}).second)
-            fail("{} and {} are both machine {} of the run: give each machine's run dir once", files.dir.string(),
-                 machines.at(record.node_rank).first.dir.string(), record.node_rank);
-    }
+    std::vector<std::filesystem::path> dirs(p.positional.begin() + 1, p.positional.end());
+    const supervisor::RunVerification v = supervisor::verify_run_dirs(dirs);
+    const auto& machines = v.machines;
     const supervisor::RunRecord& first = machines.begin()->second.second;
-    const std::uint32_t nnodes = first.nnodes;
-    for (const auto& [node, m] : machines) {
-        const supervisor::RunRecord& r = m.second;
-        if (r.nnodes != nnodes || r.fingerprint != first.fingerprint || r.samples != first.samples ||
-            r.epochs != first.epochs || r.seed != first.seed || r.shuffle != first.shuffle)
-            fail("{} belongs to another run than {} (machines, data set, epochs, seed or shuffle differ)",
-                 m.first.dir.string(), machines.begin()->second.first.dir.string());
-    }
-    std::string missing;
-    for (std::uint32_t n = 0; n < nnodes; ++n)
-        if (!machines.count(n)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", n);
-    if (!missing.empty())
-        fail("the run has {} machines; the run dirs of machine(s) {} are missing: pass every machine's run dir "
-             "(hsring ledger verify DIR0 DIR1 ...)", nnodes, missing);
-
-    // The weights are the master's; every machine records the steps it saw committed. The oldest
-    // of them is what every machine has (a machine that died right after a commit is one behind).
-    std::uint64_t step = UINT64_MAX;
-    for (const auto& [node, m] : machines) {
-        const auto s = supervisor::read_latest_checkpoint(m.first);
-        if (!s)
-            fail("{} has no checkpoint ({} is missing): nothing is trained yet", m.first.dir.string(),
-                 m.first.latest_checkpoint().string());
-        step = std::min(step, *s);
-    }
-    std::vector<LogOfMachine> logs;
-    for (const auto& [node, m] : machines) {
-        for (std::uint32_t rank = 0; rank < m.second.drafters; ++rank) {
-            const auto log = m.first.train_log(rank);
-            if (!std::filesystem::exists(log))
-                fail("{} is missing: drafter rank {} writes it (is {} a run directory?)", log.string(), rank,
-                     m.first.dir.string());
-            logs.push_back({log, rank, nnodes, node});
-        }
-    }
-    const LineageReport r = verify_lineage(logs, step, first.samples, first.epochs, first.seed, first.shuffle);
+    const LineageReport& r = v.report;
 
     if (machines.size() == 1)
         fmt::print("run dir {}: checkpoint step {}, {} incarnations, {} train records, {} in the weights\n",
                    machines.begin()->second.first.dir.string(), r.final_step, r.incarnations, r.records, r.surviving);
     else
         fmt::print("{} machines ({} train logs): checkpoint step {}, {} incarnations, {} train records, {} in the "
-                   "weights\n", machines.size(), logs.size(), r.final_step, r.incarnations, r.records, r.surviving);
+                   "weights\n", machines.size(), v.logs, r.final_step, r.incarnations, r.records, r.surviving);
     fmt::print("  {:>5}  {:>10}  {:>14}  {:>10}  {:>16}\n", "EPOCH", "TOTAL", "EXACTLY ONCE", "MISSING", "MORE THAN ONCE");
     for (std::size_t e = 0; e < r.epochs.size(); ++e) {
         const EpochReport& er = r.epochs[e];
@@ -100,7 +60,19 @@ int ledger(Args args) {
         fmt::print("ok: every sample is in the weights exactly once per epoch\n");
         return 0;
     }
-    fmt::print("FAILED: samples are missing or trained more than once\n");
+    // A run that has not finished (stopped, still running, or [train] max_steps) misses what it has
+    // not trained yet: that is no loss. Trained twice is always a failure.
+    const bool finished = v.finished;
+    if (!finished && r.doubled() == 0) {
+        if (first.max_steps && first.end && first.end->complete)
+            fmt::print("not finished: {} sample passes are not in the weights, none is in them more than once ([train] "
+                       "max_steps = {} ended the run before every epoch)\n", r.missing(), first.max_steps);
+        else
+            fmt::print("not finished: {} sample passes are not in the weights yet, none is in them more than once (the "
+                       "run has not completed; `hsring run` resumes it)\n", r.missing());
+        return 3;
+    }
+    fmt::print("FAILED: {} sample passes are missing, {} are trained more than once\n", r.missing(), r.doubled());
     return 1;
 }
 

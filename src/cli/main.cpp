@@ -28,6 +28,8 @@ const Command kCommands[] = {
     {"stop", hsring::cli::stop, "stop [--now]", "stop the run (graceful; --now: SIGKILL, keep the ring)"},
     {"ring", hsring::cli::ring, "ring rm NAME [--force]", "remove a ring, its ledger and status board"},
     {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR", "exactly-once check of the latest checkpoint"},
+    {"drill", hsring::cli::drill, "drill CONFIG [--faults N] [--seed S]",
+     "kill, stop and fault-inject a real run; verify nothing is lost or doubled"},
     {"model", hsring::cli::model, "model dump-hidden|check-drafter ...",
      "target layers to safetensors; evaluate an exported drafter (hsring-model)"},
 };

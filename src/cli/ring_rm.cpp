@@ -1,6 +1,6 @@
 // hsring ring rm NAME [--force]: remove a run's ring, its ledger and its status board (after a
-// crash, or to start over). Refused while the process that created the ring is alive, unless
-// --force.
+// crash, or to start over). Refused while a live process uses the ring (its creator or a process in
+// its owner table, checked with their start times), unless --force.
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "hsring/error.hpp"
@@ -16,7 +16,7 @@ int ring(Args args) {
     constexpr const char* kUsage =
         "usage: hsring ring rm NAME [--force]\n"
         "  removes the shared-memory ring NAME, its ledger NAME-ledger and its status board NAME-status;\n"
-        "  refused while the supervisor that created it runs (stop it with hsring stop), unless --force\n";
+        "  refused while a live process uses it (stop its run with hsring stop), unless --force\n";
     ParsedArgs p;
     try {
         p = parse_args(args.subspan(1), {}, {"--force", "--help"});
@@ -47,10 +47,15 @@ int ring(Args args) {
                 fail("{}\n  (hsring ring rm {} --force removes it anyway)", e.what(), name);
             }
         }();
-        const pid_t creator = ring.creator_pid();
-        if (process_alive(creator))
-            fail("ring '{}' was created by process {}, which is still running: stop its run first (hsring stop), or "
-                 "pass --force to remove it anyway (its processes keep their mappings until they exit)", name, creator);
+        // Creator and owners are checked with their start times: a reused pid is not a user.
+        if (const auto users = ring.live_users(); !users.empty()) {
+            std::string list;
+            for (const auto& u : users) list += fmt::format("{}{} (pid {})", list.empty() ? "" : ", ", u.name, u.owner.pid);
+            const std::string dir = ring.tag().run_dir;
+            fail("ring '{}' is still running: live processes use it: {}; it belongs to the run in {}. Stop that run "
+                 "first (hsring stop --run-dir {}), or pass --force to remove it anyway (its processes keep their "
+                 "mappings until they exit)", name, list, dir.empty() ? "?" : dir, dir.empty() ? "DIR" : dir);
+        }
     }
     std::string removed;
     if (Ring::remove(name)) removed = fmt::format("ring '{}'", name);

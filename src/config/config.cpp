@@ -80,6 +80,11 @@ namespace {
 using config_detail::Section;
 constexpr std::uint64_t kU64Max = std::numeric_limits<std::int64_t>::max();
 
+// Shared-memory names hold at most 60 characters (src/shm/region.cpp); the longest suffix is
+// "-ledger" (7), and the default ring name prefixes "hsring-" (7).
+constexpr std::size_t kMaxRingName = 60 - 7;
+constexpr std::size_t kMaxRunName = kMaxRingName - 7;
+
 const std::vector<std::pair<const char*, DType>> kDTypes{
     {"bf16", DType::BF16}, {"fp16", DType::F16}, {"fp32", DType::F32}};
 
@@ -104,6 +109,7 @@ void read_run(Config& c, const toml::table& root, const std::string& file) {
     for (char ch : c.run.name)
         if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
             s.bad("name", fmt::format("\"{}\" may hold only letters, digits, '-', '_' and '.' (it names the ring and files)", c.run.name));
+
     std::string dir;
     s.string("run_dir", dir, false);
     c.run.run_dir = dir;
@@ -161,6 +167,10 @@ void read_ring(Config& c, const toml::table& root, const std::string& file) {
         for (char ch : c.ring.name)
             if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
                 s.bad("name", "may hold only letters, digits, '-', '_' and '.' (a POSIX shm name)");
+        if (c.ring.name.size() > kMaxRingName || c.ring.name[0] == '.')
+            s.bad("name", fmt::format("\"{}\": a ring name has 1 to {} characters (its ledger \"<name>-ledger\" must fit "
+                                      "the 60 of a shared-memory name) and does not start with '.'", c.ring.name,
+                                      kMaxRingName));
     }
     if (c.ring.slots == 1) s.bad("slots", "a ring of one slot cannot overlap writing and reading: use 2 or more (0 = from size)");
     if (c.ring.size == 0 && c.ring.slots == 0)
@@ -366,6 +376,13 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_topology(c, root, source_name);
     read_ring(c, root, source_name);
     read_transport(c, root, source_name);
+    // The ring is "hsring-<name>" unless [ring] name is set, and its ledger "<ring>-ledger": a
+    // shared-memory name holds at most 60 characters (src/shm/region.cpp).
+    if (c.ring.name.empty() && c.run.name.size() > kMaxRunName)
+        section(root, "run", source_name)
+            .bad("name", fmt::format("\"{}\" is {} characters; at most {} (the ring is named hsring-<name>, its ledger "
+                                     "hsring-<name>-ledger, and a shared-memory name holds at most 60): use a shorter "
+                                     "name, or set [ring] name", c.run.name, c.run.name.size(), kMaxRunName));
     read_target(c, root, source_name);
     read_drafter(c, root, source_name);
     read_data(c, root, source_name);

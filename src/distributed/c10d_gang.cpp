@@ -82,9 +82,10 @@ void C10dGang::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
     try {
         work->wait(timeout_);
     } catch (const std::exception& e) {
-        fail("the drafter gang broke during {} (a peer rank died, hung past [distributed] timeout_s = {:g} s, or its "
-             "machine is gone; the supervisors restart the gang from the last checkpoint): {}", what,
-             static_cast<double>(timeout_.count()) / 1000.0, e.what());
+        throw GangBroken(fmt::format("the drafter gang broke during {} (a peer rank died, hung past [distributed] "
+                                     "timeout_s = {:g} s, or its machine is gone; the supervisors restart the gang "
+                                     "from the last checkpoint): {}", what,
+                                     static_cast<double>(timeout_.count()) / 1000.0, e.what()));
     }
 }
 
@@ -96,10 +97,11 @@ void C10dGang::allreduce(std::span<double> values, c10d::ReduceOp op) {
     opts.reduceOp = op;
     try {
         wait(pg_->allreduce(t, opts), "an all-reduce of the step's statistics");
-    } catch (const Error&) {
+    } catch (const GangBroken&) {
         throw;
     } catch (const std::exception& e) {
-        fail("the drafter gang broke during an all-reduce (a peer rank died or its machine is gone): {}", e.what());
+        throw GangBroken(fmt::format("the drafter gang broke during an all-reduce (a peer rank died or its machine is "
+                                     "gone): {}", e.what()));
     }
     if (device_.is_cuda()) host.copy_(t[0].cpu());
 }

@@ -3,13 +3,21 @@
 // drafter loop talks to its peers only through this interface, in lockstep: every rank makes the
 // same calls in the same order (one round of collectives per optimizer step). SoloGang is the
 // one-rank case and does nothing; src/distributed implements the interface over c10d (Gloo on the
-// CPU, NCCL on GPUs). A collective that a dead or hung peer never joins throws hsring::Error after
+// CPU, NCCL on GPUs). A collective that a dead or hung peer never joins throws GangBroken after
 // [distributed] timeout_s: the process exits 1 and the supervisors restart the whole gang.
 #include "hsring/worker_contract.hpp"
 
 #include <span>
+#include <stdexcept>
 
 namespace hsring::distributed {
+
+// A collective failed after the gang formed: a peer died, hung or its machine is gone. Never a
+// user error (deliberately not an hsring::Error): also in a worker's first start, before it
+// marked itself started, the worker exits 1 and the gang is restarted.
+struct GangBroken : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
 
 class Gang {
 public:

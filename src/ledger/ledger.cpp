@@ -12,10 +12,13 @@
 #include "hsring/ledger.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
+#include "hsring/worker_contract.hpp"
 #include "shm/futex.hpp"
 #include "shm/region.hpp"
+#include "shm/run_tag_block.hpp"
 
 #include <unistd.h>
 
@@ -29,8 +32,10 @@ namespace ledger_detail {
 inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
 // 3: the worker stats moved out to the status board (hsring/status_board.hpp); the machine's
 // share of the data set (nnodes, node_rank, dataset_samples) in the header.
-inline constexpr std::uint32_t kVersion = 3;
+// 4: the run tag (whose ledger it is: hsring/run_tag.hpp); consumption counted per drafter rank.
+inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::uint64_t kEntriesOffset = 4096;
+inline constexpr std::uint32_t kMaxRanks = kMaxWorkers - kDrafterStatsBase;  // drafter ranks per machine
 
 struct LedgerHeader {
     char magic[8];
@@ -46,14 +51,22 @@ struct LedgerHeader {
     std::uint64_t dataset_samples;
     std::uint32_t nnodes;
     std::uint32_t node_rank;
+    shm::RunTagBlock tag;
     // Next position never handed out yet.
     alignas(64) std::atomic<std::uint64_t> cursor;
     // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
     alignas(64) std::atomic<std::uint64_t> low_water;
     alignas(64) std::atomic<std::uint32_t> pending_seq;  // futex: bumped when entries go PENDING
     std::atomic<std::uint32_t> pending_waiters;
-    alignas(64) std::atomic<std::uint64_t> consumed_or_durable;
-    std::atomic<std::uint32_t> done;
+    alignas(64) std::atomic<std::uint32_t> done;
+    // Entries CONSUMED or DURABLE, per drafter rank of this machine. Each counter has one writer
+    // at a time (its rank: consume, recover; the supervisor while it builds the ledger alone),
+    // so recover() can recount its rank's exactly: a kill between an entry's CAS and the counter
+    // update skews nothing for good.
+    struct alignas(64) RankCount {
+        std::atomic<std::uint64_t> n;
+    };
+    RankCount consumed[kMaxRanks];
 };
 static_assert(sizeof(LedgerHeader) <= kEntriesOffset);
 
@@ -77,6 +90,16 @@ constexpr std::uint64_t lw_make(std::uint64_t gen, std::uint64_t pos) { return (
 } // namespace ledger_detail
 
 using namespace ledger_detail;
+
+namespace {
+LedgerTestHook g_hook = nullptr;
+inline void hook(const char* point) {
+    if (g_hook) [[unlikely]] g_hook(point);
+}
+constexpr auto kSweepEvery = std::chrono::seconds(1);
+} // namespace
+
+void set_ledger_test_hook(LedgerTestHook h) { g_hook = h; }
 using std::memory_order_acq_rel;
 using std::memory_order_acquire;
 using std::memory_order_relaxed;
@@ -87,7 +110,8 @@ std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ri
 
 std::uint64_t Ledger::region_bytes(const LedgerInfo& info) { return kEntriesOffset + info.total() * 8; }
 
-Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
+Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTag& tag,
+                      const std::vector<Trained>& durable) {
     if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
     if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
     const std::uint64_t bytes = region_bytes(info);
@@ -105,7 +129,21 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
         h->dataset_samples = info.dataset_samples ? info.dataset_samples : info.samples;
         h->nnodes = info.nnodes;
         h->node_rank = info.node_rank;
-        // Entries: a fresh file reads as zero = PENDING with payload 0.
+        h->tag.store(tag);
+        // Entries: a fresh file reads as zero = PENDING with payload 0. What the checkpoint holds
+        // is marked here, before the ledger has its name: a ledger that is visible is complete
+        // (a kill or a Ctrl-C while it is built leaves no half-marked ledger to train on).
+        auto* entries = reinterpret_cast<std::atomic<std::uint64_t>*>(base + kEntriesOffset);
+        for (const Trained& t : durable) {
+            if (t.pos >= info.total())
+                fail("ledger '{}': position {} of a train log is beyond the {} entries of this run's data set: the "
+                     "train logs belong to another data set", name, t.pos, info.total());
+            if (t.rank >= kMaxRanks) fail("ledger '{}': a train record of drafter rank {} (at most {})", name, t.rank, kMaxRanks);
+            fault::point("rebuild");
+            if (state_of(entries[t.pos].load(memory_order_relaxed)) == EntryState::Durable) continue;
+            entries[t.pos].store(make(EntryState::Durable, consumed_payload(t.rank, t.step)), memory_order_relaxed);
+            h->consumed[t.rank].n.fetch_add(1, memory_order_relaxed);
+        }
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
@@ -115,7 +153,7 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info) {
     return l;
 }
 
-Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
+Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected, const RunTag* tag) {
     Ledger l;
     l.region_ = shm::Region::open(name);
     auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
@@ -126,6 +164,11 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
     l.header_ = h;
     l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0,
                          h->dataset_samples, h->nnodes, h->node_rank, h->tokens_per_epoch};
+    if (tag) {
+        const RunTag found = h->tag.load();
+        if (!tag->differences(found).empty())
+            refuse_foreign("ledger", name, path, found, *tag, name.substr(0, name.size() - std::string_view("-ledger").size()));
+    }
     if (expected) {
         const LedgerInfo& e = *expected;
         if (e.data_fingerprint != l.info_.data_fingerprint || e.samples != l.info_.samples)
@@ -145,6 +188,7 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected) {
 }
 
 bool Ledger::exists(std::string_view name) { return !shm::Region::find(name).empty(); }
+RunTag Ledger::tag() const { return header_->tag.load(); }
 bool Ledger::remove(std::string_view name) { return shm::Region::remove(name); }
 
 Ledger::Ledger(Ledger&&) noexcept = default;
@@ -177,7 +221,20 @@ std::optional<std::uint64_t> Ledger::take(std::uint64_t ticket) {
             header_->low_water.compare_exchange_strong(lw, lw_make(lw_gen(lw), cur), memory_order_acq_rel);
             continue;
         }
-        if (cur >= total) return std::nullopt;
+        if (cur >= total) {
+            // Everything was handed out. A position re-pended by a process killed between its CAS
+            // and lowering the mark is PENDING below the mark, where no scan looks: sweep for it now
+            // and then (cheap: once a second, and only on this idle path).
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_sweep_ < kSweepEvery) return std::nullopt;
+            last_sweep_ = now;
+            std::uint64_t p = 0;
+            while (p < total && state_of(entry(p).load(memory_order_relaxed)) != EntryState::Pending) ++p;
+            if (p == total) return std::nullopt;
+            log::debug("ledger: position {} was PENDING below the low-water mark: found by a sweep", p);
+            lower_low_water(p);
+            continue;
+        }
         if (header_->cursor.compare_exchange_weak(cur, cur + 1, memory_order_acq_rel) && try_take(cur)) return cur;
     }
 }
@@ -194,6 +251,7 @@ void Ledger::lower_low_water(std::uint64_t pos) {
 bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
     // Entry first, then the mark: a taker that sees the new mark also sees the PENDING entry.
     if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Pending), memory_order_acq_rel)) return false;
+    hook("repend.cas");
     lower_low_water(pos);
     return true;
 }
@@ -228,7 +286,8 @@ bool Ledger::consume(std::uint64_t pos, std::uint64_t ticket, std::uint32_t rank
     if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Consumed, consumed_payload(rank, step)),
                                             memory_order_acq_rel))
         return false;
-    header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
+    hook("consume.cas");
+    header_->consumed[rank].n.fetch_add(1, memory_order_relaxed);
     return true;
 }
 
@@ -244,37 +303,44 @@ std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
 }
 
 Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
+    HSRING_ASSERT(rank < kMaxRanks, "drafter rank {}", rank);
     Recovery r;
+    std::uint64_t kept = 0;                      // rank's entries CONSUMED or DURABLE after the pass
+    std::uint64_t lowest_pending = info_.total();  // any rank's
     for (std::uint64_t p = 0; p < info_.total(); ++p) {
         std::uint64_t e = entry(p).load(memory_order_relaxed);
         const EntryState st = state_of(e);
+        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
         if ((st != EntryState::Consumed && st != EntryState::Durable) || consumed_rank(e) != rank) continue;
         if (consumed_step(e) <= step) {
+            ++kept;
             if (st == EntryState::Consumed &&
                 entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
                 ++r.durable;
         } else if (to_pending(p, e)) {
-            header_->consumed_or_durable.fetch_sub(1, memory_order_relaxed);
             ++r.repended;
         }
     }
+    // Recount: nobody else writes this rank's entries or its counter while it recovers.
+    header_->consumed[rank].n.store(kept, memory_order_relaxed);
+    // A position left PENDING above a mark that a killed process did not lower is found again.
+    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
     return r;
-}
-
-void Ledger::mark_durable(const std::vector<Trained>& trained) {
-    for (const Trained& t : trained) {
-        std::uint64_t e = entry(t.pos).load(memory_order_relaxed);
-        if (state_of(e) == EntryState::Durable) continue;
-        HSRING_ASSERT(state_of(e) == EntryState::Pending, "mark_durable on a position in use ({})", t.pos);
-        if (entry(t.pos).compare_exchange_strong(e, make(EntryState::Durable, consumed_payload(t.rank, t.step)),
-                                                 memory_order_acq_rel))
-            header_->consumed_or_durable.fetch_add(1, memory_order_relaxed);
-    }
 }
 
 // --- status --------------------------------------------------------------------------------
 
 EntryState Ledger::state(std::uint64_t pos) const { return state_of(entry(pos).load(memory_order_acquire)); }
+
+Ledger::EntryView Ledger::view(std::uint64_t pos) const {
+    const std::uint64_t e = entry(pos).load(memory_order_acquire);
+    EntryView v{state_of(e)};
+    if (v.state == EntryState::Consumed || v.state == EntryState::Durable) {
+        v.rank = consumed_rank(e);
+        v.step = consumed_step(e);
+    }
+    return v;
+}
 
 LedgerCounts Ledger::counts() const {
     LedgerCounts c;
@@ -289,7 +355,25 @@ LedgerCounts Ledger::counts() const {
     return c;
 }
 
-std::uint64_t Ledger::consumed_or_durable() const { return header_->consumed_or_durable.load(memory_order_acquire); }
+std::uint64_t Ledger::consumed_or_durable() const {
+    std::uint64_t n = 0;
+    for (const auto& c : header_->consumed) n += c.n.load(memory_order_acquire);
+    return n;
+}
+
+void Ledger::repair() {
+    std::uint64_t counts[kMaxRanks] = {};
+    std::uint64_t lowest_pending = info_.total();
+    for (std::uint64_t p = 0; p < info_.total(); ++p) {
+        const std::uint64_t e = entry(p).load(memory_order_relaxed);
+        const EntryState st = state_of(e);
+        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
+        if ((st == EntryState::Consumed || st == EntryState::Durable) && consumed_rank(e) < kMaxRanks)
+            ++counts[consumed_rank(e)];
+    }
+    for (std::uint32_t r = 0; r < kMaxRanks; ++r) header_->consumed[r].n.store(counts[r], memory_order_relaxed);
+    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
+}
 bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0; }
 void Ledger::set_done() {
     header_->done.store(1, memory_order_release);

@@ -4,6 +4,7 @@
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
 #include "shm/region.hpp"
+#include "shm/run_tag_block.hpp"
 
 #include <unistd.h>
 
@@ -18,14 +19,16 @@ namespace hsring {
 namespace {
 
 constexpr char kMagic[8] = {'H', 'S', 'S', 'T', 'A', 'T', 'S', '\1'};
-constexpr std::uint32_t kVersion = 1;
-constexpr std::uint64_t kEntriesOffset = 128;
+// 2: the run tag (whose board it is: hsring/run_tag.hpp) in a larger header.
+constexpr std::uint32_t kVersion = 2;
+constexpr std::uint64_t kEntriesOffset = 512;
 
 struct StatusHeader {
     char magic[8];
     std::uint32_t version;
     std::uint32_t entries;
     std::int64_t creator_pid;
+    shm::RunTagBlock tag;
 };
 static_assert(sizeof(StatusHeader) <= kEntriesOffset);
 
@@ -49,10 +52,11 @@ using std::memory_order_relaxed;
 
 std::string StatusBoard::name_for_ring(std::string_view ring) { return std::string(ring) + "-status"; }
 
-StatusBoard StatusBoard::create(std::string_view name) {
-    auto init = [](std::byte* base) {
+StatusBoard StatusBoard::create(std::string_view name, const RunTag& tag) {
+    auto init = [&tag](std::byte* base) {
         auto* h = new (base) StatusHeader{};
         h->version = kVersion;
+        h->tag.store(tag);
         h->entries = kMaxWorkers;
         h->creator_pid = ::getpid();
         for (std::uint32_t i = 0; i < kMaxWorkers; ++i) new (base + kEntriesOffset + i * sizeof(StatsEntry)) StatsEntry{};
@@ -63,7 +67,7 @@ StatusBoard StatusBoard::create(std::string_view name) {
     return b;
 }
 
-StatusBoard StatusBoard::attach(std::string_view name) {
+StatusBoard StatusBoard::attach(std::string_view name, const RunTag* tag) {
     StatusBoard b;
     b.region_ = shm::Region::open(name);
     const auto* h = reinterpret_cast<const StatusHeader*>(b.region_->base());
@@ -73,6 +77,11 @@ StatusBoard StatusBoard::attach(std::string_view name) {
     if (h->version != kVersion || h->entries != kMaxWorkers || b.region_->size() < kBytes)
         fail("status board {} has version {} with {} entries, this hsring uses version {} with {}: remove it "
              "(hsring ring rm)", path, h->version, h->entries, kVersion, kMaxWorkers);
+    if (tag) {
+        const RunTag found = h->tag.load();
+        if (!tag->differences(found).empty())
+            refuse_foreign("status board", name, path, found, *tag, name.substr(0, name.size() - std::string_view("-status").size()));
+    }
     return b;
 }
 

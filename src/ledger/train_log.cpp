@@ -1,6 +1,7 @@
 #include "hsring/train_log.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,14 +9,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
+#include <cstdlib>
 
 namespace hsring {
 
 TrainLog::TrainLog(const std::filesystem::path& file) : path_(file) {
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot open the train log {}: {}", file.string(), errno_text(errno));
+    fd_ = safe::open_file(file, O_RDWR | O_CREAT | O_APPEND).release();  // never through a planted link
     const off_t size = ::lseek(fd_, 0, SEEK_END);
     if (size > 0) {
         char last = '\n';
@@ -64,6 +64,18 @@ void TrainLog::sync() {
     if (::fdatasync(fd_) != 0) fail("cannot sync the train log {}: {}", path_.string(), errno_text(errno));
 }
 
+std::uint64_t LineageReport::missing() const {
+    std::uint64_t n = 0;
+    for (const auto& e : epochs) n += e.missing;
+    return n;
+}
+
+std::uint64_t LineageReport::doubled() const {
+    std::uint64_t n = 0;
+    for (const auto& e : epochs) n += e.more_than_once;
+    return n;
+}
+
 bool LineageReport::ok() const {
     for (const auto& e : epochs)
         if (e.missing || e.more_than_once) return false;
@@ -77,19 +89,25 @@ std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log,
         std::uint64_t step, pos;
     };
     std::vector<Line> lines;
-    std::ifstream in(log);
-    if (!in && std::filesystem::exists(log)) fail("cannot read the train log {}", log.string());
-    std::string text;
+    // Streamed: a long run's log holds millions of lines. Never read through a planted link.
+    safe::Fd fd = safe::open_file(log, O_RDONLY);
     std::uint32_t incarnations = 0;
-    while (std::getline(in, text)) {
-        std::istringstream ls(text);
-        char kind = 0;
-        std::uint64_t inc = 0, step = 0, pos = 0;
-        ls >> kind >> inc >> step;
-        if (!ls) continue;  // a torn line
-        if (kind == 'T' && !(ls >> pos)) continue;
-        if (kind == 'R') ++incarnations;
-        if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+    if (fd) {
+        std::FILE* in = ::fdopen(fd.get(), "r");
+        if (!in) fail("cannot read the train log {}: {}", log.string(), errno_text(errno));
+        fd.release();
+        char* buf = nullptr;
+        std::size_t cap = 0;
+        while (::getline(&buf, &cap, in) > 0) {
+            char kind = 0;
+            unsigned long long inc = 0, step = 0, pos = 0;
+            const int n = std::sscanf(buf, " %c %llu %llu %llu", &kind, &inc, &step, &pos);
+            if (n < 3 || (kind == 'T' && n < 4)) continue;  // a torn line
+            if (kind == 'R') ++incarnations;
+            if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+        }
+        std::free(buf);
+        std::fclose(in);
     }
     // Walk backwards: each resume bounds the steps of everything before it.
     std::vector<Ledger::Trained> out;
@@ -130,6 +148,30 @@ LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_
     r.epochs.resize(epochs);
     for (std::uint64_t p = 0; p < total; ++p) {
         EpochReport& e = r.epochs[p / dataset_samples];
+        ++e.total;
+        if (count[p] == 0) ++e.missing;
+        else if (count[p] == 1) ++e.exactly_once;
+        else ++e.more_than_once;
+    }
+    return r;
+}
+
+LineageReport verify_positions(const std::vector<std::filesystem::path>& logs, std::uint64_t final_step,
+                               std::uint64_t share, std::uint32_t epochs) {
+    LineageReport r;
+    const std::uint64_t total = share * epochs;
+    std::vector<std::uint32_t> count(total, 0);
+    for (std::uint32_t rank = 0; rank < logs.size(); ++rank)
+        for (const Ledger::Trained& t : surviving_records(logs[rank], rank, final_step, &r)) {
+            if (t.pos >= total)
+                fail("train log {}: position {} is outside the run's {} epochs of {} samples", logs[rank].string(),
+                     t.pos, epochs, share);
+            ++count[t.pos];
+        }
+    r.final_step = final_step;
+    r.epochs.resize(epochs);
+    for (std::uint64_t p = 0; p < total; ++p) {
+        EpochReport& e = r.epochs[p / share];
         ++e.total;
         if (count[p] == 0) ++e.missing;
         else if (count[p] == 1) ++e.exactly_once;

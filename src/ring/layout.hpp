@@ -6,7 +6,8 @@
 //  offset 0 ┌───────────────────────────────────────────────────────────────┐
 //           │ RingHeader (4 KiB)                                            │
 //           │   identity: magic "HSRING\0\1", version, layout hash,         │
-//           │             creator pid + start ticks, created time, name     │
+//           │             creator pid + start ticks, created time, name,    │
+//           │             run tag (run dir, uid, data, machine)             │
 //           │   geometry: slot count, slot stride, tokens, samples, ...     │
 //           │   offsets:  owners, controls, metas, payloads, total bytes    │
 //           │   [own line] next_ticket         [own line] free/ready futex  │
@@ -35,6 +36,7 @@
 // the exact word makes every reclaim CAS of a dead writer's READY slot immune to ABA, because
 // (pid, incarnation) never repeats within a ring.
 #include "hsring/ring.hpp"
+#include "shm/run_tag_block.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -44,8 +46,9 @@
 namespace hsring::ring_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'R', 'I', 'N', 'G', '\0', '\1'};
-// 2: READY_PEER / READY_BOTH states, the READY word of a commit, transport words in the metadata.
-inline constexpr std::uint32_t kVersion = 2;
+// 2: the run tag (whose ring it is) in the header; owner entries being joined carry the joiner's pid.
+// 3: READY_PEER / READY_BOTH states, the READY word of a commit, transport words in the metadata.
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::uint32_t kMaxOwners = 128;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kHeaderBytes = 4096;
@@ -135,6 +138,7 @@ struct RingHeader {
     std::uint64_t creator_start_ticks;
     std::int64_t created_unix_ns;
     char name[64];
+    shm::RunTagBlock tag;
     // geometry
     std::uint32_t slot_count;
     std::uint32_t max_samples;

@@ -39,7 +39,13 @@ inline void hook(const char* point) {
 
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 constexpr auto kReclaimEvery = std::chrono::milliseconds(500);
-constexpr std::uint64_t kReservedToken = 1;  // an owner entry being filled in
+// An owner entry being filled in by `pid`: [pid : 32 | 0 | 0xf]. A joiner killed before it
+// published its token leaves this; reclaim_dead() frees it once that pid is gone.
+constexpr std::uint64_t kReservingState = 0xf;
+constexpr std::uint64_t reserving_token(pid_t pid) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(pid)) << 32) | kReservingState;
+}
+constexpr bool is_reserving(std::uint64_t tok) { return (tok & 0xf) == kReservingState; }
 
 std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -242,6 +248,7 @@ Ring Ring::create(const RingOptions& opts) {
         h->created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::system_clock::now().time_since_epoch()).count();
         std::snprintf(h->name, sizeof h->name, "%s", opts.name.c_str());
+        h->tag.store(opts.tag);
         h->slot_count = g.slot_count;
         h->max_samples = g.max_samples;
         h->slot_bytes = g.slot_bytes;
@@ -273,7 +280,7 @@ Ring Ring::create(const RingOptions& opts) {
     return r;
 }
 
-Ring Ring::attach(std::string_view name, const RingGeometry* expected) {
+Ring Ring::attach(std::string_view name, const RingGeometry* expected, const RunTag* tag) {
     auto region = Region::open(name);
     const std::string& path = region->info().path;
     auto* h = reinterpret_cast<const RingHeader*>(region->base());
@@ -292,6 +299,10 @@ Ring Ring::attach(std::string_view name, const RingGeometry* expected) {
              expected->str(), h->creator_pid,
              process_alive(static_cast<pid_t>(h->creator_pid), h->creator_start_ticks) ? " (still running)" : " (gone)",
              name);
+    if (tag) {
+        const RunTag found = h->tag.load();
+        if (!tag->differences(found).empty()) refuse_foreign("ring", name, path, found, *tag, name);
+    }
     Ring r;
     r.name_ = std::string(name);
     r.bind(std::move(region));
@@ -331,6 +342,23 @@ Ring::~Ring() {
 
 const RegionInfo& Ring::region() const { return region_->info(); }
 pid_t Ring::creator_pid() const { return static_cast<pid_t>(header_->creator_pid); }
+std::uint64_t Ring::creator_start_ticks() const { return header_->creator_start_ticks; }
+RunTag Ring::tag() const { return header_->tag.load(); }
+
+std::vector<OwnerInfo> Ring::live_users() const {
+    std::vector<OwnerInfo> out;
+    const pid_t me = ::getpid();
+    if (creator_pid() != me && process_alive(creator_pid(), creator_start_ticks())) {
+        OwnerInfo c;
+        c.owner = Owner{creator_pid(), 0};
+        c.name = "supervisor (the `hsring run` that created it)";
+        c.alive = true;
+        out.push_back(c);
+    }
+    for (OwnerInfo& o : owners())
+        if (o.alive && o.owner.pid != me && o.owner.pid != creator_pid()) out.push_back(std::move(o));
+    return out;
+}
 
 SlotControl& Ring::control(std::uint32_t slot) const {
     return *reinterpret_cast<SlotControl*>(region_->base() + header_->controls_offset + slot * sizeof(SlotControl));
@@ -360,7 +388,8 @@ void Ring::join(Role role, std::uint32_t incarnation, std::string_view name) {
         std::uint64_t expect = 0;
         // Reserve, fill, then publish the token (release): a reader that sees the token also
         // sees the start time, so a live owner is never judged dead by a stale start time.
-        if (!e.token.compare_exchange_strong(expect, kReservedToken, memory_order_acquire)) continue;
+        if (!e.token.compare_exchange_strong(expect, reserving_token(self_.pid), memory_order_acquire)) continue;
+        hook("join.reserved");
         e.start_ticks = process_start_ticks(self_.pid);
         e.role = static_cast<std::uint32_t>(role);
         std::snprintf(e.name, sizeof e.name, "%.*s", static_cast<int>(name.size()), name.data());
@@ -581,8 +610,13 @@ ReclaimResult Ring::reclaim_dead(const std::function<void(std::uint64_t)>& befor
     std::vector<std::uint64_t> known;
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
         OwnerEntry& e = owner_entry(region_->base(), header_, i);
-        const std::uint64_t tok = e.token.load(memory_order_acquire);
-        if (tok <= kReservedToken) continue;
+        std::uint64_t tok = e.token.load(memory_order_acquire);
+        if (tok == 0) continue;
+        if (is_reserving(tok)) {
+            // Its joiner holds no slot yet; if it died, the entry is free again.
+            if (!process_alive(word_owner(tok).pid)) e.token.compare_exchange_strong(tok, 0, memory_order_acq_rel);
+            continue;
+        }
         const Owner o = word_owner(tok);
         if (process_alive(o.pid, e.start_ticks)) {
             known.push_back(tok);
@@ -672,8 +706,15 @@ std::vector<OwnerInfo> Ring::owners() const {
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
         const OwnerEntry& e = owner_entry(region_->base(), header_, i);
         const std::uint64_t tok = e.token.load(memory_order_acquire);
-        if (tok <= kReservedToken) continue;
+        if (tok == 0) continue;
         OwnerInfo o;
+        if (is_reserving(tok)) {  // being joined (or its joiner died mid-join)
+            o.owner = Owner{word_owner(tok).pid, 0};
+            o.name = "(joining)";
+            o.alive = process_alive(o.owner.pid);
+            out.push_back(std::move(o));
+            continue;
+        }
         o.owner = word_owner(tok);
         o.role = static_cast<Role>(e.role);
         o.name.assign(e.name, strnlen(e.name, sizeof e.name));

@@ -4,6 +4,8 @@
 #include "hsring/liveness.hpp"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
@@ -40,6 +42,11 @@ ProcStat read_stat(pid_t pid) {
 
 std::uint64_t process_start_ticks(pid_t pid) { return read_stat(pid).start_ticks; }
 
+char process_state(pid_t pid) {
+    const ProcStat s = read_stat(pid);
+    return s.found ? s.state : '?';
+}
+
 bool process_alive(pid_t pid, std::uint64_t start_ticks) {
     if (pid <= 0) return false;
     if (::kill(pid, 0) != 0 && errno != EPERM) return false;
@@ -47,6 +54,22 @@ bool process_alive(pid_t pid, std::uint64_t start_ticks) {
     if (!s.found) return false;
     if (s.state == 'Z' || s.state == 'X') return false;
     return start_ticks == 0 || s.start_ticks == start_ticks;
+}
+
+bool signal_process(pid_t pid, std::uint64_t start_ticks, int sig, bool group) {
+    if (pid <= 0 || start_ticks == 0) return false;
+    // The pidfd pins the process we open it for; the start time then says whether it is ours.
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) return false;
+    bool sent = false;
+    if (process_alive(pid, start_ticks)) {
+        // Its group first, while the leader (pid == pgid) is known alive: the group id cannot be
+        // a new process's then.
+        if (group) ::kill(-pid, sig);
+        sent = ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0) == 0;
+    }
+    ::close(fd);
+    return sent;
 }
 
 } // namespace hsring

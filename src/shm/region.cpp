@@ -1,10 +1,12 @@
 #include "shm/region.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/liveness.hpp"
 #include "hsring/log.hpp"
 #include "hsring/units.hpp"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -90,6 +93,23 @@ void* map_aligned(int fd, std::uint64_t bytes, int extra_flags) {
     return p;
 }
 
+// Shared memory of another user, or memory other users may read or write, is never attached
+// (DESIGN.md invariant 8): they could read the run's data and corrupt its ring and ledger.
+void check_owner(const std::string& path, const struct stat& st) {
+    if (!S_ISREG(st.st_mode)) fail("{} is not a regular file: not an hsring ring; remove it", path);
+    if (st.st_uid != ::geteuid()) {
+        struct passwd pw{}, *found = nullptr;
+        char buf[1024];
+        const bool known = ::getpwuid_r(st.st_uid, &pw, buf, sizeof buf, &found) == 0 && found;
+        fail("{} belongs to user {} (uid {}), not to you (uid {}): hsring attaches only to its own user's shared "
+             "memory. Ask its owner to remove it (hsring ring rm), or give this run another [run] name or [ring] name",
+             path, known ? found->pw_name : "?", st.st_uid, ::geteuid());
+    }
+    if (st.st_mode & 0077)
+        fail("{} has mode {:04o}: other users may read or write it (hsring makes its shared memory 0600). Remove it "
+             "(hsring ring rm NAME) and start again", path, st.st_mode & 07777);
+}
+
 struct Fd {
     int fd = -1;
     ~Fd() { if (fd >= 0) ::close(fd); }
@@ -151,6 +171,23 @@ std::byte* build(const std::string& dir, std::string_view name, std::uint64_t by
     return base;
 }
 
+// `.NAME.creating.PID` files of creators that died mid-create (on hugetlbfs they hold reserved
+// pages): removed once that pid is gone. A live pid's file is its creation in progress.
+void remove_stale_temporaries(const std::string& dir, std::string_view name) {
+    if (dir.empty()) return;
+    const std::string prefix = "." + std::string(name) + ".creating.";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.rfind(prefix, 0) != 0) continue;
+        char* end = nullptr;
+        const long pid = std::strtol(f.c_str() + prefix.size(), &end, 10);
+        if (!end || *end || pid <= 0 || pid == ::getpid() || process_alive(static_cast<pid_t>(pid))) continue;
+        if (::unlink(e.path().c_str()) == 0)
+            log::info("removed {}, left by process {} that died while it created '{}'", e.path().string(), pid, name);
+    }
+}
+
 bool is_hugetlbfs(const std::string& path) {
     struct statfs s{};
     return ::statfs(path.c_str(), &s) == 0 && static_cast<unsigned long>(s.f_type) == HUGETLBFS_MAGIC;
@@ -195,6 +232,7 @@ HugePageProbe probe_huge_pages() {
 std::unique_ptr<Region> Region::create(std::string_view name, std::uint64_t bytes, HugePages hp, bool prefault,
                                        const std::function<void(std::byte*)>& init) {
     check_name(name);
+    for (const std::string& dir : {probe_huge_pages().mount, shm_dir()}) remove_stale_temporaries(dir, name);
     if (std::string existing = find(name); !existing.empty())
         fail("a ring named '{}' already exists ({}): attach to it, remove it (hsring ring rm {}), or choose "
              "another [ring] name", name, existing, name);
@@ -240,7 +278,7 @@ std::string Region::find(std::string_view name) {
     for (const std::string& dir : {probe.mount, shm_dir()}) {
         if (dir.empty()) continue;
         std::string path = dir + "/" + std::string(name);
-        if (::access(path.c_str(), F_OK) == 0) return path;
+        if (::faccessat(AT_FDCWD, path.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) return path;
     }
     return "";
 }
@@ -251,10 +289,14 @@ std::unique_ptr<Region> Region::open(std::string_view name) {
         fail("no ring named '{}' (looked in the hugetlbfs mount and {}): is `hsring run` running, or was the ring "
              "removed?", name, shm_dir());
     Fd f;
-    f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f.fd < 0) fail("cannot open ring {}: {}", path, errno_text(errno));
+    f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (f.fd < 0) {
+        if (errno == ELOOP) fail("{} is a symbolic link, not an hsring ring: remove it (rm {})", path, path);
+        fail("cannot open ring {}: {}", path, errno_text(errno));
+    }
     struct stat st{};
     if (::fstat(f.fd, &st) != 0) fail("cannot stat ring {}: {}", path, errno_text(errno));
+    check_owner(path, st);
     if (st.st_size < static_cast<off_t>(kHugePage))
         fail("{} is not an hsring ring (only {} bytes)", path, st.st_size);
     void* p = map_aligned(f.fd, static_cast<std::uint64_t>(st.st_size), 0);
@@ -267,6 +309,7 @@ std::unique_ptr<Region> Region::open(std::string_view name) {
 
 bool Region::remove(std::string_view name) {
     ::unlink((shm_dir() + "/." + std::string(name) + ".cuda-register.lock").c_str());
+    for (const std::string& dir : {probe_huge_pages().mount, shm_dir()}) remove_stale_temporaries(dir, name);
     bool removed = false;
     for (std::string path = find(name); !path.empty(); path = find(name)) {
         if (::unlink(path.c_str()) != 0) fail("cannot remove ring {}: {}", path, errno_text(errno));

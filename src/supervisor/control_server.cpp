@@ -45,6 +45,8 @@ bool someone_listens(const sockaddr_un& a) {
 
 ControlServer::ControlServer(std::filesystem::path socket) : path_(std::move(socket)) {
     const sockaddr_un a = address(path_);
+    if (std::filesystem::is_symlink(path_))
+        fail("{} is a symbolic link: refusing to use it as the control socket; remove the link", path_.string());
     if (std::filesystem::exists(std::filesystem::symlink_status(path_))) {
         if (someone_listens(a))
             fail("{} is in use: a supervisor is already running in this run directory (hsring status --run-dir {})",
@@ -132,6 +134,10 @@ void ControlServer::read_conn(Conn& c, const ControlHandler& handler) {
         reply.body = {{"ok", false}, {"error", std::string("bad request: ") + e.what()}};
     } catch (const Error& e) {
         reply.body = {{"ok", false}, {"error", e.what()}};
+    } catch (const std::exception& e) {
+        // Nothing a client sends may end the supervisor's loop: any other failure is this
+        // request's error.
+        reply.body = {{"ok", false}, {"error", std::string("the supervisor could not answer: ") + e.what()}};
     }
     send_line(c.fd, reply.body);
     if (reply.hold) c.held = true;

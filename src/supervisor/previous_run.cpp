@@ -21,6 +21,34 @@ bool record_alive(pid_t pid, std::uint64_t start_ticks) {
 
 } // namespace
 
+void check_same_data(const std::optional<RunRecord>& previous, const RunFiles& files, const RunRecord& now) {
+    const auto step = read_latest_checkpoint(files);
+    if (!step) return;  // nothing trained is kept: any data set will do
+    const std::string dir = files.dir.string();
+    if (!previous)
+        fail("{} holds the checkpoint of step {} but no readable run.json saying which data set it was trained on: "
+             "hsring does not resume it on a data set it cannot check. Start over in another run directory "
+             "(--run-dir DIR)", dir, *step);
+    const RunRecord& p = *previous;
+    std::string diff;
+    auto add = [&](bool differs, const std::string& text) {
+        if (differs) diff += (diff.empty() ? "" : "; ") + text;
+    };
+    add(p.fingerprint != now.fingerprint || p.samples != now.samples,
+        fmt::format("its data set had {} samples, fingerprint {:016x}; this run's has {} samples, fingerprint {:016x}",
+                    p.samples, p.fingerprint, now.samples, now.fingerprint));
+    add(p.seed != now.seed || p.shuffle != now.shuffle,
+        fmt::format("its sample order came from [run] seed {} with [data] shuffle = {}; this run has seed {}, shuffle = {}",
+                    p.seed, p.shuffle, now.seed, now.shuffle));
+    add(p.nnodes != now.nnodes || p.node_rank != now.node_rank,
+        fmt::format("it was machine {} of {}; this run is machine {} of {}", p.node_rank, p.nnodes, now.node_rank,
+                    now.nnodes));
+    if (!diff.empty())
+        fail("{} holds the checkpoint of step {} of another data set or order: {}. Resuming would mark and train "
+             "other samples than the ones in the weights. Use that run's data set and settings again, or start "
+             "over in another run directory (--run-dir DIR)", dir, *step, diff);
+}
+
 void check_previous_supervisor(const RunRecord& r) {
     if (r.supervisor_pid != ::getpid() && record_alive(r.supervisor_pid, r.supervisor_start_ticks))
         fail("a supervisor (pid {}) is already running this run: see `hsring status`, stop it with `hsring stop`",
@@ -38,7 +66,7 @@ std::size_t wait_for_previous_workers(const RunRecord& r, double timeout_s, Cons
                  "exit: {}", timeout_s, r.supervisor_pid, names);
     // They got SIGTERM when their supervisor died; send it again in case they were started by a
     // supervisor that had not set it yet.
-    for (const auto* w : alive) ::kill(w->pid, SIGTERM);
+    for (const auto* w : alive) signal_process(w->pid, w->start_ticks, SIGTERM);
     const std::size_t count = alive.size();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     bool killed = false;
@@ -50,8 +78,9 @@ std::size_t wait_for_previous_workers(const RunRecord& r, double timeout_s, Cons
             for (const auto* w : alive) {
                 console.warn("{} (pid {}) of the previous supervisor did not exit within {:g} s ([supervisor] "
                              "stop_timeout_s): killing it", w->name, w->pid, timeout_s);
-                ::kill(-w->pid, SIGKILL);  // its process group: it may have helpers
-                ::kill(w->pid, SIGKILL);
+                // Through a pidfd, after checking its start time: a pid reused meanwhile is spared.
+                // Its process group too: it may have helpers.
+                signal_process(w->pid, w->start_ticks, SIGKILL, true);
             }
             killed = true;
             deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -16,6 +16,12 @@
 
 namespace hsring::supervisor {
 
+// A run dir whose checkpoint was trained on one data set is never resumed on another (DESIGN.md
+// invariant 8): its ledger positions would name other samples. With a checkpoint in `files`,
+// fails unless the previous record (run.json) names the same data set (fingerprint, samples),
+// order (seed, shuffle) and machine (node_rank of nnodes) as `now`; the epochs may change.
+void check_same_data(const std::optional<RunRecord>& previous, const RunFiles& files, const RunRecord& now);
+
 // Fails if the supervisor of `record` is still alive (a run directory has one supervisor).
 void check_previous_supervisor(const RunRecord& record);
 

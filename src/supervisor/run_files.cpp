@@ -4,6 +4,7 @@
 #include "hsring/dataset.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 
 #include <fcntl.h>
 #include <sys/un.h>
@@ -14,8 +15,6 @@
 #include <cerrno>
 #include <charconv>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 namespace hsring::supervisor {
 
@@ -23,12 +22,9 @@ using nlohmann::json;
 
 std::optional<std::uint64_t> read_latest_checkpoint(const RunFiles& files) {
     const fs::path p = files.latest_checkpoint();
-    std::ifstream in(p);
-    if (!in) {
-        if (fs::exists(p)) fail("cannot read {}: {}", p.string(), errno_text(errno));
-        return std::nullopt;
-    }
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto content = safe::read_beneath(files.dir, "checkpoints/latest");
+    if (!content) return std::nullopt;
+    const std::string& text = *content;
     const auto b = text.find_first_not_of(" \t\r\n");
     const auto e = text.find_last_not_of(" \t\r\n");
     std::uint64_t step = 0;
@@ -81,31 +77,25 @@ void write_run_record(const RunFiles& files, const RunRecord& r) {
         {"nnodes", r.nnodes},
         {"node_rank", r.node_rank},
         {"drafters", r.drafters},
+        {"max_steps", r.max_steps},
         {"started", r.started},
         {"supervisor_pid", r.supervisor_pid},
         {"supervisor_start_ticks", r.supervisor_start_ticks},
         {"workers", workers},
     };
-    if (r.end) j["end"] = {{"time", r.end->time}, {"exit_code", r.end->exit_code}, {"reason", r.end->reason}};
+    if (r.end)
+        j["end"] = {{"time", r.end->time}, {"exit_code", r.end->exit_code}, {"reason", r.end->reason},
+                    {"complete", r.end->complete}};
 
-    const fs::path dst = files.run_json();
-    const fs::path tmp = dst.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << j.dump(2) << '\n';
-        if (!out.flush()) fail("cannot write {}: {}", tmp.string(), errno_text(errno));
-    }
-    std::error_code ec;
-    fs::rename(tmp, dst, ec);
-    if (ec) fail("cannot rename {} to {}: {}", tmp.string(), dst.string(), ec.message());
+    safe::write_atomic(files.dir, "run.json", j.dump(2) + "\n", false);
 }
 
 RunRecord read_run_record(const fs::path& file) {
-    std::ifstream in(file);
-    if (!in) fail("cannot read {}: {} (is this a run directory of `hsring run`?)", file.string(), errno_text(errno));
+    const auto text = safe::read_file(file);
+    if (!text) fail("cannot read {}: it does not exist (is this a run directory of `hsring run`?)", file.string());
     json j;
     try {
-        j = json::parse(in);
+        j = json::parse(*text);
     } catch (const json::exception& e) {
         fail("{} is not valid JSON: {}", file.string(), e.what());
     }
@@ -123,6 +113,7 @@ RunRecord read_run_record(const fs::path& file) {
     r.nnodes = j.value("nnodes", 1u);
     r.node_rank = j.value("node_rank", 0u);
     r.drafters = j.value("drafters", 1u);
+    r.max_steps = j.value("max_steps", std::uint64_t{0});
     if (r.nnodes == 0 || r.node_rank >= r.nnodes || r.drafters == 0)
         fail("{}: machine {} of {} with {} drafters is not a valid place in a run", file.string(), r.node_rank,
              r.nnodes, r.drafters);
@@ -136,7 +127,7 @@ RunRecord read_run_record(const fs::path& file) {
     }
     if (j.contains("end")) {
         const auto& e = j["end"];
-        r.end = RunEnd{e.value("time", ""), e.value("exit_code", 0), e.value("reason", "")};
+        r.end = RunEnd{e.value("time", ""), e.value("exit_code", 0), e.value("reason", ""), e.value("complete", false)};
     }
     return r;
 }

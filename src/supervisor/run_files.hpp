@@ -58,6 +58,7 @@ struct RunEnd {
     std::string time;       // ISO 8601, local time
     int exit_code = 0;
     std::string reason;
+    bool complete = false;  // every epoch trained and this machine's run dir verified (train logs vs checkpoint)
 };
 
 struct RunRecord {
@@ -70,6 +71,7 @@ struct RunRecord {
     bool shuffle = true;
     std::uint32_t nnodes = 1, node_rank = 0;  // this machine's place in the run
     std::uint32_t drafters = 1;               // drafter ranks on this machine (train-log.<rank>.txt)
+    std::uint64_t max_steps = 0;              // [train] max_steps: > 0 ends the run before every epoch
     std::string started;    // ISO 8601, local time
     pid_t supervisor_pid = 0;
     std::uint64_t supervisor_start_ticks = 0;

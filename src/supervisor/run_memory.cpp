@@ -6,6 +6,9 @@
 
 #include <unistd.h>
 
+#include <optional>
+#include <vector>
+
 namespace hsring::supervisor {
 
 namespace {
@@ -14,65 +17,132 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
     if (Ring::exists(plan.ring_name)) {
         Ring ring = [&] {
             try {
-                return Ring::attach(plan.ring_name, &plan.geometry);
+                return Ring::attach(plan.ring_name, &plan.geometry, &plan.tag);
             } catch (const Error& e) {
                 fail("{}\n  `hsring run --fresh` removes the old ring and its ledger (their READY slots and progress "
                      "are dropped; the checkpoint and train log in {} stay, so nothing trained is lost), or "
                      "give this run another [ring] name", e.what(), plan.files.dir.string());
             }
         }();
-        const pid_t creator = ring.creator_pid();
-        if (creator != ::getpid() && process_alive(creator))
-            fail("ring '{}' was created by process {}, which is still running: is another `hsring run` using it? "
-                 "Stop it (hsring stop --run-dir DIR), or give this run another [run] name or [ring] name",
-                 plan.ring_name, creator);
+        // The same run dir, so the same run; but its supervisor may still be alive (another
+        // machine mounting the same run dir, or a run.json that lost track of it).
+        if (auto users = ring.live_users(); !users.empty())
+            fail("ring '{}' is in use by {} (pid {}): is another `hsring run` using it? Stop it (hsring stop "
+                 "--run-dir DIR), or give this run another [run] name or [ring] name", plan.ring_name,
+                 users[0].name, users[0].owner.pid);
         created = false;
         return ring;
     }
     created = true;
-    return Ring::create({plan.ring_name, plan.geometry, plan.huge_pages, true});
+    RingOptions o{plan.ring_name, plan.geometry, plan.huge_pages, true};
+    o.tag = plan.tag;
+    return Ring::create(o);
+}
+
+// What the run's checkpoint holds: every local drafter rank's train records that are in the
+// weights of checkpoints/latest (none without a checkpoint).
+struct CheckpointContents {
+    std::optional<std::uint64_t> step;
+    std::vector<Ledger::Trained> trained;
+};
+
+CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
+    CheckpointContents c;
+    c.step = read_latest_checkpoint(plan.files);
+    if (!c.step) return c;
+    for (std::uint32_t r = 0; r < plan.drafters; ++r) {
+        auto t = surviving_records(plan.files.train_log(r), r, *c.step);
+        c.trained.insert(c.trained.end(), t.begin(), t.end());
+    }
+    return c;
+}
+
+// "" when the ledger's trained marks are what the checkpoint holds (DESIGN.md invariant 8), else
+// what differs. CONSUMED after the checkpoint's step is fine: the drafter's recover() re-issues it.
+std::string disagreement(const Ledger& l, const CheckpointContents& c) {
+    constexpr std::uint64_t kNone = ~std::uint64_t{0};
+    const std::uint64_t total = l.total(), step = c.step.value_or(0);
+    std::vector<std::uint64_t> expect(total, kNone);
+    std::uint64_t beyond = 0, doubled = 0;
+    for (const auto& t : c.trained) {
+        if (t.pos >= total) {
+            ++beyond;
+            continue;
+        }
+        if (expect[t.pos] != kNone) ++doubled;
+        expect[t.pos] = (std::uint64_t{t.rank} << 48) | t.step;
+    }
+    std::uint64_t extra = 0, missing = 0, other = 0;
+    for (std::uint64_t p = 0; p < total; ++p) {
+        const Ledger::EntryView v = l.view(p);
+        const std::uint64_t key = (std::uint64_t{v.rank} << 48) | v.step;
+        switch (v.state) {
+        case EntryState::Durable:
+            if (expect[p] == kNone) ++extra;
+            else if (expect[p] != key) ++other;
+            break;
+        case EntryState::Consumed:
+            if (v.step <= step ? expect[p] != key : expect[p] != kNone) ++(expect[p] == kNone ? extra : other);
+            break;
+        case EntryState::Pending:
+        case EntryState::InSlot:
+            if (expect[p] != kNone) ++missing;
+            break;
+        }
+    }
+    std::string why;
+    auto add = [&](std::uint64_t n, const char* text) {
+        if (n) why += fmt::format("{}{} {}", why.empty() ? "" : "; ", n, text);
+    };
+    add(extra, "sample passes are marked trained in the ledger but are not in the checkpoint's weights (was "
+               "checkpoints/latest removed or set back?)");
+    add(missing, "sample passes in the checkpoint's weights are not marked trained in the ledger");
+    add(other, "sample passes are marked trained by another drafter rank or into another step than the train logs say");
+    add(doubled, "positions appear twice in the checkpoint's train records");
+    add(beyond, "train records name positions beyond this ledger");
+    return why;
 }
 
 Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& created, std::uint64_t& marked,
                    const std::function<void(const std::string&)>& say) {
+    const CheckpointContents ck = read_checkpoint_contents(plan);
+    const std::string at = ck.step ? fmt::format("the checkpoint of step {}", *ck.step) : std::string("no checkpoint");
     if (Ledger::exists(name)) {
-        created = false;
-        return Ledger::attach(name, &plan.info);
+        Ledger attached = Ledger::attach(name, &plan.info, &plan.tag);
+        const std::string why = disagreement(attached, ck);
+        if (why.empty()) {
+            created = false;
+            return attached;
+        }
+        // Never train on a ledger that disagrees with the weights it would resume: it would skip
+        // samples that are not in them, or train twice what is. The checkpoint and the train logs
+        // are the durable truth; the ring's READY slots stay, their samples are produced again.
+        say(fmt::format("ledger '{}' does not agree with {} in {}: {}. The ledger is rebuilt from the checkpoint "
+                        "and the train logs", name, at, plan.files.dir.string(), why));
+        { Ledger gone = std::move(attached); }
+        Ledger::remove(name);
     }
     created = true;
-    Ledger ledger = Ledger::create(name, plan.info);
-    try {
-        // A new ledger for a run that already has a checkpoint: what is in those weights is done.
-        if (auto step = read_latest_checkpoint(plan.files)) {
-            std::vector<Ledger::Trained> trained;
-            for (std::uint32_t r = 0; r < plan.drafters; ++r) {
-                auto t = surviving_records(plan.files.train_log(r), r, *step);
-                trained.insert(trained.end(), t.begin(), t.end());
-            }
-            ledger.mark_durable(trained);
-            marked = trained.size();
-            say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
-                            "drafter rank(s) in {}): marked durable", name, marked, *step, plan.drafters,
-                            plan.files.dir.string()));
-        }
-    } catch (...) {
-        Ledger::remove(name);
-        throw;
-    }
+    Ledger ledger = Ledger::create(name, plan.info, plan.tag, ck.trained);
+    marked = ck.trained.size();
+    if (ck.step)
+        say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
+                        "drafter rank(s) in {}): marked durable", name, marked, *ck.step, plan.drafters,
+                        plan.files.dir.string()));
     return ledger;
 }
 
-StatusBoard open_status(const std::string& name, bool ring_created, bool& created) {
+StatusBoard open_status(const std::string& name, const RunTag& tag, bool ring_created, bool& created) {
     if (StatusBoard::exists(name)) {
         if (!ring_created) {
             created = false;
-            return StatusBoard::attach(name);
+            return StatusBoard::attach(name, &tag);
         }
         // Its entries describe the processes of a ring that is gone.
         StatusBoard::remove(name);
     }
     created = true;
-    return StatusBoard::create(name);
+    return StatusBoard::create(name, tag);
 }
 
 // Removes what this start made if a later step fails.
@@ -91,6 +161,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     const std::string ledger_name = Ledger::name_for_ring(plan.ring_name);
     const std::string status_name = StatusBoard::name_for_ring(plan.ring_name);
     if (plan.fresh) {
+        check_unused(plan.ring_name, "--fresh");
         const std::string removed = remove_run_memory(plan.ring_name);
         if (!removed.empty()) say("--fresh: removed " + removed);
     }
@@ -100,7 +171,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     // Whatever fails from here on must not leave a ring or a status board we just made.
     Undo undo_ring{plan.ring_name, &Ring::remove, ring_created};
     bool status_created = false;
-    StatusBoard status = open_status(status_name, ring_created, status_created);
+    StatusBoard status = open_status(status_name, plan.tag, ring_created, status_created);
     Undo undo_status{status_name, &StatusBoard::remove, status_created};
 
     if (ring_created && Ledger::exists(ledger_name)) {
@@ -113,6 +184,9 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     bool ledger_created = false;
     std::uint64_t marked = 0;
     Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
+    // No worker is attached yet: undo what a process killed between an entry's CAS and its
+    // bookkeeping left (a counter off by one, a PENDING entry below the low-water mark).
+    if (!ledger_created) ledger.repair();
 
     // The evaluation board goes with the ring like the status board: a new ring's slots hold no
     // held-out sample of an older board.
@@ -141,6 +215,27 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     undo_status.armed = false;
     undo_eval.armed = false;
     return m;
+}
+
+void check_unused(const std::string& ring_name, std::string_view who) {
+    if (!Ring::exists(ring_name)) return;
+    std::vector<OwnerInfo> users;
+    std::string whose;
+    try {
+        const Ring ring = Ring::attach(ring_name);
+        users = ring.live_users();
+        whose = ring.tag().run_dir;
+    } catch (const Error& e) {
+        // Not readable as a ring of this version: nobody can tell who uses it.
+        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, remove it with "
+             "`hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
+    }
+    if (users.empty()) return;
+    std::string list;
+    for (const auto& u : users) list += fmt::format("{}{} (pid {})", list.empty() ? "" : ", ", u.name, u.owner.pid);
+    fail("{} does not remove ring '{}': live processes use it: {}; it belongs to the run in {}. Stop that run first "
+         "(hsring stop --run-dir {}), or give this run another [run] name or [ring] name", who, ring_name, list,
+         whose.empty() ? "?" : whose, whose.empty() ? "DIR" : whose);
 }
 
 std::string remove_run_memory(const std::string& ring_name) {

@@ -3,13 +3,18 @@
 // supervisor or re-attached after a supervisor restart (the READY slots and the ledger's
 // progress survive).
 //
-//   --fresh                     remove all three first
-//   ring exists                 attach; another layout is refused (the message says --fresh)
+//   --fresh                     remove all three first, unless a live process uses the ring
+//   ring exists                 attach; another layout, or a ring of another run (its run tag:
+//                               run dir, user, data set, machine) is refused (the message says
+//                               whose it is, --fresh, hsring ring rm); so is a ring a live process uses
 //   ring new, ledger exists     the ledger's IN_SLOT entries name slots that are gone: replaced
-//   ledger exists               attach; another data set / epochs / seed is refused
+//   ledger exists               attach; another data set / epochs / seed / run is refused. Its
+//                               trained marks must be what RUN_DIR/checkpoints/latest holds (every
+//                               local drafter's train log replayed to that step): if they are not
+//                               (latest lost or set back, a half-built ledger), it is rebuilt
 //   ledger new                  all PENDING; if RUN_DIR/checkpoints/latest exists, the positions
 //                               in that checkpoint's weights (every local drafter's train log)
-//                               are marked DURABLE
+//                               are DURABLE; the name appears only once every mark is made
 //   status board                goes with the ring: new with a new ring (an old one is replaced),
 //   evaluation board            else attached (created if missing); the evaluation board only
 //                               with [data] eval_path (another held-out set is refused)
@@ -24,11 +29,13 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace hsring::supervisor {
 
 struct RunMemoryPlan {
     std::string ring_name;
+    RunTag tag;                  // this run's: every object is made with it and must carry it
     RingGeometry geometry;
     HugePages huge_pages = HugePages::Auto;
     LedgerInfo info;
@@ -65,6 +72,10 @@ struct RunMemory {
 
 // `say` receives progress messages for the console. Throws hsring::Error.
 RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(const std::string&)>& say);
+
+// Throws (naming them and the run they belong to) if live processes other than this one use
+// the ring `ring_name`; `who` starts the message ("--fresh", "hsring ring rm").
+void check_unused(const std::string& ring_name, std::string_view who);
 
 // Removes the ring, its ledger and its status board; returns what was removed
 // ("ring X, ledger Y, status board Z").

@@ -11,6 +11,12 @@ namespace hsring::supervisor {
 
 using nlohmann::json;
 
+namespace {
+// Workers publish at least once a second (CONTRACT.md); a drafter's long step may take several.
+constexpr double kStaleHeartbeatS = 30.0;
+std::string duration(double s);
+} // namespace
+
 RateMeter::Rate RateMeter::update(const std::string& worker, const WorkerStats& s) {
     Track& t = tracks_[worker];
     if (t.pid != s.pid) t = Track{s.pid, {}, {}};  // a new process: its counters started again
@@ -75,16 +81,20 @@ json status_json(const StatusInputs& in) {
                   {"restarts", w.restarts}, {"incarnation", w.incarnation},
                   {"last_exit", w.last_exit.empty() ? json(nullptr) : json(w.last_exit)}, {"log", w.log},
                   {"holds", {{"writing", w.writing}, {"reading", w.reading}}}};
+        if (w.suspended) j["state"] = "suspended";
         if (w.has_stats) {
             j["samples"] = w.stats.samples;
             j["tokens"] = w.stats.tokens;
             j["slots"] = w.stats.slots;
-            j["samples_per_s"] = w.rate.samples_per_s;
-            j["tokens_per_s"] = w.rate.tokens_per_s;
-            j["heartbeat_age_s"] = std::max(0.0, now_s - static_cast<double>(w.stats.heartbeat_ns) * 1e-9);
+            // A worker that publishes nothing any more makes no progress: no stale rates for it.
+            const double age = std::max(0.0, now_s - static_cast<double>(w.stats.heartbeat_ns) * 1e-9);
+            const bool idle = w.suspended || age > kStaleHeartbeatS;
+            j["samples_per_s"] = idle ? 0.0 : w.rate.samples_per_s;
+            j["tokens_per_s"] = idle ? 0.0 : w.rate.tokens_per_s;
+            j["heartbeat_age_s"] = age;
             auto& r = rates[w.role];
-            r["samples_per_s"] = r["samples_per_s"].get<double>() + w.rate.samples_per_s;
-            r["tokens_per_s"] = r["tokens_per_s"].get<double>() + w.rate.tokens_per_s;
+            r["samples_per_s"] = r["samples_per_s"].get<double>() + j["samples_per_s"].get<double>();
+            r["tokens_per_s"] = r["tokens_per_s"].get<double>() + j["tokens_per_s"].get<double>();
             if (w.rate.wait_fraction >= 0) {
                 j["wait_fraction"] = w.rate.wait_fraction;
                 const int k = w.role == "target" ? 0 : 1;
@@ -201,6 +211,9 @@ std::string status_text(const json& st) {
         if (w.contains("tokens_per_s")) {
             activity = fmt::format("{} tok/s, {} samples/s, {} samples", human(w.value("tokens_per_s", 0.0)),
                                    human(w.value("samples_per_s", 0.0)), w.value("samples", std::uint64_t{0}));
+            if (w.value("state", "") == "suspended") activity = "stopped by a signal (SIGCONT resumes it); " + activity;
+            else if (w.value("heartbeat_age_s", 0.0) > kStaleHeartbeatS)
+                activity = fmt::format("no heartbeat for {}; ", duration(w.value("heartbeat_age_s", 0.0))) + activity;
             if (w.contains("step")) activity += fmt::format(", step {} loss {:.4g}", w.value("step", std::uint64_t{0}), w.value("loss", 0.0));
         }
         s += fmt::format("  {:<11} {:<8} {:<6} {:>8}  {:<11} {:>8}  {:<22} {}\n", w.value("name", ""), w.value("role", ""),

@@ -7,6 +7,7 @@
 //    "workers": [{"name", "role", "rank", "place", "pid", "state", "restarts", "incarnation",
 //                 "last_exit", "log", "samples", "tokens", "samples_per_s", "tokens_per_s",
 //                 "step", "loss", "heartbeat_age_s", "holds": {"writing", "reading"}}],
+//     (state "suspended": stopped by a signal; its rates are 0 while it does nothing)
 //    "ring": {"name", "slots", "free", "writing", "ready", "reading", "stopping",
 //             "counters": {"commits", "releases", "aborts", "put_backs", "reclaimed_writing",
 //                          "reclaimed_reading", "redeliveries"}},
@@ -64,6 +65,7 @@ struct WorkerStatus {
     std::uint32_t writing = 0, reading = 0;  // ring slots its process holds now
     WorkerStats stats;       // from the status board; meaningful when `has_stats`
     bool has_stats = false;  // the current process published stats
+    bool suspended = false;  // stopped by a signal (SIGSTOP, Ctrl-Z): alive, but doing nothing
     RateMeter::Rate rate;
 };
 

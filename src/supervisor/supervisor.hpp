@@ -14,8 +14,10 @@
 //   killing     hsring stop --now or a second SIGINT: SIGKILL everyone, keep ring and ledger
 // When no worker is left in a phase other than running, the ring and the ledger are removed
 // (unless [run] keep_ring, or after killing), run.json records the end and the supervisor exits:
-//   0 complete or stopped on request, 1 a worker failed and could not be restarted,
+//   0 complete or stopped on request, 1 a worker failed and could not be restarted (or the
+//   drafters finished but the run dir does not verify: never "complete" then),
 //   3 a worker reported a user error (its exit code 3), 130 interrupted twice.
+// "complete" is said only after this machine's train logs verify against its checkpoint.
 #include "hsring/config.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/control_server.hpp"
@@ -88,6 +90,8 @@ private:
     int poll_timeout_ms() const;
     void begin_stop(Phase phase, int exit_code, std::string reason);
     int finish();
+    // "" when this machine's run dir verifies (train logs vs checkpoint), else why not.
+    std::string verify_completion();
     std::string summary();
     // control and status (supervisor_control.cpp)
     ControlReply on_control(const nlohmann::json& request);
@@ -112,6 +116,7 @@ private:
     int lock_fd_ = -1;
     Phase phase_ = Phase::Running;
     int exit_code_ = 0;
+    bool complete_ = false;  // the run ended complete and its run dir verified
     std::string end_reason_;
     Clock::time_point start_time_{}, next_status_{}, stop_deadline_{};
     int sigints_ = 0;

@@ -97,6 +97,10 @@ json Supervisor::collect_status(bool update_rates) {
             (st == SlotState::Writing ? s.writing : s.reading) += 1;
         }
         s.state = to_string(w->state);
+        if (w->alive()) {
+            const char st = process_state(w->pid);
+            s.suspended = st == 'T' || st == 't';  // SIGSTOP, Ctrl-Z, a debugger
+        }
         in.workers.push_back(std::move(s));
     }
     in.ring_name = ring.name();

@@ -2,6 +2,7 @@
 #include "supervisor/supervisor.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/train_log.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -241,7 +242,7 @@ std::string Supervisor::summary() {
     for (const auto& w : workers_) restarts += fmt::format("{}{} {}", restarts.empty() ? "" : ", ", w->spec.name, w->restarts);
     const auto secs = std::chrono::duration<double>(Clock::now() - start_time_).count();
     std::string s = fmt::format("run '{}' {} after {:.1f} s: {} of {} sample passes trained ({} epochs of {} samples)",
-                                cfg_.run.name, phase_ == Phase::Completing && exit_code_ == 0 ? "complete" : "stopped",
+                                cfg_.run.name, complete_ ? "complete (verified)" : "stopped",
                                 secs, trained, total, cfg_.data.epochs, samples_);
     const json& d = st["drafter"];
     if (!d["step"].is_null()) s += fmt::format(", drafter step {} loss {:.4g}", d["step"].get<std::uint64_t>(), d["loss"].get<double>());
@@ -252,10 +253,41 @@ std::string Supervisor::summary() {
     return s;
 }
 
+std::string Supervisor::verify_completion() {
+    // The drafters say every epoch is trained; the run dir must say so too (DESIGN.md invariant 8):
+    // this machine's train logs replayed against its latest checkpoint, every position of its
+    // share exactly once (with [train] max_steps: none more than once).
+    try {
+        const auto step = read_latest_checkpoint(files_);
+        if (!step) return fmt::format("{} holds no checkpoint", files_.latest_checkpoint().string());
+        std::vector<std::filesystem::path> logs;
+        for (std::uint32_t r = 0; r < cfg_.topology.drafters.size(); ++r) logs.push_back(files_.train_log(r));
+        const LedgerInfo& info = mem_->ledger.info();
+        const LineageReport rep = verify_positions(logs, *step, info.samples, info.epochs);
+        const bool ok = cfg_.train.max_steps ? rep.doubled() == 0 : rep.ok();
+        if (ok) return "";
+        return fmt::format("the train logs and the checkpoint of step {} in {} do not verify: {} sample passes "
+                           "missing, {} trained more than once (see hsring ledger verify {})", *step,
+                           files_.dir.string(), rep.missing(), rep.doubled(), files_.dir.string());
+    } catch (const Error& e) {
+        return fmt::format("its run dir cannot be verified: {}", e.what());
+    }
+}
+
 int Supervisor::finish() {
     // Every worker is gone: undo whatever a process killed at the end still held.
     console_.hide();
     mem_->ring.reclaim_dead(mem_->repend());
+    bool complete = false;
+    if (phase_ == Phase::Completing && exit_code_ == 0) {
+        const std::string why = verify_completion();
+        complete = why.empty();
+        if (!complete) {
+            exit_code_ = 1;
+            end_reason_ = "the drafters reported every epoch trained, but " + why + ": the run is NOT complete";
+        }
+    }
+    complete_ = complete;
     std::string text = summary();
     const bool keep = cfg_.run.keep_ring || phase_ == Phase::Killing;
     if (keep) {
@@ -270,7 +302,7 @@ int Supervisor::finish() {
         remove_run_memory(name);
         text += "; ring and ledger removed";
     }
-    record_.end = RunEnd{iso_time_now(), exit_code_, end_reason_};
+    record_.end = RunEnd{iso_time_now(), exit_code_, end_reason_, complete};
     try {
         write_record();
     } catch (const Error& e) {

@@ -4,7 +4,9 @@
 
 #include "hsring/dataset.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
+#include "hsring/safe_file.hpp"
 #include "supervisor/previous_run.hpp"
 
 #include <fcntl.h>
@@ -19,12 +21,15 @@ namespace fs = std::filesystem;
 
 void Supervisor::start() {
     start_time_ = Clock::now();
+    fault::set_process_name("supervisor");  // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md)
     load_config_and_data();
     lock_run_dir();
     take_over_previous();
+    // From here on SIGINT/SIGTERM wait in the signalfd for the loop: a Ctrl-C while the ring and
+    // the ledger are made (or rebuilt) stops the run once they are complete, never halfway.
+    signals_ = std::make_unique<SignalEvents>();
     open_memory();
     control_ = std::make_unique<ControlServer>(files_.control_socket());
-    signals_ = std::make_unique<SignalEvents>();
 
     record_ = RunRecord{};
     record_.config = fs::absolute(cfg_.file).string();
@@ -38,6 +43,7 @@ void Supervisor::start() {
     record_.nnodes = cfg_.distributed.nnodes;
     record_.node_rank = cfg_.distributed.node_rank;
     record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
+    record_.max_steps = cfg_.train.max_steps;
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());
@@ -97,11 +103,10 @@ void Supervisor::load_config_and_data() {
 }
 
 void Supervisor::lock_run_dir() {
-    std::error_code ec;
-    fs::create_directories(files_.logs_dir(), ec);
-    if (ec) fail("cannot create the run directory {}: {}", files_.logs_dir().string(), ec.message());
-    lock_fd_ = ::open(files_.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) fail("cannot open {}: {}", files_.lock_file().string(), errno_text(errno));
+    // A private directory of this user; nothing in it is opened through a link (safe_file.hpp).
+    safe::make_private_dir(files_.dir);
+    safe::open_dir_beneath(files_.dir, "logs", true);
+    lock_fd_ = safe::open_beneath(files_.dir, "supervisor.lock", O_RDWR | O_CREAT, 0600).release();
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK)
             fail("another `hsring run` is using the run directory {} (see `hsring status --run-dir {}`)",
@@ -141,10 +146,22 @@ void Supervisor::open_memory() {
                  "least one ([data] eval_path)", cfg_.resolve(cfg_.data.eval_path).string(), eval_samples_, dist.nnodes);
         plan.eval = RunMemoryPlan::Eval{share, eval_fingerprint_};
     }
+    RunRecord now;
+    now.fingerprint = fingerprint_;
+    now.samples = samples_;
+    now.seed = cfg_.run.seed;
+    now.shuffle = cfg_.data.shuffle;
+    now.nnodes = dist.nnodes;
+    now.node_rank = dist.node_rank;
+    check_same_data(previous_, files_, now);
     plan.fresh = opts_.fresh;
     plan.files = files_;
+    plan.tag = RunTag::of(files_.dir.string(), plan.geometry.layout_hash(), fingerprint_, dist.node_rank, dist.nnodes);
     plan.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     mem_.emplace(open_run_memory(plan, [this](const std::string& m) { console_.info("{}", m); }));
+    // In the owner table as an observer: `--fresh` and `hsring ring rm` of another run see that
+    // this ring is in use, also after the supervisor that created it is gone.
+    mem_->ring.join(Role::Observer, 0, "supervisor");
     const auto& m = *mem_;
     if (m.ring_created)
         console_.info("created ring '{}' ({}: {} slots of {} bytes, {})", derived_.ring_name, m.ring.region().path,

@@ -44,6 +44,9 @@ void Supervisor::start_worker(Worker& w) {
     // c10d logs a lost peer as a warning with a C++ stack trace; the workers say what happened in
     // one line of their own. Users who want c10d's own logs set TORCH_CPP_LOG_LEVEL themselves.
     if (!std::getenv("TORCH_CPP_LOG_LEVEL")) spec.env.push_back({"TORCH_CPP_LOG_LEVEL", "ERROR"});
+    // HSRING_FAULT reaches the first process of each worker only: a restarted one runs without
+    // it, so an injected fault fires once instead of looping (src/worker/CONTRACT.md).
+    if (w.starts > 0) spec.env.push_back({env::kFault, ""});
 
     w.output.open_log(files_.worker_log(s.name));
     // Stale numbers of an earlier process must not show as this one's.

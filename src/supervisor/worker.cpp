@@ -2,6 +2,7 @@
 #include "supervisor/worker.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 #include "supervisor/console.hpp"
 
 #include <fcntl.h>
@@ -37,8 +38,8 @@ void WorkerOutput::close_fd(int& fd) {
 
 void WorkerOutput::open_log(const std::filesystem::path& file) {
     if (log_fd_ >= 0) return;
-    log_fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd_ < 0) fail("cannot open the worker log {}: {}", file.string(), errno_text(errno));
+    // Never through a link planted at logs/ or logs/<name>.log (safe_file.hpp).
+    log_fd_ = safe::open_file(file, O_WRONLY | O_CREAT | O_APPEND).release();
 }
 
 void WorkerOutput::attach(int out_fd, int err_fd) {

@@ -1,14 +1,16 @@
 #include "worker/checkpoint_store.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
+#include <charconv>
 #include <vector>
 
 namespace hsring::worker {
@@ -16,7 +18,7 @@ namespace hsring::worker {
 namespace fs = std::filesystem;
 
 void fsync_path(const fs::path& p) {
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) fail("cannot open {} to sync it: {}", p.string(), errno_text(errno));
     int rc = ::fsync(fd);
     int err = errno;
@@ -24,17 +26,52 @@ void fsync_path(const fs::path& p) {
     if (rc != 0) fail("cannot sync {}: {}", p.string(), errno_text(err));
 }
 
+namespace {
+
+[[noreturn]] void unwritable(const fs::path& dir, const std::string& why) {
+    // Restarting cannot make a directory writable: a user error (exit 3), not a crash to retry.
+    throw UserError(fmt::format("the checkpoint directory {} is not writable ({}): fix its permissions or free space, "
+                                "or choose another run directory (--run-dir DIR)", dir.string(), why));
+}
+
+} // namespace
+
 CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(dir)), keep_(keep) {
-    fs::create_directories(dir_);
-    for (const auto& e : fs::directory_iterator(dir_))
-        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());  // a crash mid-write
+    // RUN_DIR/checkpoints, never through a link planted there.
+    root_ = dir_.parent_path();
+    sub_ = dir_.filename().string();
+    try {
+        safe::open_dir_beneath(root_, sub_, true);
+    } catch (const Error& e) {
+        unwritable(dir_, e.what());
+    }
+    // A crash mid-write left these. The drafter ranks of a machine all start here at once and
+    // remove the same ones: what another rank removed first is no error.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+    // A checkpoint directory we cannot write would fail only at the first checkpoint, after the
+    // work of a whole interval: find out now.
+    const std::string probe = sub_ + "/.write-probe." + std::to_string(::getpid());
+    try {
+        safe::Fd f = safe::open_beneath(root_, probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        safe::write_all(f.get(), "probe\n", (root_ / probe).string());
+    } catch (const Error& e) {
+        ::unlink((root_ / probe).c_str());
+        unwritable(dir_, e.what());
+    }
+    ::unlink((root_ / probe).c_str());
 }
 
 std::uint64_t CheckpointStore::read_latest(const fs::path& dir) {
-    std::ifstream in(dir / "latest");
+    const auto text = safe::read_beneath(dir.parent_path(), dir.filename().string() + "/latest");
+    if (!text) return 0;
+    const auto b = text->find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return 0;
     std::uint64_t step = 0;
-    if (!(in >> step)) return 0;
-    if (!fs::is_directory(dir / fmt::format("step-{:08}", step)))
+    auto [ptr, ec] = std::from_chars(text->data() + b, text->data() + text->size(), step);
+    if (ec != std::errc()) return 0;
+    if (!fs::is_directory(fs::symlink_status(dir / fmt::format("step-{:08}", step))))
         fail("{}/latest names step {}, but its directory is missing: the run directory was damaged; remove "
              "`latest` to start from scratch", dir.string(), step);
     return step;
@@ -45,10 +82,29 @@ std::uint64_t CheckpointStore::latest_step() const { return read_latest(dir_); }
 fs::path CheckpointStore::dir_of(std::uint64_t step) const { return dir_ / fmt::format("step-{:08}", step); }
 
 fs::path CheckpointStore::begin(std::uint64_t step) {
-    fs::path tmp = dir_ / fmt::format(".tmp-step-{:08}", step);
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
+    const std::string name = fmt::format(".tmp-step-{:08}", step);
+    fs::path tmp = dir_ / name;
+    fs::remove_all(tmp);  // removes a link itself, never what it points to
+    // A fresh directory that we made (mkdirat fails if anything took the name meanwhile): what
+    // the compute writes inside cannot meet a planted link.
+    safe::Fd parent = safe::open_dir_beneath(root_, sub_, true);
+    if (::mkdirat(parent.get(), name.c_str(), 0700) != 0) {
+        const int err = errno;
+        if (err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT)
+            unwritable(dir_, errno_text(err));
+        fail("cannot create {}: {}", tmp.string(), errno_text(err));
+    }
     return tmp;
+}
+
+void CheckpointStore::write_file(const fs::path& tmp, const std::string& name, const std::string& text) {
+    const std::string rel = sub_ + "/" + tmp.filename().string() + "/" + name;
+    safe::Fd f = safe::open_beneath(root_, rel, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    safe::write_all(f.get(), text, (root_ / rel).string());
+}
+
+std::optional<std::string> CheckpointStore::read_file(std::uint64_t step, const std::string& name) const {
+    return safe::read_beneath(root_, sub_ + "/" + fmt::format("step-{:08}", step) + "/" + name);
 }
 
 void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
@@ -58,21 +114,18 @@ void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
         if (e.is_directory()) fsync_path(e.path());
     fsync_path(tmp);
     const fs::path final_dir = dir_of(step);
+    safe::Fd parent = safe::open_dir_beneath(root_, sub_, true);
     fs::remove_all(final_dir);  // a checkpoint of the same step from an incarnation that died
-    fs::rename(tmp, final_dir);
-    {
-        std::ofstream out(dir_ / "latest.tmp", std::ios::trunc);
-        out << step << "\n";
-        out.flush();
-        if (!out) fail("cannot write {}/latest.tmp", dir_.string());
-    }
-    fsync_path(dir_ / "latest.tmp");
-    fs::rename(dir_ / "latest.tmp", dir_ / "latest");
-    fsync_path(dir_);
+    if (::renameat(parent.get(), tmp.filename().c_str(), parent.get(), final_dir.filename().c_str()) != 0)
+        fail("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), errno_text(errno));
+    // latest.tmp is made fresh (O_EXCL, a stale one or a link removed first) and renamed over latest.
+    safe::write_atomic(root_, sub_ + "/latest", std::to_string(step) + "\n", true);
     // Prune: keep the newest `keep` committed checkpoints.
     std::vector<fs::path> steps;
     for (const auto& e : fs::directory_iterator(dir_))
-        if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) steps.push_back(e.path());
+        if (e.symlink_status().type() == fs::file_type::directory &&
+            e.path().filename().string().rfind("step-", 0) == 0)
+            steps.push_back(e.path());
     std::sort(steps.begin(), steps.end());
     for (std::size_t i = 0; i + keep_ < steps.size(); ++i)
         if (steps[i] != final_dir) fs::remove_all(steps[i]);

@@ -8,8 +8,14 @@
 //
 // A checkpoint is committed by fsync + rename of its directory, then an atomic replace of
 // `latest`. A crash at any point leaves `latest` naming a complete checkpoint (or none).
+// Nothing here is opened through a symbolic link (hsring/safe_file.hpp): `checkpoints`, `latest`
+// and `latest.tmp` are resolved without following links, and each temporary directory is made
+// fresh, so what a compute writes inside it cannot meet a planted link. A checkpoint directory
+// that cannot be written is a user error (hsring::UserError: the worker exits 3), found at start.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string>
 
 namespace hsring::worker {
 
@@ -25,12 +31,18 @@ public:
     std::filesystem::path begin(std::uint64_t step);
     // Makes `tmp` the committed checkpoint of `step` and prunes older ones (keeps `keep`).
     void commit(std::uint64_t step, const std::filesystem::path& tmp);
+    // A small file `name` inside the temporary directory `tmp` (O_EXCL, never through a link).
+    void write_file(const std::filesystem::path& tmp, const std::string& name, const std::string& text);
+    // The file `name` of the committed checkpoint of `step`; nullopt when missing.
+    std::optional<std::string> read_file(std::uint64_t step, const std::string& name) const;
 
     // Reads `latest` in RUN_DIR/checkpoints without a store (supervisor, verify).
     static std::uint64_t read_latest(const std::filesystem::path& dir);
 
 private:
     std::filesystem::path dir_;
+    std::filesystem::path root_;  // RUN_DIR
+    std::string sub_;             // "checkpoints"
     unsigned keep_;
 };
 

@@ -28,7 +28,6 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     derived.run_dir = env.run_dir;
     if (cfg.drafter.export_dir.empty()) derived.export_dir = env.run_dir / "drafter";
     const RingGeometry geometry = RingGeometry::from(cfg, derived);
-    Ring ring = Ring::attach(env.ring, &geometry);
     // Targets read the data set and check the ledger belongs to it; the drafter needs neither.
     std::optional<data::Dataset> data;
     std::optional<LedgerInfo> want;
@@ -38,8 +37,13 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
         want = LedgerInfo{data->fingerprint(), data::shard_size(data->size(), dist.nnodes, dist.node_rank),
                           cfg.data.epochs, cfg.run.seed, cfg.data.shuffle, data->size(), dist.nnodes, dist.node_rank};
     }
-    Ledger ledger = Ledger::attach(env.ledger, want ? &*want : nullptr);
-    StatusBoard status = StatusBoard::attach(env.status);
+    // Only this run's shared memory (DESIGN.md invariant 8): run dir, user, layout, machine, and
+    // for targets the data set. The drafter does not read the data: 0 skips that comparison.
+    const RunTag tag = RunTag::of(env.run_dir.string(), geometry.layout_hash(), data ? data->fingerprint() : 0,
+                                  env.gang.node_rank, env.gang.nnodes);
+    Ring ring = Ring::attach(env.ring, &geometry, &tag);
+    Ledger ledger = Ledger::attach(env.ledger, want ? &*want : nullptr, &tag);
+    StatusBoard status = StatusBoard::attach(env.status, &tag);
     auto ctx = std::make_unique<Context>(std::move(env), std::move(cfg), std::move(derived), std::move(ring),
                                          std::move(ledger), std::move(status), std::move(data));
     if (!ctx->cfg.data.eval_path.empty()) {

@@ -2,6 +2,7 @@
 
 #include "hsring/acceptance.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/train_log.hpp"
 #include "worker/checkpoint_store.hpp"
@@ -12,7 +13,6 @@
 
 #include <chrono>
 #include <deque>
-#include <fstream>
 
 namespace hsring::worker {
 
@@ -167,6 +167,7 @@ void Drafter::restore() {
     const std::uint64_t mine = store_.latest_step();
     double v = -static_cast<double>(mine);
     gang_.allreduce_max({&v, 1});
+    fault::point("restore");  // HSRING_FAULT: the gang formed, the state not yet sent
     const auto s = static_cast<std::uint64_t>(-v);
     // tokens_done, warmup_end_tokens, samples_done (from the master), held-out samples (each machine's)
     double state[4] = {0, 0, 0, 0};
@@ -177,8 +178,7 @@ void Drafter::restore() {
                 fail("the gang resumes from step {} (the oldest latest checkpoint of its machines), but {} holds no "
                      "weights of that step: the master's run directory lost them", s, dir.string());
             compute_.restore(&dir);
-            std::ifstream in(dir / "state.json");
-            const json st = json::parse(in, nullptr, false);
+            const json st = json::parse(store_.read_file(s, "state.json").value_or(""), nullptr, false);
             if (st.is_object()) {
                 state[0] = st.value("tokens_total", 0.0);
                 state[1] = st.value("warmup_end_tokens", 0.0);
@@ -274,6 +274,7 @@ void Drafter::fill_pipeline(RoundStats& r) {
                       batch.positions.size() - kept.size(), batch.positions.size());
         log_.trained(ctx_.env.incarnation, assign_step_, kept);
         staged_.push_back(info);
+        fault::point("stage");  // HSRING_FAULT (CONTRACT.md): the slot is READING, its samples consumed
         compute_.stage(std::move(*slot), std::move(batch), std::move(keep));
         if (++assigned_ == ctx_.derived.slots_per_rank) {
             ++assign_step_;
@@ -354,6 +355,7 @@ RoundStats Drafter::gather_and_train() {
         staged_.pop_front();
         const bool last = r.slots + 1 == quota;
         auto t0 = Clock::now();
+        fault::point("train");
         BatchResult b = compute_.train_one(gang && last);
         synced = gang && last && compute_.synced();
         stats_.busy_ns += static_cast<std::uint64_t>(ms_since(t0) * 1e6);
@@ -447,7 +449,8 @@ void Drafter::checkpoint(std::uint64_t step) {
         const json st = {{"step", step}, {"incarnation", ctx_.env.incarnation}, {"tokens_total", tokens_done_},
                          {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_},
                          {"world", gang_.world()}};
-        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.write_file(tmp, "state.json", st.dump() + "\n");
+        fault::point("checkpoint");  // written, not committed
         store_.commit(step, tmp);
     }
     barrier();
@@ -456,9 +459,10 @@ void Drafter::checkpoint(std::uint64_t step) {
         // master); their supervisors rebuild a lost ledger from it and their train logs.
         const auto tmp = store_.begin(step);
         const json st = {{"step", step}, {"marker", true}, {"weights", "on machine 0 (the master)"}};
-        std::ofstream(tmp / "state.json") << st.dump() << "\n";
+        store_.write_file(tmp, "state.json", st.dump() + "\n");
         store_.commit(step, tmp);
     }
+    fault::point("commit");  // committed; the train log's K record and the durable marks not yet
     checkpointed_ = step;
     log_.checkpoint(ctx_.env.incarnation, step);
     const std::uint64_t n = ctx_.ledger.make_durable(ctx_.env.rank, step);

@@ -1,6 +1,7 @@
 #include "worker/metrics.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,8 +9,7 @@
 namespace hsring::worker {
 
 MetricsFile::MetricsFile(const std::filesystem::path& file) {
-    fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot open {}: {}", file.string(), errno_text(errno));
+    fd_ = safe::open_file(file, O_WRONLY | O_CREAT | O_APPEND).release();  // never through a planted link
 }
 
 MetricsFile::~MetricsFile() {

@@ -3,14 +3,17 @@
 #include "data/splitmix.hpp"
 #include "hsring/cuda_util.hpp"
 #include "hsring/error.hpp"
+#include "hsring/safe_file.hpp"
 #include "hsring/slot_rows.hpp"
+
+#include <fcntl.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace hsring::worker {
@@ -90,7 +93,7 @@ void SynthDrafter::restore(const std::filesystem::path* checkpoint) {
     state_sum_ = state_count_ = 0;
     accum_ = Sum{};
     if (!checkpoint) return;
-    std::ifstream in(*checkpoint / "synth_state.txt");
+    std::istringstream in(safe::read_file(*checkpoint / "synth_state.txt").value_or(""));
     if (!(in >> state_sum_ >> state_count_)) fail("{}: no synth_state.txt: not a synthetic-mode checkpoint", checkpoint->string());
 }
 
@@ -246,12 +249,12 @@ StepResult SynthDrafter::optimizer_step(double, double) {
 }
 
 void SynthDrafter::save(const std::filesystem::path& dir) {
-    std::ofstream out(dir / "synth_state.txt");
-    out << state_sum_ << " " << state_count_ << "\n";
-    if (!out) fail("cannot write {}/synth_state.txt", dir.string());
+    safe::Fd f = safe::open_file(dir / "synth_state.txt", O_WRONLY | O_CREAT | O_TRUNC);  // never through a link
+    safe::write_all(f.get(), fmt::format("{} {}\n", state_sum_, state_count_), (dir / "synth_state.txt").string());
 }
 
 void SynthDrafter::export_model(const std::filesystem::path& dir) {
+    if (std::filesystem::is_symlink(dir)) fail("{} is a symbolic link: refusing to export through it; remove the link", dir.string());
     std::filesystem::create_directories(dir);
     save(dir);
 }

@@ -1,5 +1,6 @@
 #include "worker/target_loop.hpp"
 
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 
 #include <chrono>
@@ -47,7 +48,17 @@ int run_target(Context& ctx, TargetCompute& compute) {
         }
         write_meta(slot->meta(), batch, ctx.env.rank);
         t0 = Clock::now();
-        compute.write(batch, *slot);
+        try {
+            fault::point("write");  // HSRING_FAULT (CONTRACT.md)
+            compute.write(batch, *slot);
+        } catch (...) {
+            // A failed write (a CUDA OOM in the forward): the samples taken under this slot's ticket
+            // go back to PENDING before the slot is freed, as a reclaim would do; freed first,
+            // nobody would ever re-issue them and the run would never end.
+            ctx.ledger.repend_ticket(slot->ticket());
+            slot->abort();
+            throw;
+        }
         st.busy_ns += ns_since(t0);
         if (!slot->commit()) {
             // We were presumed dead and reclaimed; the samples went back to PENDING then.

@@ -109,6 +109,9 @@ void mark_started() { g_started = true; }
 int run_guarded(const char* program, int (*body)(int, char**), int argc, char** argv) {
     try {
         return body(argc, argv);
+    } catch (const UserError& e) {
+        log::error("{}", e.what());
+        return kExitUserError;
     } catch (const Error& e) {
         log::error("{}", e.what());
         return g_started ? kExitFailure : kExitUserError;

@@ -50,7 +50,8 @@ inline constexpr int kExitFailure = exit_code::kFailure;
 inline constexpr int kExitUserError = exit_code::kUserError;
 
 // Runs `body`. An hsring::Error before mark_started() (bad config, data or model: restarting
-// cannot help) exits 3; any error after it, or any other exception, exits 1 (restartable).
+// cannot help) exits 3, and so does an hsring::UserError at any time; any other error after it,
+// or any other exception, exits 1 (restartable).
 // Either way one message goes to stderr.
 int run_guarded(const char* program, int (*body)(int, char**), int argc, char** argv);
 void mark_started();

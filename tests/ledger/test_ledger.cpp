@@ -6,12 +6,15 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -212,4 +215,101 @@ TEST_CASE("train log lineage: weights that died are not counted, resumes bound e
     CHECK(r.epochs[0].more_than_once == 1);
     CHECK_FALSE(r.ok());
     fs::remove_all(dir);
+}
+
+// --- a process killed between an entry's CAS and its bookkeeping (issue 12, finding 9) -------
+
+namespace {
+
+// Runs `body` in a child process that dies (_exit) the moment the ledger passes `point`.
+void in_child_killed_at(const char* point, const std::function<void()>& body) {
+    static std::string g_point;
+    g_point = point;
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        set_ledger_test_hook([](const char* p) {
+            if (g_point == p) ::_exit(0);
+        });
+        body();
+        ::_exit(1);  // the point was never reached
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+}
+
+std::uint64_t trained_entries(const Ledger& l) {
+    const LedgerCounts c = l.counts();
+    return c.consumed + c.durable;
+}
+
+} // namespace
+
+TEST_CASE("a drafter killed between a consume's CAS and its count: recover recounts, nothing ends early or late") {
+    TempLedger t(info(4));
+    Ledger& l = t.l;
+    for (int i = 0; i < 4; ++i) REQUIRE(l.take(7));
+    in_child_killed_at("consume.cas", [&] {
+        Ledger mine = Ledger::attach(t.name);
+        mine.consume(0, 7, 0, 1);
+    });
+    CHECK(l.state(0) == EntryState::Consumed);
+    // The drafter's next incarnation resumes from no checkpoint: position 0 goes back to PENDING.
+    const auto rec = l.recover(0, 0);
+    CHECK(rec.repended == 1);
+    CHECK(l.consumed_or_durable() == trained_entries(l));  // was 2^64 - 1: "everything consumed"
+    // Everything trained once: the count reaches the total exactly then.
+    REQUIRE(l.take(8) == 0u);
+    for (std::uint64_t p = 0; p < 4; ++p) REQUIRE(l.consume(p, p == 0 ? 8 : 7, 0, 1));
+    CHECK(l.consumed_or_durable() == 4);
+}
+
+TEST_CASE("the supervisor's repair recounts what a killed drafter left uncounted") {
+    TempLedger t(info(3));
+    Ledger& l = t.l;
+    for (int i = 0; i < 3; ++i) REQUIRE(l.take(1));
+    in_child_killed_at("consume.cas", [&] { Ledger::attach(t.name).consume(2, 1, 0, 4); });
+    CHECK(l.consumed_or_durable() == 0);  // the CAS happened, its count did not
+    l.repair();
+    CHECK(l.consumed_or_durable() == 1);
+}
+
+TEST_CASE("a position re-pended by a process killed before it lowered the mark is taken again") {
+    TempLedger t(info(3));
+    Ledger& l = t.l;
+    for (int i = 0; i < 3; ++i) REQUIRE(l.take(5));
+    in_child_killed_at("repend.cas", [&] { Ledger::attach(t.name).repend_ticket(5); });
+    CHECK(l.counts().pending == 1);  // the first re-pended position; the mark still says "none below"
+    // A target's idle path sweeps for it (at most once a second), so it is produced again.
+    std::optional<std::uint64_t> got;
+    for (int i = 0; i < 40 && !got; ++i) {
+        got = l.take(6);
+        if (!got) std::this_thread::sleep_for(100ms);
+    }
+    CHECK(got == 0u);
+}
+
+TEST_CASE("a ledger of another run is refused; a new one is built complete before it has its name") {
+    const std::string name = "hsring-test-ledger-tag-" + std::to_string(::getpid());
+    const RunTag mine = RunTag::of("/tmp/run-a", 0x11, 0xabc, 0, 1);
+    std::vector<Ledger::Trained> durable{{0, 0, 3}, {2, 1, 4}};
+    {
+        Ledger l = Ledger::create(name, info(4), mine, durable);
+        CHECK(l.state(0) == EntryState::Durable);
+        CHECK(l.state(1) == EntryState::Pending);
+        CHECK(l.view(2).rank == 1);
+        CHECK(l.view(2).step == 4);
+        CHECK(l.consumed_or_durable() == 2);
+    }
+    CHECK_NOTHROW(Ledger::attach(name, nullptr, &mine));
+    const RunTag other = RunTag::of("/tmp/run-b", 0x11, 0xabc, 0, 1);
+    CHECK_THROWS_WITH_AS(Ledger::attach(name, nullptr, &other),
+                         doctest::Contains("belongs to another run: run dir /tmp/run-a (this run: /tmp/run-b)"), Error);
+    Ledger::remove(name);
+    // A train record beyond the data set: refused, and no ledger by that name appears.
+    durable.push_back({99, 0, 1});
+    CHECK_THROWS_WITH_AS(Ledger::create(name, info(4), mine, durable), doctest::Contains("another data set"), Error);
+    CHECK_FALSE(Ledger::exists(name));
 }

@@ -89,3 +89,14 @@ TEST_CASE("the status board sits beside the ring under its own name and refuses 
     CHECK_FALSE(StatusBoard::exists(name));
     CHECK_THROWS_AS(StatusBoard::attach(name), Error);
 }
+
+TEST_CASE("a status board of another run is refused with whose it is") {
+    const std::string name = unique_name("stag");
+    const RunTag mine = RunTag::of("/tmp/run-a", 0x11, 0x22, 0, 1);
+    { StatusBoard b = StatusBoard::create(name, mine); }
+    CHECK_NOTHROW(StatusBoard::attach(name, &mine));
+    const RunTag other = RunTag::of("/tmp/run-b", 0x11, 0x22, 0, 1);
+    CHECK_THROWS_WITH_AS(StatusBoard::attach(name, &other),
+                         doctest::Contains("belongs to another run: run dir /tmp/run-a (this run: /tmp/run-b)"), Error);
+    StatusBoard::remove(name);
+}

@@ -278,15 +278,20 @@ TEST_CASE("chunked cross-entropy equals the full-logits loss: value, accuracy an
         CHECK(r.counted.sum().item<double>() == blocks.counted.sum().item<double>());
     }
     // The autograd function alone, against log_softmax on a random problem.
-    at::Tensor h = at::randn({13, 8}).requires_grad_(true), w = at::randn({50, 8});
-    at::Tensor y = at::randint(50, {13}, at::kLong), wt = at::rand({13});
+    // Seeded: the default generator's state depends on which tests ran before.
+    at::Generator rg = cpu_generator(13);
+    at::Tensor h = at::randn({13, 8}, rg).requires_grad_(true), w = at::randn({50, 8}, rg);
+    at::Tensor y = at::randint(50, {13}, rg, at::kLong), wt = at::rand({13}, rg);
     auto c = chunked_cross_entropy(h, w, y, wt, 4);
     c.loss_sum.backward();
     at::Tensor h2 = h.detach().clone().requires_grad_(true);
     at::Tensor ref = (-at::log_softmax(h2.matmul(w.t()), 1).gather(1, y.unsqueeze(1)).squeeze(1) * wt).sum();
     ref.backward();
     CHECK(c.loss_sum.item<double>() == doctest::Approx(ref.item<double>()).epsilon(1e-6));
-    CHECK(at::allclose(h.grad(), h2.grad(), 1e-5, 1e-7));
+    // float32 sums in a different order (chunks, and the CPU's vector width): ~1e-6 relative.
+    const double hscale = h2.grad().abs().max().item<double>();
+    INFO("max |grad| " << hscale << " max diff " << (h.grad() - h2.grad()).abs().max().item<double>());
+    CHECK(at::allclose(h.grad(), h2.grad(), 1e-4, 1e-6 * hscale));
 }
 
 TEST_CASE("recompute = layers: the same output, loss and every parameter gradient as keeping the activations") {

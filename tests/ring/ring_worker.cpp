@@ -9,7 +9,8 @@
 //   C <writer> <inc> <n>   ... and did
 //   D <writer> <inc> <n> <deliveries> <ok>   a reader verified (ok=1) a slot, about to release
 // HSRING_TEST_CRASH_AT=POINT:N makes the process SIGKILL itself the N-th time the ring passes
-// POINT (see set_ring_test_hook).
+// POINT (see set_ring_test_hook). HSRING_TEST_ABORT_EVERY=K makes a writer abort every K-th slot
+// it claims instead of committing it (the abort path: "abort.before").
 #include "hsring/ring.hpp"
 #include "ring_test_util.hpp"
 
@@ -65,10 +66,17 @@ int main(int argc, char** argv) {
         const long count = std::atol(argv[6]);
         const std::size_t bytes = static_cast<std::size_t>(std::atol(argv[7]));
         ring.join(Role::Writer, inc, "writer");
+        const char* ae = std::getenv("HSRING_TEST_ABORT_EVERY");
+        const long abort_every = ae ? std::atol(ae) : 0;
+        long claims = 0;
         for (long n = 0; n < count;) {
             auto w = ring.claim(200ms);
             if (!w) {
                 if (ring.stopping()) break;
+                continue;
+            }
+            if (abort_every > 0 && ++claims % abort_every == 0) {
+                if (!w->abort()) return 4;
                 continue;
             }
             const std::uint64_t uid = (std::uint64_t{id} << 48) | (std::uint64_t{inc} << 32) | static_cast<std::uint64_t>(n);

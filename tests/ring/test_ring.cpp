@@ -10,6 +10,8 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -340,6 +342,7 @@ TEST_CASE("a non-hsring object or another version is refused") {
         std::ofstream f(path);
         f << std::string(4 * MiB, 'x');
     }
+    ::chmod(path.c_str(), 0600);
     std::string e = error_of([&] { Ring::attach(name); });
     CHECK(e.find("is not an hsring ring") != std::string::npos);
     ::unlink(path.c_str());
@@ -380,4 +383,126 @@ TEST_CASE("a ring larger than memory is a clear start-up error, and leaves nothi
     CHECK_FALSE(Ring::exists(name));
     for (const auto& entry : std::filesystem::directory_iterator(shm::shm_dir()))
         CHECK(entry.path().filename().string().find(name) == std::string::npos);
+}
+
+// --- whose ring it is (DESIGN.md invariant 8; issue 12) --------------------------------------
+
+TEST_CASE("a ring of another run is refused with whose it is and what to do") {
+    const std::string name = unique_ring_name("tag");
+    RingOptions o{name, small_geometry(), HugePages::Off, true};
+    o.tag = RunTag::of("/tmp/run-a", small_geometry().layout_hash(), 0xd1, 0, 1);
+    { Ring created = Ring::create(o); }
+    RunTag same = o.tag;
+    CHECK_NOTHROW(Ring::attach(name, nullptr, &same));
+    RunTag other = RunTag::of("/tmp/run-b", small_geometry().layout_hash(), 0xd1, 0, 1);
+    std::string e = error_of([&] { Ring::attach(name, nullptr, &other); });
+    CHECK(e.find("belongs to another run: run dir /tmp/run-a (this run: /tmp/run-b)") != std::string::npos);
+    CHECK(e.find("hsring ring rm " + name) != std::string::npos);
+    CHECK(e.find("--fresh") != std::string::npos);
+    other = same;
+    other.data_fingerprint = 0xd2;
+    e = error_of([&] { Ring::attach(name, nullptr, &other); });
+    CHECK(e.find("another data set: fingerprint 00000000000000d1 (this run: 00000000000000d2)") != std::string::npos);
+    other = same;
+    other.node_rank = 1;
+    other.nnodes = 2;
+    e = error_of([&] { Ring::attach(name, nullptr, &other); });
+    CHECK(e.find("machine 0 of 1 (this run: machine 1 of 2)") != std::string::npos);
+    other = same;
+    other.owner_uid += 1;
+    e = error_of([&] { Ring::attach(name, nullptr, &other); });
+    CHECK(e.find("user ") != std::string::npos);
+    other = same;
+    other.data_fingerprint = 0;  // a drafter does not read the data: not compared
+    CHECK_NOTHROW(Ring::attach(name, nullptr, &other));
+    Ring::remove(name);
+}
+
+TEST_CASE("shared memory that other users may access, or of another user, is refused") {
+    TempRing t;
+    const std::string path = shm::Region::find(t.name);
+    struct stat st{};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);  // made private
+    ::chmod(path.c_str(), 0666);
+    std::string e = error_of([&] { Ring::attach(t.name); });
+    CHECK(e.find("has mode 0666: other users may read or write it") != std::string::npos);
+    ::chmod(path.c_str(), 0600);
+    if (::geteuid() == 0) {
+        REQUIRE(::chown(path.c_str(), 54321, 54321) == 0);
+        e = error_of([&] { Ring::attach(t.name); });
+        CHECK(e.find("(uid 54321), not to you") != std::string::npos);
+        REQUIRE(::chown(path.c_str(), 0, 0) == 0);
+    }
+    const std::string link = shm::shm_dir() + "/" + unique_ring_name("link");
+    REQUIRE(::symlink(path.c_str(), link.c_str()) == 0);
+    e = error_of([&] { Ring::attach(link.substr(link.rfind('/') + 1)); });
+    CHECK(e.find("is a symbolic link") != std::string::npos);
+    ::unlink(link.c_str());
+}
+
+TEST_CASE("a creator killed mid-create leaves its temporary file only until the next create") {
+    const std::string name = unique_ring_name("mid");
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        shm::Region::create(name, 4 * MiB, HugePages::Off, false, [](std::byte*) { ::_exit(0); });
+        ::_exit(1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    const std::string tmp = shm::shm_dir() + "/." + name + ".creating." + std::to_string(child);
+    CHECK(::access(tmp.c_str(), F_OK) == 0);  // what the dead creator left
+    CHECK_FALSE(Ring::exists(name));
+    { Ring r = Ring::create({name, small_geometry(), HugePages::Off, true}); }
+    CHECK(::access(tmp.c_str(), F_OK) != 0);
+    Ring::remove(name);
+}
+
+TEST_CASE("an owner entry left half-joined by a killed process is freed by reclaim_dead") {
+    TempRing t;
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        Ring c = Ring::attach(t.name);
+        set_ring_test_hook([](const char* point) {
+            if (std::string(point) == "join.reserved") ::kill(::getpid(), SIGKILL);
+        });
+        c.join(Role::Writer, 3, "child");
+        ::_exit(1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSIGNALED(status));
+    auto owners = t.ring.owners();
+    REQUIRE(owners.size() == 1);
+    CHECK(owners[0].name == "(joining)");
+    CHECK_FALSE(owners[0].alive);
+    t.ring.reclaim_dead();
+    CHECK(t.ring.owners().empty());  // recycled: 128 such deaths no longer fill the table
+}
+
+TEST_CASE("the ring's creator is a live user only with its start time: a reused pid is not") {
+    TempRing t;
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    std::uint64_t ticks = 0;
+    for (int i = 0; i < 100 && !ticks; ++i) {
+        ticks = process_start_ticks(child);
+        if (!ticks) std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(ticks);
+    auto* h = reinterpret_cast<ring_detail::RingHeader*>(t.ring.payload(0) - ring_detail::Offsets::of(t.ring.geometry()).payloads);
+    h->creator_pid = child;
+    h->creator_start_ticks = ticks + 1;  // another process once had this pid
+    CHECK(t.ring.live_users().empty());
+    h->creator_start_ticks = ticks;
+    REQUIRE(t.ring.live_users().size() == 1);
+    CHECK(t.ring.live_users()[0].owner.pid == child);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
 }

@@ -4,6 +4,10 @@ a changed ring layout, a second supervisor, a missing supervisor, an over-long s
 removing a ring in use are refused with messages that say what to do."""
 import os
 import re
+import shutil
+import signal
+import subprocess
+import time
 
 from harness import HSRING, Run, check, main
 
@@ -127,7 +131,92 @@ def test_a_changed_layout_is_refused_unless_fresh():
         r.cleanup()
 
 
+def test_a_run_name_too_long_for_a_ring_is_a_config_error():
+    r = Run("name")
+    try:
+        with open(r.config) as f:
+            text = f.read()
+        long_name = "n" * 47
+        with open(r.config, "w") as f:
+            f.write(text.replace(f'name = "{r.name}"', f'name = "{long_name}"'))
+        res = r.cli("config", "check", r.config, run_dir=False, expect=2)
+        check(re.search(rf"{re.escape(r.config)}:3:\d+: \[run\] name: .* is 47 characters; at most 46", res.stderr),
+              res.stderr)
+        res = r.cli("run", r.config, run_dir=False, expect=2)
+        check("at most 46" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
+def make_unwritable(path):
+    """A directory nobody may write into, root included where chattr works; returns the undo."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o500)
+        return lambda: os.chmod(path, 0o700)
+    if subprocess.run(["chattr", "+i", path], capture_output=True).returncode != 0:
+        return None
+    return lambda: subprocess.run(["chattr", "-i", path], capture_output=True)
+
+
+def test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop():
+    r = Run("ckro", step_ms=5)
+    undo = None
+    try:
+        ck = os.path.join(r.run_dir, "checkpoints")
+        os.makedirs(ck, mode=0o700)
+        os.chmod(r.run_dir, 0o700)
+        undo = make_unwritable(ck)
+        if undo is None:
+            print("note: cannot make a directory unwritable for root here (chattr); skipped", flush=True)
+            return
+        unwritable = r"drafter\.0 stopped the run with a user error \(exit code 3\): .*the checkpoint directory \S+checkpoints is not writable"
+        # Found at start, before any work is done.
+        r.start()
+        r.expect_exit(3)
+        out = r.output()
+        check(re.search(unwritable, out), out)
+        check("restarting the drafter gang" not in out, "restarting cannot make it writable:\n" + out)
+        # Found at the first checkpoint when it turns unwritable during the run.
+        undo()
+        undo = None
+        r.start(env={"HSRING_SYNTH_STEP_MS": "100"})
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 1, "a first step")
+        undo = make_unwritable(ck)
+        r.expect_exit(3)
+        out = r.output()
+        check(re.search(unwritable, out) and "restarting the drafter gang" not in out, out)
+    finally:
+        if undo:
+            undo()
+        r.cleanup()
+
+
+def test_a_suspended_worker_shows_suspended_with_no_rates():
+    r = Run("susp", step_ms=40, samples=300)
+    try:
+        r.start()
+        st = r.wait_running()
+        pid = r.worker(st, "target.0")["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            st = r.wait_for(lambda s: r.worker(s, "target.0")["state"] == "suspended", "target.0 suspended")
+            check(r.worker(st, "target.0")["tokens_per_s"] == 0, str(r.worker(st, "target.0")))
+            text = r.cli("status").stdout
+            line = next(l for l in text.splitlines() if l.strip().startswith("target.0"))
+            check("suspended" in line and "stopped by a signal" in line and "running" not in line, text)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        r.wait_for(lambda s: r.worker(s, "target.0")["state"] == "running", "target.0 running again")
+        r.expect_exit(0)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
           test_bad_topologies_are_refused, test_control_errors_while_running,
-          test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh])
+          test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
+          test_a_run_name_too_long_for_a_ring_is_a_config_error,
+          test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop,
+          test_a_suspended_worker_shows_suspended_with_no_rates])

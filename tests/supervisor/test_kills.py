@@ -1,71 +1,58 @@
-"""SIGKILL drills against a running `hsring run`: a target mid-write, the drafter, the
+"""SIGKILL drills against a running `hsring run`: a target mid-write, the drafter mid-read, the
 supervisor itself. Every time the run must complete and `hsring ledger verify` must find each
 sample in the final weights exactly once per epoch.
 
-HSRING_SYNTH_WRITE_MS / HSRING_SYNTH_STAGE_MS ask the synthetic workers to hold a slot WRITING /
-READING that long, so the kill lands while a slot is held; where the worker program does not
-honour them the kill still happens and the outcome is still checked, only the reclaim counters
-are not asserted."""
+The kill lands while the worker holds a slot, deterministically: HSRING_FAULT=<worker>:<point>:<n>:hold
+(src/worker/CONTRACT.md) makes the first process of that worker stop inside its n-th slot write
+(WRITING) or stage (READING) until it is killed; its restart runs without the fault."""
 import os
 import re
 import signal
 import time
 
-from harness import Run, TestFailure, check, main, process_gone
+from harness import Run, check, main, process_gone
 
 
 def kill_while_holding(r, name, state, sig_by_cli):
-    """Kills `name` (SIGKILL) as soon as it holds a slot in `state`; returns (held, status before)."""
-    held = None
-    try:
-        held = r.wait_for(lambda s: r.worker(s, name)["holds"][state] > 0, f"{name} holding a {state} slot",
-                          timeout=1.5, interval=0.01)
-    except TestFailure:  # the worker program does not hold slots long enough to catch it
-        print(f"note: {name} was not seen holding a {state} slot; killing it anyway", flush=True)
-    st = held or r.status()
+    """Kills `name` (SIGKILL) once it holds a slot in `state` (it holds it until killed)."""
+    st = r.wait_for(lambda s: r.worker(s, name)["holds"][state] > 0, f"{name} holding a {state} slot", timeout=30)
     if sig_by_cli:
         r.cli("kill", name)
     else:
         os.kill(r.worker(st, name)["pid"], signal.SIGKILL)
-    return held is not None, st
+    return st
 
 
 def test_sigkill_target_mid_write():
-    r = Run("kt", env={"HSRING_SYNTH_WRITE_MS": "40"})
+    r = Run("kt", env={"HSRING_FAULT": "target.0:write:3:hold"})
     try:
         r.start()
-        r.wait_running()
-        held, before = kill_while_holding(r, "target.0", "writing", sig_by_cli=False)
+        before = kill_while_holding(r, "target.0", "writing", sig_by_cli=False)
         old = r.worker(before, "target.0")["pid"]
         st = r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and
                         r.worker(s, "target.0")["state"] == "running", "target.0 restarted")
         t = r.worker(st, "target.0")
         check(t["pid"] != old and t["last_exit"] == "killed by SIGKILL", str(t))
-        if held:
-            check(st["ring"]["counters"]["reclaimed_writing"] >= 1, f"its WRITING slot was reclaimed: {st['ring']}")
+        check(st["ring"]["counters"]["reclaimed_writing"] >= 1, f"its WRITING slot was reclaimed: {st['ring']}")
         r.expect_exit(0)
-        check(re.search(r"target\.0 \(pid \d+\) ended: killed by SIGKILL", r.output()), r.output())
+        check(re.search(r"target\.0 \(pid \d+\) ended: killed by SIGKILL; reclaimed 1 WRITING", r.output()), r.output())
         r.verify()
     finally:
         r.cleanup()
 
 
 def test_sigkill_drafter():
-    r = Run("kd", step_ms=50, env={"HSRING_SYNTH_STAGE_MS": "40"})
+    r = Run("kd", step_ms=50, env={"HSRING_FAULT": "drafter.0:stage:8:hold"})
     try:
         r.start()
-        r.wait_running()
-        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 6, "a checkpoint (step >= 5)")
-        held, _ = kill_while_holding(r, "drafter.0", "reading", sig_by_cli=True)
+        kill_while_holding(r, "drafter.0", "reading", sig_by_cli=True)
         st = r.wait_for(lambda s: r.worker(s, "drafter.0")["restarts"] == 1 and
                         r.worker(s, "drafter.0")["state"] == "running", "drafter.0 restarted")
         check(r.worker(st, "drafter.0")["last_exit"] == "killed by SIGKILL", str(st["workers"]))
-        if held:
-            c = st["ring"]["counters"]
-            check(c["reclaimed_reading"] >= 1, f"its READING slot went back to READY: {c}")
+        c = st["ring"]["counters"]
+        check(c["reclaimed_reading"] >= 1, f"its READING slot went back to READY: {c}")
         r.expect_exit(0)
-        if held:
-            check(re.search(r"[1-9]\d* redeliveries", r.output()), "the slot is delivered again:\n" + r.output())
+        check(re.search(r"[1-9]\d* redeliveries", r.output()), "the slot is delivered again:\n" + r.output())
         r.verify()
     finally:
         r.cleanup()
@@ -100,6 +87,22 @@ def test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches():
         r.cleanup()
 
 
+def test_a_rank_killed_while_the_gang_first_starts_restarts_the_gang():
+    # Found by hsring drill: a peer that died after the gang formed, in its first start, made the
+    # other rank's failed collective a user error (exit 3) that stopped the run.
+    r = Run("kg", drafters='["cpu", "cpu"]', step_ms=5, env={"HSRING_FAULT": "drafter.1:restore:1:kill"})
+    try:
+        r.start()
+        r.expect_exit(0, timeout=120)
+        out = r.output()
+        check("injected fault in drafter.1" in out and "user error" not in out, out)
+        check(re.search(r"restarting the drafter gang \(2 ranks\)", out), out)
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_sigkill_target_mid_write, test_sigkill_drafter,
-          test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches])
+          test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches,
+          test_a_rank_killed_while_the_gang_first_starts_restarts_the_gang])

@@ -22,11 +22,13 @@ def test_run_completes_and_verifies():
         check(st["ring"]["slots"] == 4, str(st["ring"]))
         mode = stat.S_IMODE(os.stat(os.path.join(r.run_dir, "control.sock")).st_mode)
         check(mode == 0o600, f"control.sock has mode {oct(mode)}")
+        mode = stat.S_IMODE(os.stat(r.run_dir).st_mode)
+        check(mode == 0o700, f"a new run dir is made private (0700), not {oct(mode)}")
         text = r.cli("status").stdout
         check("drafter.0" in text and "ring " in text and "ledger " in text, text)
         r.expect_exit(0)
         out = r.output()
-        check("complete" in out and "400 of 400 sample passes trained" in out, out)
+        check("complete (verified)" in out and "400 of 400 sample passes trained" in out, out)
         check("[drafter.0] " in out and "[target.1] " in out, "worker lines are mirrored with a [name] prefix")
         check(r.shm_exists() == (False, False), "ring and ledger are removed at the end (keep_ring = false)")
         check(not os.path.exists(os.path.join(r.run_dir, "control.sock")), "the control socket is removed")
@@ -78,8 +80,11 @@ def test_stop_drains_and_exits_0():
         r.expect_exit(0)
         check("stop requested" in r.output(), r.output())
         check(r.shm_exists() == (True, True), "keep_ring = true keeps the ring and the ledger")
-        # What the stop trained is in the checkpoint exactly once; the rest is missing, none doubled.
-        rows = epoch_rows(r.verify(expect=1).stdout)
+        # What the stop trained is in the checkpoint exactly once; the rest is not trained yet (not
+        # finished: exit 3, not FAILED), none doubled.
+        res = r.verify(expect=3)
+        check("not finished" in res.stdout and "FAILED" not in res.stdout, res.stdout)
+        rows = epoch_rows(res.stdout)
         check(len(rows) == 2 and all(row[4] == 0 for row in rows) and sum(row[3] for row in rows) > 0, str(rows))
 
         r.start()

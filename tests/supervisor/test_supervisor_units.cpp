@@ -1,6 +1,10 @@
 // The supervisor's pure parts: restart decisions, exit reasons, pipe lines, worker names,
 // run.json, the status line.
 #include "hsring/error.hpp"
+#include "hsring/liveness.hpp"
+#include "hsring/safe_file.hpp"
+#include "supervisor/control_client.hpp"
+#include "supervisor/control_server.hpp"
 #include "supervisor/exit_reason.hpp"
 #include "supervisor/line_reader.hpp"
 #include "supervisor/restart_policy.hpp"
@@ -15,9 +19,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace hsring;
@@ -178,7 +189,8 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     r.started = iso_time_now();
     r.supervisor_pid = 42;
     r.workers = {{"target.0", 43, 7, 1234}};
-    r.end = RunEnd{"t", 1, "why"};
+    r.end = RunEnd{"t", 1, "why", true};
+    r.max_steps = 7;
     write_run_record(files, r);
     RunRecord back = read_run_record(files.run_json());
     CHECK(back.fingerprint == r.fingerprint);
@@ -191,6 +203,8 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     CHECK(back.ledger_info().node_rank == 1);
     CHECK(back.workers.at(0).incarnation == 7);
     CHECK(back.end->reason == "why");
+    CHECK(back.end->complete);
+    CHECK(back.max_steps == 7);
 
     CHECK_FALSE(read_latest_checkpoint(files).has_value());
     std::ofstream(files.latest_checkpoint()) << "200\n";
@@ -206,6 +220,40 @@ TEST_CASE("a socket path over 107 bytes is refused with the fix") {
     CHECK_THROWS_WITH_AS(check_socket_path(long_path), doctest::Contains("--run-dir"), Error);
 }
 
+std::uint64_t now_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+TEST_CASE("a worker stopped by a signal, or silent for long, shows so and no stale rates") {
+    StatusInputs in;
+    in.phase = "running";
+    WorkerStatus t;
+    t.name = "target.0";
+    t.role = "target";
+    t.state = "running";
+    t.pid = 10;
+    t.has_stats = true;
+    t.rate = {40, 12345};
+    t.stats.heartbeat_ns = now_ns();
+    t.suspended = true;
+    WorkerStatus u = t;
+    u.name = "target.1";
+    u.suspended = false;
+    u.stats.heartbeat_ns = now_ns() - 120ull * 1000000000ull;  // silent for two minutes
+    in.workers = {t, u};
+    auto j = status_json(in);
+    CHECK(j["workers"][0]["state"] == "suspended");
+    CHECK(j["workers"][0]["tokens_per_s"] == 0.0);
+    CHECK(j["workers"][1]["tokens_per_s"] == 0.0);
+    CHECK(j["rates"]["target"]["tokens_per_s"] == 0.0);
+    const std::string text = status_text(j);
+    CHECK(text.find("suspended") != std::string::npos);
+    CHECK(text.find("stopped by a signal (SIGCONT resumes it)") != std::string::npos);
+    CHECK(text.find("no heartbeat for 2m00s") != std::string::npos);
+}
+
 TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and restarts") {
     StatusInputs in;
     in.name = "x";
@@ -217,6 +265,7 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     t.pid = 10;
     t.has_stats = true;
     t.rate = {40, 12345};
+    t.stats.heartbeat_ns = now_ns();  // it publishes: its rates are current
     WorkerStatus d;
     d.name = "drafter.0";
     d.role = "drafter";
@@ -226,6 +275,7 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     d.has_stats = true;
     d.stats.step = 120;
     d.stats.loss = 2.345;
+    d.stats.heartbeat_ns = now_ns();
     in.workers = {t, d};
     in.slots = 8;
     in.occupancy = {4, 1, 2, 1};
@@ -306,4 +356,95 @@ TEST_CASE("the wait fraction of each side names the bottleneck and what to chang
     CHECK(status_json(in)["balance"]["bottleneck"] == "none");
     in.workers[1].rate.wait_fraction = -1;  // not measured yet
     CHECK(status_json(in)["balance"]["drafters_wait"].is_null());
+}
+
+// --- reliability (issue 12) -------------------------------------------------------------------
+
+namespace {
+
+std::filesystem::path temp_dir(const std::string& tag) {
+    auto d = std::filesystem::temp_directory_path() / ("hsring-sup-unit-" + tag + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    return d;
+}
+
+} // namespace
+
+TEST_CASE("a control handler that throws anything answers with an error and the supervisor goes on") {
+    namespace fs = std::filesystem;
+    const fs::path dir = temp_dir("ctl");
+    fs::create_directories(dir);
+    ControlServer server(dir / "control.sock");
+    auto throwing = [](const nlohmann::json&) -> ControlReply { throw std::out_of_range("map::at"); };
+    for (int round = 0; round < 2; ++round) {  // and it still answers the next request
+        std::atomic<bool> done{false};
+        std::string error;
+        std::thread client([&] {
+            try {
+                ControlClient(dir).request({{"cmd", "status"}}, std::chrono::seconds(5));
+            } catch (const Error& e) {
+                error = e.what();
+            }
+            done = true;
+        });
+        for (int i = 0; i < 1000 && !done; ++i) {
+            std::vector<pollfd> fds;
+            server.poll_fds(fds);
+            ::poll(fds.data(), fds.size(), 5);
+            CHECK_NOTHROW(server.service(fds, throwing));
+        }
+        client.join();
+        CHECK(error.find("the supervisor could not answer: map::at") != std::string::npos);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("signal_process signals a pid only while it is the process that started at that time") {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    std::uint64_t ticks = 0;
+    while (!(ticks = process_start_ticks(child))) ::usleep(1000);
+    CHECK_FALSE(signal_process(child, ticks + 1, SIGKILL));  // a reused pid: spared
+    CHECK_FALSE(signal_process(child, 0, SIGKILL));          // start time unknown: spared
+    CHECK(process_alive(child, ticks));
+    CHECK(signal_process(child, ticks, SIGKILL));
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    CHECK_FALSE(signal_process(child, ticks, SIGKILL));  // gone
+}
+
+TEST_CASE("run-dir files are opened without following links; temporaries are fresh") {
+    namespace fs = std::filesystem;
+    const fs::path dir = temp_dir("safe");
+    safe::make_private_dir(dir);
+    struct stat st{};
+    REQUIRE(::stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+    const fs::path victim = dir.parent_path() / ("hsring-victim-" + std::to_string(::getpid()));
+    std::ofstream(victim) << "precious\n";
+    fs::create_symlink(victim, dir / "metrics.jsonl");
+    fs::create_directories(dir / "real");
+    fs::create_directory_symlink(dir / "real", dir / "logs");
+    CHECK_THROWS_WITH_AS(safe::open_beneath(dir, "metrics.jsonl", O_WRONLY | O_CREAT | O_APPEND),
+                         doctest::Contains("is a symbolic link: refusing to follow it"), Error);
+    CHECK_THROWS_WITH_AS(safe::open_beneath(dir, "logs/target.0.log", O_WRONLY | O_CREAT | O_APPEND),
+                         doctest::Contains("symbolic link"), Error);
+    CHECK_THROWS_AS(safe::read_beneath(dir, "metrics.jsonl"), Error);
+    // A link at the temporary's name is removed, never written through.
+    fs::create_symlink(victim, dir / "run.json.tmp");
+    safe::write_atomic(dir, "run.json", "{}\n", true);
+    CHECK(safe::read_beneath(dir, "run.json") == std::optional<std::string>("{}\n"));
+    CHECK_FALSE(fs::exists(fs::symlink_status(dir / "run.json.tmp")));
+    CHECK_FALSE(safe::read_beneath(dir, "nothing/here").has_value());
+    CHECK(safe::read_file(victim) == std::optional<std::string>("precious\n"));
+    // A run dir others may write into is refused.
+    ::chmod(dir.c_str(), 0777);
+    CHECK_THROWS_WITH_AS(safe::make_private_dir(dir), doctest::Contains("has mode 0777"), Error);
+    fs::remove_all(dir);
+    fs::remove(victim);
 }

@@ -69,14 +69,18 @@ checkpoint_every = 4
     Derived d = derive(cfg_);
     const RingGeometry g = RingGeometry::from(cfg_, d);
     auto ds = data::Dataset::load(cfg_.resolve(cfg_.data.path), data::dataset_options(cfg_, d));
-    ring_ = std::make_unique<Ring>(Ring::create({ring_name_, g, HugePages::Off, true}));
+    // Made for this run (its run tag), as `hsring run` makes them: the workers check it.
+    const RunTag tag = RunTag::of(run_dir_.string(), g.layout_hash(), ds.fingerprint(), 0, 1);
+    RingOptions ro{ring_name_, g, HugePages::Off, true};
+    ro.tag = tag;
+    ring_ = std::make_unique<Ring>(Ring::create(ro));
     ledger_name_ = Ledger::name_for_ring(ring_name_);
     LedgerInfo info{ds.fingerprint(), ds.size(), epochs, cfg_.run.seed, cfg_.data.shuffle};
     info.dataset_samples = ds.size();
     info.tokens_per_epoch = ds.total_tokens();
-    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info));
+    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info, tag));
     status_name_ = StatusBoard::name_for_ring(ring_name_);
-    status_ = std::make_unique<StatusBoard>(StatusBoard::create(status_name_));
+    status_ = std::make_unique<StatusBoard>(StatusBoard::create(status_name_, tag));
 }
 
 SynthRun::~SynthRun() {

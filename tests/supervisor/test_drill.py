@@ -1,0 +1,47 @@
+"""`hsring drill` on CI: at least 200 random faults (SIGKILL and SIGSTOP of workers and of the
+supervisor, graceful restarts, injected faults) over a few synthetic runs, with one drafter rank
+and with two (a data-parallel gang); every run must complete and verify: 0 lost, 0 doubled."""
+import os
+import re
+import subprocess
+import time
+
+from harness import HSRING, Run, check, main
+
+
+def drill(r, faults, seed):
+    t0 = time.time()
+    res = subprocess.run([HSRING, "drill", r.config, "--faults", str(faults), "--seed", str(seed), "--step-ms", "30",
+                          "--gap-ms", "150", "--work-dir", os.path.join(r.tmp, "drill"), "--timeout", "240",
+                          "--stall-s", "90"], capture_output=True, text=True, timeout=560, cwd=r.tmp)
+    out = res.stdout + res.stderr
+    print(f"note: {faults} faults in {time.time() - t0:.0f} s; " +
+          " | ".join(l for l in out.splitlines() if l.startswith(("drill:", "samples:"))), flush=True)
+    check(res.returncode == 0, f"hsring drill exited {res.returncode}:\n{out}")
+    m = re.search(r"drill: (\d+) faults survived in (\d+) runs", out)
+    check(m and int(m.group(1)) >= faults and int(m.group(2)) >= 2, out)
+    check(re.search(r"samples: [1-9]\d* passes verified, 0 lost, 0 doubled", out), out)
+    kinds = re.search(r"(\d+) SIGKILL of a worker, (\d+) SIGSTOP of a worker, (\d+) graceful worker restarts, (\d+) "
+                      r"SIGKILL of the supervisor, (\d+) SIGSTOP of the supervisor, (\d+) injected", out)
+    check(kinds and all(int(k) > 0 for k in kinds.groups()), "every kind of fault was dealt:\n" + out)
+    return int(m.group(1))
+
+
+def test_drill_one_drafter():
+    r = Run("dr1", samples=300)
+    try:
+        drill(r, 110, 11)
+    finally:
+        r.cleanup()
+
+
+def test_drill_two_drafter_ranks():
+    r = Run("dr2", samples=300, drafters='["cpu", "cpu"]')
+    try:
+        drill(r, 110, 12)
+    finally:
+        r.cleanup()
+
+
+if __name__ == "__main__":
+    main([test_drill_one_drafter, test_drill_two_drafter_ranks])
