@@ -10,10 +10,10 @@
 #      SIGKILLed while the drafter pulls its batches, then `hsring ledger verify`
 # OUT_DIR/transport/: summary.txt (every result, one line each), work/ (logs). About 4 minutes.
 # BENCH_S (seconds per bench run, default 5), SLOT_MIB (default 64), SAMPLES (pipeline data set,
-# default 160), KILL_AFTER_S (default 10) tune it.
+# default 400), KILL_AFTER_S (default 8) tune it.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-session_init "$1" "${2:?usage: $0 BUILD_DIR OUT_DIR}/transport"
+session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/transport"
 : > "$out/summary.txt"
 fail_count=0
 check() {  # check NAME RC: one PASS/FAIL line
@@ -62,7 +62,7 @@ if [ -n "${ratio[peer]:-}" ]; then
 fi
 
 say "== 3. synthetic pipelines, target.0 SIGKILLed mid-run, ledger verified"
-"$py" bench/gpu/make_long_data.py "$work/transport_data.jsonl" --samples "${SAMPLES:-160}" --length 3072 > /dev/null
+"$py" bench/gpu/make_long_data.py "$work/transport_data.jsonl" --samples "${SAMPLES:-400}" --length 3072 > /dev/null
 for kind in peer peer+host; do
   name="transport-${kind/+/-}"
   run_dir="$root/runs/$name"
@@ -98,13 +98,13 @@ restart = "on-failure"
 status_interval_s = 1.0
 EOF
   t0=$SECONDS
-  HSRING_SYNTH_STEP_MS=20 timeout 100 "$hs" run "$cfg" --run-dir "$run_dir" --fresh > "$work/$name.log" 2>&1 &
+  HSRING_SYNTH_STEP_MS=60 timeout 100 "$hs" run "$cfg" --run-dir "$run_dir" --fresh > "$work/$name.log" 2>&1 &
   sup=$!
   killed=0
   while kill -0 $sup 2>/dev/null; do
     sleep 1
     # Kill once the drafter has pulled batches: the target's READY peer slots and its buffers die with it.
-    if [ $killed = 0 ] && [ $((SECONDS - t0)) -ge "${KILL_AFTER_S:-10}" ]; then
+    if [ $killed = 0 ] && [ $((SECONDS - t0)) -ge "${KILL_AFTER_S:-8}" ]; then
       "$hs" kill target.0 --run-dir "$run_dir" >> "$work/$name.log" 2>&1 && say "   $kind: SIGKILLed target.0 at $((SECONDS - t0)) s"
       killed=1
     fi

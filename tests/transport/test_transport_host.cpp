@@ -4,6 +4,7 @@
 #include "hsring/ring.hpp"
 #include "hsring/slot_rows.hpp"
 #include "hsring/transport.hpp"
+#include "bench_args.hpp"
 #include "ring_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -130,4 +131,22 @@ TEST_CASE("a batch larger than the slot is refused before anything is copied") {
     auto w = t.ring.claim(0ms);
     REQUIRE(w);
     CHECK(error_of([&] { writer->begin(*w, 11); }).find("11 tokens does not fit a slot of 10 tokens") != std::string::npos);
+}
+
+TEST_CASE("hsring-bench ring --transport: host by default, the peer kinds need --cuda, an unknown kind names the choices") {
+    auto parse = [](std::vector<std::string> args) {
+        args.insert(args.begin(), "hsring-bench-ring");
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        return bench::parse_args(static_cast<int>(argv.size()), argv.data());
+    };
+    CHECK(parse({}).transport == TransportKind::Host);
+    const bench::Args a = parse({"--cuda", "--transport", "peer+host", "--peer-buffers", "3"});
+    CHECK(a.transport == TransportKind::PeerAndHost);
+    CHECK(a.peer_buffers == 3);
+    CHECK(parse({"--cuda", "--transport", "peer"}).transport == TransportKind::Peer);
+    CHECK(error_of([&] { parse({"--transport", "peer"}); }) == "--transport peer copies between GPUs: add --cuda");
+    CHECK(error_of([&] { parse({"--cuda", "--transport", "nvlink"}); }) == "--transport nvlink: use host, peer or peer+host");
+    CHECK(error_of([&] { parse({"--cuda", "--transport", "peer", "--peer-buffers", "0"}); }).find("--peer-buffers 0") !=
+          std::string::npos);
 }
