@@ -28,7 +28,16 @@ def main() -> int:
           f"(steady, last 80% of steps: {rate(steady):.0f}); data wait {100 * wait:.2f}% of step time; "
           f"H2D {100 * h2d:.2f}% (overlapped); peak GPU memory {peak / 2**30:.2f} GiB; "
           f"samples/s {sum(r['samples'] for r in steady) / (sum(r['step_ms'] for r in steady) / 1000):.2f}")
+    lrs = [r["lr"] for r in rows]
+    print(f"   lr: step 1 {lrs[0]:.3g}, peak {max(lrs):.3g}, last step {lrs[-1]:.3g} ({len(lrs)} steps)")
+    pauses = [r["checkpoint_pause_ms"] for r in rows if "checkpoint_pause_ms" in r]
+    if pauses:
+        print(f"   checkpoints: {len(pauses)} paused training {', '.join(f'{p:.0f}' for p in pauses)} ms "
+              f"(max {max(pauses):.0f} ms; metrics.jsonl checkpoint_pause_ms)")
     text = log.read_text(errors="replace")
+    written = re.findall(r"checkpoint step (\d+) (?:committed \(written in|written and committed in) ([\d.]+) ms", text)
+    if written:
+        print("   checkpoint writes: " + ", ".join(f"step {s} {float(ms) / 1000:.1f} s" for s, ms in written))
     tgt = re.findall(r"\[(target\.\d+)\].*produced (\d+) slots, (\d+) samples, (\d+) tokens in ([\d.]+) s of compute "
                      r"\((\d+) tokens/s\)", text)
     total_tokens = sum(int(t[3]) for t in tgt)

@@ -129,6 +129,9 @@ struct TrainConfig {
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
     std::uint64_t checkpoint_every = 200;
+    // Written on a thread of its own while training goes on (the step pauses only to copy the
+    // state to host memory); false: the step waits until the checkpoint is on disk.
+    bool checkpoint_background = true;
     std::uint32_t log_every = 1;
     std::uint64_t eval_every = 0;     // steps between held-out evaluations (needs [data] eval_path); 0 = at the end only
 };

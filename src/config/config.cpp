@@ -253,6 +253,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
     s.choice("recompute", t.recompute, {{"none", Recompute::None}, {"layers", Recompute::Layers}});
     s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
+    s.boolean("checkpoint_background", t.checkpoint_background);
     s.integer("log_every", t.log_every, 1, 1u << 30);
     s.integer("eval_every", t.eval_every, 0, kU64Max);
     s.finish();

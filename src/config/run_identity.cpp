@@ -37,6 +37,7 @@ nlohmann::json run_identity(const Config& c, const Derived& d, std::uint64_t dat
         {"[train] num_anchors", t.num_anchors},
         {"[train] loss_decay_gamma", t.loss_decay_gamma},
         {"[train] checkpoint_every", t.checkpoint_every},
+        {"[train] checkpoint_background", t.checkpoint_background},
         {"[train] eval_every", t.eval_every},
         {"[distributed] nnodes", c.distributed.nnodes},
         {"[topology] drafters (count)", c.topology.drafters.size()},

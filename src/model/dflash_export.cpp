@@ -26,10 +26,16 @@ const char* hf_dtype_name(at::ScalarType t) {
 } // namespace
 
 void export_dflash(const fs::path& dir, DFlashDrafter& drafter, const DFlashConfig& config, at::ScalarType dtype) {
+    TensorMap parameters;
+    for (const auto& p : drafter->named_parameters()) parameters[p.key()] = p.value().detach();
+    export_dflash(dir, parameters, config, dtype);
+}
+
+void export_dflash(const fs::path& dir, const TensorMap& parameters, const DFlashConfig& config, at::ScalarType dtype) {
     config.validate("export to " + dir.string());
     const char* dtype_name = hf_dtype_name(dtype);
     TensorMap tensors;
-    for (const auto& p : drafter->named_parameters()) tensors[p.key()] = p.value().detach().to(at::kCPU, dtype);
+    for (const auto& [name, t] : parameters) tensors[name] = t.detach().to(at::kCPU, dtype);
 
     fs::path tmp = dir;
     tmp += ".tmp-" + std::to_string(::getpid());

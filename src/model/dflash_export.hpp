@@ -9,6 +9,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
 #include <utility>
 
 namespace hsring::model {
@@ -16,6 +18,10 @@ namespace hsring::model {
 // `dtype`: fp32 (default) keeps the master weights bit-exact; bf16 is what serving stacks load.
 void export_dflash(const std::filesystem::path& dir, DFlashDrafter& drafter, const DFlashConfig& config,
                    at::ScalarType dtype = at::kFloat);
+// The same from parameters already copied out of a drafter (name -> tensor, as named_parameters()
+// names them): a checkpoint written on another thread while the live drafter trains on.
+void export_dflash(const std::filesystem::path& dir, const std::map<std::string, at::Tensor>& parameters,
+                   const DFlashConfig& config, at::ScalarType dtype = at::kFloat);
 
 // Reads config.json and model.safetensors into a drafter on `device` (fp32 parameters).
 // Missing or mis-shaped tensors are errors naming the file; extra tensors are ignored.

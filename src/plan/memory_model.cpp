@@ -136,10 +136,27 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
 
 namespace {
 
+// Parameters of one drafter decoder layer (drafter_params without fc and the two norms).
+u64 drafter_layer_params(const Dims& m) { return m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + 2 * m.d; }
+
+enum class DrafterPeak { LossChunk, LayerBackward, RecomputeForward, RecomputeFirstLayer, RecomputeLastLayer };
+
 // What one micro-batch costs a drafter (DFlashDrafterImpl::forward, dflash_loss, chunked CE).
 struct DrafterBatch {
     u64 e, rows, row, keys, mask, saved, keep, ce_rows, chunk, logits, bwd, grads, fwd_peak, bwd_peak;
     bool forward;
+    // [train] recompute = "layers" (recompute.cpp): what is alive at the peak besides the weights.
+    bool recompute = false;
+    DrafterPeak peak = DrafterPeak::LossChunk;
+    u64 peak_bytes = 0;
+    u64 inputs = 0;       // checkpointed layer inputs still saved
+    u64 layer = 0;        // one layer's activations while recomputed in backward (+ its keys, its output)
+    u64 shared = 0;       // context, its pre-norm, RoPE, block tensors, mask (+ the final norm's input)
+    u64 flowing = 0;      // the gradient flowing back to the layer and d(context) accumulated so far
+    u64 casts = 0;        // bf16 weight casts alive at the peak
+    u64 layer_grads = 0;  // fp32 gradients of the layers back-propagated before the peak
+    u64 transient = 0;    // the peak op's own tensors (loss chunk, MLP gradients, a no-grad layer)
+    u64 grads_now = 0;    // gradients of earlier micro-batches of the step
 };
 
 DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
@@ -163,7 +180,9 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     // input (H per row), RoPE tables, int64/fp32 block tensors, the additive attention mask
     // repeated Hq/Hkv times (plan_block_attention).
     x.mask = (m.hq / m.hkv) * mb.mask * e;
-    const u64 shared = 2 * t * m.h * e + x.rows * m.h * e + 2 * m.d * e * (t + x.rows) + x.rows * 29 + t * 8 + x.mask;
+    const u64 final_norm_input = x.rows * m.h * e;
+    const u64 shared_layers = 2 * t * m.h * e + 2 * m.d * e * (t + x.rows) + x.rows * 29 + t * 8 + x.mask;
+    const u64 shared = shared_layers + final_norm_input;
     x.saved = nl * per_layer + x.keys + shared;
     // Rows the cross-entropy scores: never slot 0 (at most blocks x (B-1)).
     x.keep = mb.blocks * (b - 1);
@@ -174,24 +193,107 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     // 4 + 2 B, stay below that.)
     x.chunk = std::min<u64>(cfg.train.loss_chunk, std::max<u64>(x.keep, 1));
     x.logits = x.chunk * m.v * 8;
-    // Backward of the last layer's MLP, where the backward peaks (later layers have freed more
-    // activations than their gradients take): three [rows, I] gradients, one fp32 [H, I] weight
-    // gradient and its cast; earlier micro-batches' gradients when the step has them.
-    x.bwd = 3 * x.rows * m.i * e + 2 * m.h * m.i * 4;
     x.grads = drafter_params(d.target, nl, d.layer_ids.size()) * 4;
-    const u64 grads_now = grads_in_forward ? x.grads : 0;
-    x.fwd_peak = grads_now + x.saved + x.ce_rows + x.logits;
-    x.bwd_peak = grads_now + x.saved + x.keep * m.h * e + x.bwd;
+    x.grads_now = grads_in_forward ? x.grads : 0;
+
+    if (cfg.train.recompute == Recompute::None) {
+        // Backward of the last layer's MLP, where the backward peaks (later layers have freed
+        // more activations than their gradients take): three [rows, I] gradients, one fp32 [H, I]
+        // weight gradient and its cast; earlier micro-batches' gradients when the step has them.
+        x.bwd = 3 * x.rows * m.i * e + 2 * m.h * m.i * 4;
+        x.fwd_peak = x.grads_now + x.saved + x.ce_rows + x.logits;
+        x.bwd_peak = x.grads_now + x.saved + x.keep * m.h * e + x.bwd;
+        x.forward = x.fwd_peak >= x.bwd_peak;
+        x.peak = x.forward ? DrafterPeak::LossChunk : DrafterPeak::LayerBackward;
+        x.peak_bytes = std::max(x.fwd_peak, x.bwd_peak);
+        return x;
+    }
+
+    // recompute = "layers": each layer is one RecomputeFunction (src/model/recompute.cpp). Its
+    // forward runs without grad and saves only its inputs: the block rows entering the layer
+    // (rows x H), the fused context (shared) and the fp32 master weights (no new memory), so the
+    // layers' bf16 weight casts are freed at once; fc's and the two norms' casts stay saved.
+    x.recompute = true;
+    const u64 row_bytes = x.rows * m.h * e;
+    const u64 layer_p = drafter_layer_params(m);
+    const u64 fc_casts = e < 4 ? (d.layer_ids.size() * m.h * m.h + 2 * m.h) * e : 0;
+    const u64 layer_casts = e < 4 ? layer_p * e : 0;
+    // (1) The loss chunk: every layer's input, the last layer's output (the final norm's input),
+    //     the context, mask, RoPE; the CE rows and the logits chunk, as without recompute.
+    const u64 ce = x.grads_now + fc_casts + nl * row_bytes + shared + x.ce_rows + x.logits;
+    // (2) The last layer's forward without grad: its C++ locals live until it returns: h, y, m,
+    //     the down projection and the sum (5H), q and attention out (2Q), k and v of the block
+    //     rows (2K), gate/silu/up/product (4I) per row; the context's k and v (2K per token);
+    //     the k/v casts and the down projection's cast.
+    const u64 nograd = x.rows * (5 * m.h + 2 * m.q + 2 * m.k + 4 * m.i) * e + t * 2 * m.k * e +
+                       (e < 4 ? (2 * m.k * m.h + m.h * m.i) * e : 0);
+    const u64 fwd_layer = x.grads_now + fc_casts + nl * row_bytes + shared_layers + nograd;
+    // (3) The backward of layer j: it runs the layer again under grad, so one layer's saved
+    //     activations, its keys, its weight casts and its recomputed output exist, with the
+    //     gradient flowing in (rows x H). Its MLP backward peaks while MulBackward runs: the
+    //     product is freed by down's backward, and d(product), d(silu), d(up) exist (+2 [rows, I]
+    //     over the saved 4I), with down's fp32 [H, I] weight gradient. Besides, the inputs of
+    //     layers 0..j are still saved, and (one micro-batch per step) the layers after j have
+    //     their fp32 gradients, d(context) accumulated over them: linear in j, so the worst is
+    //     layer 0 or the last one.
+    const u64 layer = per_layer + x.keys / std::max<u64>(nl, 1) + row_bytes;
+    const u64 mlp_bwd = 2 * x.rows * m.i * e + m.h * m.i * 4;
+    const u64 bwd_common = x.grads_now + fc_casts + layer_casts + shared_layers + layer + row_bytes + mlp_bwd;
+    const u64 later_grads = grads_in_forward ? 0 : (nl - 1) * layer_p * 4;
+    const u64 dctx = nl > 1 ? t * m.h * e : 0;
+    const u64 first = bwd_common + row_bytes + later_grads + dctx;
+    const u64 last = bwd_common + nl * row_bytes;
+    x.fwd_peak = std::max(ce, fwd_layer);
+    x.bwd_peak = std::max(first, last);
     x.forward = x.fwd_peak >= x.bwd_peak;
+    x.peak_bytes = std::max(x.fwd_peak, x.bwd_peak);
+    if (x.forward && ce >= fwd_layer) {
+        x.peak = DrafterPeak::LossChunk;
+        x.inputs = nl * row_bytes;
+        x.shared = shared;
+        x.flowing = x.ce_rows;
+        x.casts = fc_casts;
+        x.transient = x.logits;
+    } else if (x.forward) {
+        x.peak = DrafterPeak::RecomputeForward;
+        x.inputs = nl * row_bytes;
+        x.shared = shared_layers;
+        x.casts = fc_casts;
+        x.transient = nograd;
+    } else {
+        const bool at_first = nl > 1 && first >= last;  // one layer: the first is the last
+        x.peak = at_first ? DrafterPeak::RecomputeFirstLayer : DrafterPeak::RecomputeLastLayer;
+        x.inputs = (at_first ? 1 : nl) * row_bytes;
+        x.layer = layer;
+        x.shared = shared_layers;
+        x.flowing = row_bytes + (at_first ? dctx : 0);
+        x.casts = fc_casts + layer_casts;
+        x.layer_grads = at_first ? later_grads : 0;
+        x.transient = mlp_bwd;
+    }
     return x;
+}
+
+std::string peak_phase(const DrafterBatch& x, std::uint64_t nl) {
+    switch (x.peak) {
+    case DrafterPeak::LossChunk: return "the forward's cross-entropy chunk";
+    case DrafterPeak::LayerBackward: return "the backward of the last layer";
+    case DrafterPeak::RecomputeForward: return "the last layer's forward without grad ([train] recompute = \"layers\")";
+    case DrafterPeak::RecomputeFirstLayer:
+        return fmt::format("the backward of layer 0, recomputed ([train] recompute = \"layers\"), with layers 1-{}'s "
+                           "gradients",
+                           nl - 1);
+    case DrafterPeak::RecomputeLastLayer:
+        return "the backward of the last layer, recomputed ([train] recompute = \"layers\")";
+    }
+    return {};
 }
 
 } // namespace
 
 std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
                                  bool grads_in_forward) {
-    const DrafterBatch x = drafter_batch(cfg, d, place, mb, grads_in_forward);
-    return std::max(x.fwd_peak, x.bwd_peak);
+    return drafter_batch(cfg, d, place, mb, grads_in_forward).peak_bytes;
 }
 
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
@@ -202,32 +304,79 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     const u64 e = x.e, ring_e = dtype_bytes(cfg.ring.dtype);
     const u64 n_ctx = d.layer_ids.size(), nl = cfg.drafter.num_layers;
     const u64 p = drafter_params(s, nl, n_ctx);
-    WorkerMemory w{name, place, x.forward ? "the forward's cross-entropy chunk" : "the backward of the last layer", {}};
+    WorkerMemory w{name, place, peak_phase(x, nl), {}};
 
     w.parts.push_back({"embedding_and_lm_head", m.v * m.h * e * (s.tie_word_embeddings ? 1 : 2),
                        fmt::format("the target's {} x {} x {} B, frozen{}", num(m.v), m.h, e,
                                    s.tie_word_embeddings ? " (tied: one tensor)" : ": embedding + LM head")});
     w.parts.push_back({"fp32_master_weights", p * 4, fmt::format("{} parameters x 4 B", num(p))});
-    w.parts.push_back({"bf16_weight_casts", e < 4 ? p * e : 0,
-                       e < 4 ? fmt::format("{} parameters x {} B: the forward's casts, saved for backward", num(p), e)
-                             : std::string("none: the CPU computes in fp32")});
+    if (!x.recompute)
+        w.parts.push_back({"bf16_weight_casts", e < 4 ? p * e : 0,
+                           e < 4 ? fmt::format("{} parameters x {} B: the forward's casts, saved for backward", num(p), e)
+                                 : std::string("none: the CPU computes in fp32")});
+    else
+        w.parts.push_back(
+            {"bf16_weight_casts", x.casts,
+             e >= 4 ? std::string("none: the CPU computes in fp32")
+             : x.peak == DrafterPeak::RecomputeFirstLayer || x.peak == DrafterPeak::RecomputeLastLayer
+                 ? fmt::format("fc and norms ({} parameters) x {} B, saved; + the recomputed layer's {} parameters x "
+                               "{} B (recompute frees the other layers' casts)",
+                               num(n_ctx * m.h * m.h + 2 * m.h), e, num(drafter_layer_params(m)), e)
+                 : fmt::format("fc and norms ({} parameters) x {} B, saved (recompute frees the layers' casts)",
+                               num(n_ctx * m.h * m.h + 2 * m.h), e)});
     w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
-    w.parts.push_back({"fp32_gradients", grads_in_forward ? x.grads : 0,
-                       grads_in_forward ? fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))
-                                        : std::string("none at the peak: one micro-batch per optimizer step (zero_grad "
-                                                      "frees them)")});
-    w.parts.push_back({"activations", x.saved + (x.forward ? x.ce_rows : x.keep * m.h * e),
-                       fmt::format("worst micro-batch: {} samples, {} context tokens, {} blocks x {} = {} rows; "
-                                   "{} layers x {} B per row + attention keys {} + mask {}",
-                                   mb.samples, num(mb.tokens), num(mb.blocks), cfg.drafter.block_size, num(x.rows), nl,
-                                   num(x.row * e), gib(x.keys), gib(x.mask))});
-    w.parts.push_back({"loss_chunk_logits", x.forward ? x.logits : 0,
-                       x.forward ? fmt::format("{} positions x {} vocab x 8 B: fp32 logits + logsumexp's fp32 "
-                                               "(logits - max)", num(x.chunk), num(m.v))
-                                 : std::string("freed before the backward peak")});
-    w.parts.push_back({"backward_transients", x.forward ? 0 : x.bwd,
-                       x.forward ? std::string("below the forward's peak")
-                                 : std::string("3 x rows x intermediate gradients + one fp32 [H, I] weight gradient")});
+    if (grads_in_forward)
+        w.parts.push_back({"fp32_gradients", x.grads,
+                           fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))});
+    else if (x.layer_grads)
+        w.parts.push_back({"fp32_gradients", x.layer_grads,
+                           fmt::format("layers 1-{}: {} x {} parameters x 4 B, accumulated before layer 0's backward "
+                                       "(one micro-batch per optimizer step)",
+                                       nl - 1, nl - 1, num(drafter_layer_params(m)))});
+    else
+        w.parts.push_back({"fp32_gradients", 0,
+                           std::string("none at the peak: one micro-batch per optimizer step (zero_grad frees them)")});
+    const std::string batch = fmt::format("worst micro-batch: {} samples, {} context tokens, {} blocks x {} = {} rows",
+                                          mb.samples, num(mb.tokens), num(mb.blocks), cfg.drafter.block_size,
+                                          num(x.rows));
+    if (!x.recompute) {
+        w.parts.push_back({"activations", x.saved + (x.forward ? x.ce_rows : x.keep * m.h * e),
+                           fmt::format("{}; {} layers x {} B per row + attention keys {} + mask {}", batch, nl,
+                                       num(x.row * e), gib(x.keys), gib(x.mask))});
+    } else {
+        std::string how = fmt::format("[train] recompute = \"layers\": {}; {} checkpointed layer input(s) (rows x {} x {} B) {}",
+                                      batch, x.inputs / std::max<u64>(x.rows * m.h * e, 1), m.h, e, gib(x.inputs));
+        if (x.layer)
+            how += fmt::format(" + the recomputed layer's activations {} ({} B per row, its keys, its output)", gib(x.layer),
+                               num(x.row * e));
+        how += fmt::format(" + context, RoPE, mask {}{}", gib(x.shared), x.peak == DrafterPeak::LossChunk
+                                                                            ? " + the final norm's input"
+                                                                            : "");
+        if (x.flowing)
+            how += fmt::format(" + {} {}", x.peak == DrafterPeak::LossChunk ? "output and scored rows" : "gradients flowing back",
+                               gib(x.flowing));
+        // The no-grad forward's locals are activations too (5H + 2Q + 2K + 4I per row, the
+        // context's k and v, the k/v/down casts).
+        const u64 nograd = x.peak == DrafterPeak::RecomputeForward ? x.transient : 0;
+        if (nograd) how += fmt::format(" + the last layer's no-grad forward {}", gib(nograd));
+        w.parts.push_back({"activations_recompute_layers", x.inputs + x.layer + x.shared + x.flowing + nograd, how});
+    }
+    const bool chunk = x.peak == DrafterPeak::LossChunk;
+    w.parts.push_back({"loss_chunk_logits", chunk ? x.logits : 0,
+                       chunk ? fmt::format("{} positions x {} vocab x 8 B: fp32 logits + logsumexp's fp32 "
+                                           "(logits - max)", num(x.chunk), num(m.v))
+                             : std::string(x.forward ? "freed before the layer's forward" : "freed before the backward peak")});
+    std::string bwd_how = "below the forward's peak";
+    u64 bwd_bytes = 0;
+    if (x.peak == DrafterPeak::LayerBackward) {
+        bwd_bytes = x.bwd;
+        bwd_how = "3 x rows x intermediate gradients + one fp32 [H, I] weight gradient";
+    } else if (x.recompute && !x.forward) {
+        bwd_bytes = x.transient;
+        bwd_how = "MLP backward: d(product), d(silu), d(up) (2 x rows x intermediate over the freed product) + down's "
+                  "fp32 [H, I] weight gradient";
+    }
+    w.parts.push_back({"backward_transients", bwd_bytes, bwd_how});
     const u64 slots = cfg.drafter.inflight_slots * n_ctx * cfg.ring.slot_tokens * m.h * ring_e;
     w.parts.push_back({"inflight_slots", slots,
                        fmt::format("[drafter] inflight_slots = {} x {} layers x {} tokens x {} x {} B",
@@ -265,14 +414,22 @@ HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& 
                        fmt::format("{} GPU worker processes x {} (LibTorch, CUDA runtime) + {} CPU ones x {} (stated)",
                                    gpu_workers, gib(kWorkerHostBytes), cpu_workers_n, gib(kCpuWorkerHostBytes))});
     const u64 p = drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
-    const u64 n_drafters = cfg.topology.drafters.size();
-    h.parts.push_back({"checkpoint_staging", n_drafters * 2 * p * 4,
-                       fmt::format("{} drafter(s) x AdamW state {} copied to host while a checkpoint is written",
-                                   n_drafters, gib(2 * p * 4))});
+    // The master drafter (global rank 0: on machine 0 only) copies fp32 weights + both AdamW
+    // moments to host memory at each checkpoint; with checkpoint_background (default) into pinned
+    // buffers it keeps for the whole run (src/worker/torch_drafter.cpp snapshot()).
+    const bool master_here = cfg.distributed.node_rank == 0 && !cfg.topology.drafters.empty();
+    const u64 staging = master_here ? 3 * p * 4 : 0;
+    const bool drafter_on_gpu = master_here && !cfg.topology.drafters.front().is_cpu();
+    const bool pinned_staging = drafter_on_gpu && cfg.train.checkpoint_background;
+    h.parts.push_back({"checkpoint_staging", staging,
+                       master_here ? fmt::format("the master drafter's weights + AdamW moments ({}) copied to host at a "
+                                                 "checkpoint{}", gib(staging),
+                                                 pinned_staging ? ", pinned and kept (checkpoint_background)" : "")
+                                   : std::string("none: the master drafter (global rank 0) is on machine 0")});
     for (const auto& w : cpu_workers)
         h.parts.push_back({w.name + " (cpu)", w.allocated(), "the worker's model memory, computed as on a GPU in fp32"});
     if (cfg.ring.huge_pages != HugePages::Off) h.huge_pages = (ring + kHugePage - 1) / kHugePage;
-    if (gpu_workers > 0) h.pinned_bytes = ring;
+    if (gpu_workers > 0) h.pinned_bytes = ring + (pinned_staging ? staging : 0);
     return h;
 }
 

@@ -30,13 +30,14 @@ void workload_text(std::string& s, const Plan& p) {
     s += fmt::format("targets  one packed batch per slot: up to {} tokens ([ring] slot_tokens)\n", num(p.target_tokens));
     s += fmt::format(
         "drafter  micro-batches of <= {} tokens ([train] micro_batch_tokens); the worst of epoch 0's {} slots: {} "
-        "samples, {} tokens, {} blocks of {} (slot {}); {} micro-batch(es) per optimizer step at most\n",
+        "samples, {} tokens, {} blocks of {} (slot {}); {} micro-batch(es) per optimizer step at most; [train] "
+        "recompute = \"{}\"\n",
         num(w.micro_batch_tokens), w.slots.size(), p.worst.samples, num(p.worst.tokens), num(p.worst.blocks),
-        p.cfg.drafter.block_size, p.worst_slot, w.micro_batches_per_step);
+        p.cfg.drafter.block_size, p.worst_slot, w.micro_batches_per_step, to_string(p.cfg.train.recompute));
 }
 
 void parts_text(std::string& s, const std::vector<Part>& parts) {
-    for (const auto& part : parts) s += fmt::format("    {:<24} {:>11}  {}\n", part.name, gib(part.bytes), part.how);
+    for (const auto& part : parts) s += fmt::format("    {:<28} {:>11}  {}\n", part.name, gib(part.bytes), part.how);
 }
 
 } // namespace
@@ -86,7 +87,7 @@ std::string format_plan(const Plan& p, const std::vector<Suggestion>& suggestion
     else {
         s += "something does not fit\n";
         if (suggestions.empty())
-            s += "  no single knob makes it fit (tried [train] micro_batch_tokens, loss_chunk, [drafter] "
+            s += "  no single knob makes it fit (tried [train] micro_batch_tokens, recompute, loss_chunk, [drafter] "
                  "inflight_slots, [ring] slot_tokens, size): a larger machine, or a smaller model\n";
         else
             s += "  to make it fit, change one of (each value checked by planning the changed config):\n";
@@ -142,6 +143,7 @@ nlohmann::json plan_json(const Plan& p, const std::vector<Suggestion>& suggestio
                      {"mean_sample_tokens", w.mean_sample_tokens},
                      {"micro_batch_tokens", w.micro_batch_tokens},
                      {"micro_batches_per_step", w.micro_batches_per_step},
+                     {"recompute", to_string(p.cfg.train.recompute)},
                      {"worst_micro_batch",
                       {{"slot", p.worst_slot}, {"samples", p.worst.samples}, {"tokens", p.worst.tokens},
                        {"blocks", p.worst.blocks}, {"rows", p.worst.blocks * p.cfg.drafter.block_size}}}};

@@ -6,11 +6,13 @@
 #include "hsring/log.hpp"
 #include "hsring/train_log.hpp"
 #include "worker/checkpoint_store.hpp"
+#include "worker/checkpoint_writer.hpp"
 #include "worker/lr_schedule.hpp"
 #include "worker/metrics.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 
@@ -32,6 +34,7 @@ struct RoundStats {
     double exhausted = 0;     // ranks with no data left (nothing staged, their machine's ledger consumed)
     double stop_run = 0;      // ranks whose machine stops the run (ring stopping)
     double stop_self = 0;     // ranks asked to stop themselves (SIGTERM: hsring restart, supervisor gone)
+    double committed = 0;     // the master's background checkpoint committed since the last round (its step), else 0
     std::vector<double> correct, counted;  // per block position 1..B-1
     std::vector<double> wait_ms;           // per global rank (each rank fills its own entry)
     // Held-out samples evaluated in this round (the open evaluation round's sums).
@@ -66,7 +69,7 @@ struct RoundStats {
         }
     }
     std::vector<double> pack() const {
-        std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self,
+        std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self, committed,
                               eval_samples, eval_loss_sum, eval_weight_sum};
         for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
             v.insert(v.end(), vec->begin(), vec->end());
@@ -75,7 +78,7 @@ struct RoundStats {
     void unpack(const std::vector<double>& v) {
         std::size_t i = 0;
         for (double* f : {&slots, &samples, &tokens, &loss_sum, &weight_sum, &exhausted, &stop_run, &stop_self,
-                          &eval_samples, &eval_loss_sum, &eval_weight_sum})
+                          &committed, &eval_samples, &eval_loss_sum, &eval_weight_sum})
             *f = v[i++];
         for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
             for (double& x : *vec) x = v[i++];
@@ -124,7 +127,9 @@ private:
     bool exhausted() const;
     void apply_step(const RoundStats& g, const RoundStats& local, double stats_ms);
     void write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms);
-    void checkpoint(std::uint64_t step);
+    void checkpoint(std::uint64_t step, bool wait = false);
+    void drain_checkpoint();
+    void finish_checkpoint(std::uint64_t step);
     void barrier();
     void evaluate_front(RoundStats& r);
     void start_eval(bool final);
@@ -142,6 +147,10 @@ private:
 
     std::uint64_t step_ = 0;              // last applied optimizer step
     std::uint64_t checkpointed_ = 0;      // step of the last committed checkpoint
+    std::uint64_t pending_ = 0;           // step of a checkpoint written in the background (> checkpointed_ while so)
+    CheckpointWriter writer_;             // the master's background writes
+    std::atomic<double> written_ms_{0};   // how long the last background write took (writer thread)
+    double pause_ms_ = -1;                // how long the last checkpoint paused training; -1: reported
     std::uint64_t tokens_done_ = 0;       // trained tokens of the whole gang up to step_
     std::uint64_t samples_done_ = 0;
     std::uint64_t warmup_end_tokens_ = 0; // tokens_done_ at the end of warmup
@@ -372,6 +381,9 @@ RoundStats Drafter::gather_and_train() {
     r.exhausted = exhausted() ? 1 : 0;
     r.stop_run = ctx_.ring.stopping() ? 1 : 0;
     r.stop_self = stop_requested() ? 1 : 0;
+    // A finished background write is reported to every rank through this round's sums (wait()
+    // rethrows a failed write here: the master exits and the gang restarts from the last commit).
+    if (gang_.place().is_master() && writer_.step() && writer_.done()) r.committed = static_cast<double>(writer_.wait());
     return r;
 }
 
@@ -387,10 +399,11 @@ void Drafter::apply_step(const RoundStats& g, const RoundStats& local, double st
     stats_.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0;
     if (step % ctx_.cfg.train.log_every == 0) write_metrics(g, local, r, lr, stats_ms);
     step_start_ = Clock::now();
-    if (step % ctx_.cfg.train.checkpoint_every == 0) checkpoint(step);
+    const bool checkpoint_now = step % ctx_.cfg.train.checkpoint_every == 0;
+    ctx_.publish(stats_, checkpoint_now);  // before a checkpoint that may wait: status shows its step
+    if (checkpoint_now) checkpoint(step);
     const std::uint64_t every = ctx_.cfg.train.eval_every;
     if (eval_total_ && every && step % every == 0 && !eval_.active) start_eval(false);
-    ctx_.publish(stats_);
 }
 
 void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms) {
@@ -427,6 +440,11 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
         {"incarnation", ctx_.env.incarnation},
         {"world", gang_.world()},
     };
+    if (pause_ms_ >= 0) {
+        // The checkpoint taken after the previous step paused training this long (inside this step_ms).
+        m["checkpoint_pause_ms"] = pause_ms_;
+        pause_ms_ = -1;
+    }
     if (gang_.world() > 1) {
         m["rank_data_wait_ms"] = g.wait_ms;
         m["allreduce_ms"] = local.sync_ms;  // gradient sum as the master saw it (exposed, not hidden by backward)
@@ -435,25 +453,58 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
     metrics_->append(m.dump());
 }
 
-void Drafter::checkpoint(std::uint64_t step) {
+void Drafter::checkpoint(std::uint64_t step, bool wait) {
+    const auto t0 = Clock::now();  // the pause includes waiting for a write still in flight
+    drain_checkpoint();            // one write at a time: the one in flight is committed first
     if (step == checkpointed_) return;
-    auto t0 = Clock::now();
     // Exactly once (DESIGN.md invariant 4): every rank's train records of steps <= step are on
     // disk before the checkpoint exists; samples turn durable only after it exists.
     log_.sync();
     barrier();
-    const GangPlace& p = gang_.place();
-    if (p.is_master()) {
-        const auto tmp = store_.begin(step);
-        compute_.save(tmp);
+    const bool background = ctx_.cfg.train.checkpoint_background && !wait;
+    if (gang_.place().is_master()) {
+        // The state is copied out now; the job only touches that copy and the store (the loop
+        // thread uses the store on the master only here and in restore).
+        std::shared_ptr<StateSnapshot> snap = compute_.snapshot();
         const json st = {{"step", step}, {"incarnation", ctx_.env.incarnation}, {"tokens_total", tokens_done_},
                          {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_},
                          {"world", gang_.world()}};
-        store_.write_file(tmp, "state.json", st.dump() + "\n");
-        fault::point("checkpoint");  // written, not committed
-        store_.commit(step, tmp);
+        auto job = [this, step, snap, text = st.dump() + "\n"] {
+            const auto w0 = Clock::now();
+            const auto tmp = store_.begin(step);
+            snap->write(tmp);
+            store_.write_file(tmp, "state.json", text);
+            fault::point("checkpoint");  // written, not committed
+            store_.commit(step, tmp);
+            written_ms_.store(ms_since(w0));
+        };
+        if (background) writer_.start(step, std::move(job));
+        else job();
+    }
+    if (background) {
+        // Every rank: the commit is reported by a later round (RoundStats::committed) or drained.
+        pending_ = step;
+        pause_ms_ = ms_since(t0);
+        log::info("checkpoint step {}: state copied in {:.0f} ms, written in the background while training goes on",
+                  step, pause_ms_);
+        return;
     }
     barrier();
+    finish_checkpoint(step);
+    pause_ms_ = ms_since(t0);
+    log::info("checkpoint step {} written and committed in {:.0f} ms (training paused)", step, pause_ms_);
+}
+
+void Drafter::drain_checkpoint() {
+    if (pending_ <= checkpointed_) return;
+    // Collective, like checkpoint(): every rank knows pending_ (they all took that checkpoint).
+    if (gang_.place().is_master()) writer_.wait();  // rethrows a failed write
+    barrier();
+    finish_checkpoint(pending_);
+}
+
+void Drafter::finish_checkpoint(std::uint64_t step) {
+    const GangPlace& p = gang_.place();
     if (p.is_local_leader() && p.node_rank != 0) {
         // The other machines record that the master committed `step` (the weights stay with the
         // master); their supervisors rebuild a lost ledger from it and their train logs.
@@ -466,7 +517,12 @@ void Drafter::checkpoint(std::uint64_t step) {
     checkpointed_ = step;
     log_.checkpoint(ctx_.env.incarnation, step);
     const std::uint64_t n = ctx_.ledger.make_durable(ctx_.env.rank, step);
-    log::info("checkpoint step {} committed in {:.0f} ms ({} samples durable)", step, ms_since(t0), n);
+    if (pending_ == step)
+        log::info("checkpoint step {} committed (written in {:.0f} ms in the background; {} samples durable)", step,
+                  written_ms_.load(), n);
+    else
+        log::info("checkpoint step {} committed ({} samples durable)", step, n);
+    pending_ = 0;
 }
 
 int Drafter::run() {
@@ -490,6 +546,7 @@ int Drafter::run() {
         gang_.allreduce_sum(v);
         const double stats_ms = ms_since(t0);
         global.unpack(v);
+        if (global.committed > 0) finish_checkpoint(static_cast<std::uint64_t>(global.committed));
         add_eval(global);
         if (global.slots > 0) apply_step(global, local, stats_ms);
         else compute_.discard_grads();
@@ -518,8 +575,9 @@ int Drafter::run() {
         }
         ctx_.publish(stats_);
     }
-    // The last step is checkpointed: every consumed sample is in the final weights (or re-issued).
-    checkpoint(step_);
+    // The last step is checkpointed (and waited for): every consumed sample is in the final
+    // weights (or re-issued).
+    checkpoint(step_, /*wait=*/true);
     if (done) {
         if (gang_.place().is_master()) {
             const auto out = ctx_.derived.export_dir;

@@ -12,7 +12,8 @@
 //   4. if any rank trained something: the optimizer step (gradients / the global weight sum, so N
 //      ranks make exactly the update one rank would on the same global batch), metrics,
 //      checkpoints every [train] checkpoint_every steps (collective: train logs synced, the
-//      master commits, then each rank makes its samples durable).
+//      master snapshots the state and commits it, in the background by default (the commit is
+//      reported in a later round), then each rank makes its samples durable).
 //   The run ends when every rank is out of data (or at [train] max_steps, or when a rank stops).
 // At start the ranks agree on the step to resume from (the oldest latest checkpoint of any
 // machine), the master loads it and sends its state to every rank, and each rank re-issues what
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 namespace hsring::worker {
@@ -42,6 +44,14 @@ struct BatchResult {
 struct StepResult {
     double grad_norm = 0;
     std::uint64_t device_peak_bytes = 0;
+};
+
+// A drafter's state as of one step, in host memory, detached from the live model.
+class StateSnapshot {
+public:
+    virtual ~StateSnapshot() = default;
+    // Writes it into the (temporary checkpoint) directory `dir`; from any one thread, once.
+    virtual void write(const std::filesystem::path& dir) = 0;
 };
 
 class DrafterCompute {
@@ -83,8 +93,10 @@ public:
     virtual StepResult optimizer_step(double lr, double weight_sum) = 0;
     // Drops accumulated gradients (a round in which no rank trained anything).
     virtual void discard_grads() = 0;
-    // Writes everything a restart needs into `dir` (master only).
-    virtual void save(const std::filesystem::path& dir) = 0;
+    // Everything a restart needs, copied out of the model now (master only, between two steps):
+    // training may change the model as soon as this returns. The copy is written later, possibly
+    // on another thread while training goes on (CheckpointWriter).
+    virtual std::unique_ptr<StateSnapshot> snapshot() = 0;
     // The trained drafter in the format users load (HF directory; master only).
     virtual void export_model(const std::filesystem::path& dir) = 0;
     // Releases slots whose copies have completed.

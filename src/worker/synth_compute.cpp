@@ -248,15 +248,29 @@ StepResult SynthDrafter::optimizer_step(double, double) {
     return {};
 }
 
-void SynthDrafter::save(const std::filesystem::path& dir) {
-    safe::Fd f = safe::open_file(dir / "synth_state.txt", O_WRONLY | O_CREAT | O_TRUNC);  // never through a link
-    safe::write_all(f.get(), fmt::format("{} {}\n", state_sum_, state_count_), (dir / "synth_state.txt").string());
-}
+namespace {
+
+// The checksum state as of the snapshot (two numbers: written wherever, whenever).
+class SynthSnapshot final : public StateSnapshot {
+public:
+    SynthSnapshot(std::uint64_t sum, std::uint64_t count) : sum_(sum), count_(count) {}
+    void write(const std::filesystem::path& dir) override {
+        safe::Fd f = safe::open_file(dir / "synth_state.txt", O_WRONLY | O_CREAT | O_TRUNC);  // never through a link
+        safe::write_all(f.get(), fmt::format("{} {}\n", sum_, count_), (dir / "synth_state.txt").string());
+    }
+
+private:
+    std::uint64_t sum_, count_;
+};
+
+} // namespace
+
+std::unique_ptr<StateSnapshot> SynthDrafter::snapshot() { return std::make_unique<SynthSnapshot>(state_sum_, state_count_); }
 
 void SynthDrafter::export_model(const std::filesystem::path& dir) {
     if (std::filesystem::is_symlink(dir)) fail("{} is a symbolic link: refusing to export through it; remove the link", dir.string());
     std::filesystem::create_directories(dir);
-    save(dir);
+    snapshot()->write(dir);
 }
 
 } // namespace hsring::worker

@@ -60,7 +60,7 @@ public:
     double sync_grads() override;
     StepResult optimizer_step(double lr, double weight_sum) override;
     void discard_grads() override { accum_ = Sum{}; }
-    void save(const std::filesystem::path& dir) override;
+    std::unique_ptr<StateSnapshot> snapshot() override;
     void export_model(const std::filesystem::path& dir) override;
 
     // The contribution of one sample pass (machine, ledger position) to the state.

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <deque>
+#include <future>
 #include <fstream>
 
 namespace hsring::worker {
@@ -28,6 +29,46 @@ namespace {
 using Clock = std::chrono::steady_clock;
 std::uint64_t mix64(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The drafter's fp32 parameters and AdamW state in host memory (pinned on a GPU, so the device
+// copies run at PCIe speed). The next snapshot reuses the buffers once no writer holds them.
+struct HostState {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> params;  // in parameter order: the optimizer archive's keys
+    std::vector<at::Tensor> exp_avg, exp_avg_sq, max_exp_avg_sq;  // exp_avg undefined: no AdamW state yet
+    std::vector<std::int64_t> steps;
+};
+
+// A checkpoint of the drafter as of one step: drafter/ (the export format, fp32) and
+// optimizer.pt, written from the host copies only (any thread).
+class TorchSnapshot final : public StateSnapshot {
+public:
+    TorchSnapshot(std::shared_ptr<HostState> state, model::DFlashConfig cfg, torch::optim::AdamWOptions options)
+        : s_(std::move(state)), cfg_(std::move(cfg)), options_(std::move(options)) {}
+    void write(const std::filesystem::path& dir) override {
+        std::map<std::string, at::Tensor> named;
+        for (std::size_t i = 0; i < s_->params.size(); ++i) named[s_->names[i]] = s_->params[i];
+        model::export_dflash(dir / "drafter", named, cfg_);
+        // An optimizer over the host copies holding the copied state: torch::save writes the
+        // archive it writes for the live one (state keyed by parameter position).
+        torch::optim::AdamW opt(s_->params, options_);
+        for (std::size_t i = 0; i < s_->params.size(); ++i) {
+            if (!s_->exp_avg[i].defined()) continue;
+            auto st = std::make_unique<torch::optim::AdamWParamState>();
+            st->step(s_->steps[i]);
+            st->exp_avg(s_->exp_avg[i]);
+            st->exp_avg_sq(s_->exp_avg_sq[i]);
+            if (s_->max_exp_avg_sq[i].defined()) st->max_exp_avg_sq(s_->max_exp_avg_sq[i]);
+            opt.state()[s_->params[i].unsafeGetTensorImpl()] = std::move(st);
+        }
+        torch::save(opt, (dir / "optimizer.pt").string());
+    }
+
+private:
+    std::shared_ptr<HostState> s_;
+    model::DFlashConfig cfg_;
+    torch::optim::AdamWOptions options_;
+};
 } // namespace
 
 struct TorchDrafter::Impl {
@@ -48,6 +89,10 @@ struct TorchDrafter::Impl {
     model::TargetHead head;
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;
+    std::shared_ptr<HostState> host_state;  // the last snapshot's buffers
+    // The first snapshot's pinned buffers, allocated on a thread of their own from the start
+    // (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the checkpoint).
+    std::future<std::shared_ptr<HostState>> host_state_ready;
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
     bool synced = false;               // the last train_one(true) summed the gradients
@@ -119,6 +164,16 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         m.drafter = d;
         m.make_optimizer();
         torch::load(*m.optimizer, (*checkpoint / "optimizer.pt").string());
+        // The archive's tensors come back where they were saved (host memory since snapshots):
+        // the state lives with its parameter.
+        for (const auto& p : m.drafter->parameters()) {
+            auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
+            if (it == m.optimizer->state().end()) continue;
+            auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+            st.exp_avg(st.exp_avg().to(p.device()));
+            st.exp_avg_sq(st.exp_avg_sq().to(p.device()));
+            if (st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(st.max_exp_avg_sq().to(p.device()));
+        }
     } else if (!m.ctx.cfg.drafter.init.empty()) {
         auto [d, cfg] = model::import_dflash(m.ctx.cfg.resolve(m.ctx.cfg.drafter.init), m.device);
         if (cfg.hidden_size != m.dcfg.hidden_size || cfg.target_layer_ids != m.dcfg.target_layer_ids)
@@ -132,6 +187,22 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
     }
     m.drafter->train();
     m.describe();
+    if (m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background) {
+        // Master only (restore): pinned host buffers for the weights and both AdamW moments.
+        std::vector<at::Tensor> params = m.drafter->parameters();
+        std::vector<std::vector<std::int64_t>> shapes;
+        for (const auto& p : params) shapes.push_back(p.sizes().vec());
+        m.host_state_ready = std::async(std::launch::async, [shapes = std::move(shapes)] {
+            auto h = std::make_shared<HostState>();
+            const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
+            for (const auto& s : shapes) {
+                h->params.push_back(at::empty(s, opts));
+                h->exp_avg.push_back(at::empty(s, opts));
+                h->exp_avg_sq.push_back(at::empty(s, opts));
+            }
+            return h;
+        });
+    }
 }
 
 void TorchDrafter::prepare_replica() {
@@ -348,10 +419,48 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     return r;
 }
 
-void TorchDrafter::save(const std::filesystem::path& dir) {
+std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     Impl& m = *impl_;
-    model::export_dflash(dir / "drafter", m.drafter, m.dcfg);
-    torch::save(*m.optimizer, (dir / "optimizer.pt").string());
+    torch::NoGradGuard no_grad;
+    if (m.host_state_ready.valid()) m.host_state = m.host_state_ready.get();
+    if (!m.host_state || m.host_state.use_count() > 1) m.host_state = std::make_shared<HostState>();
+    HostState& h = *m.host_state;
+    const bool pinned = m.device.is_cuda();
+    // Asynchronous device -> pinned host copies on the compute stream, one wait at the end.
+    auto copy_out = [&](at::Tensor& dst, const at::Tensor& src) {
+        if (!dst.defined() || dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type())
+            dst = at::empty(src.sizes(), at::TensorOptions().dtype(src.scalar_type()).pinned_memory(pinned));
+        dst.copy_(src, /*non_blocking=*/pinned);
+    };
+    const auto named = m.drafter->named_parameters();
+    const std::size_t n = named.size();
+    h.names.resize(n);
+    h.params.resize(n);
+    h.exp_avg.resize(n);
+    h.exp_avg_sq.resize(n);
+    h.max_exp_avg_sq.resize(n);
+    h.steps.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const at::Tensor& p = named[i].value();
+        h.names[i] = named[i].key();
+        copy_out(h.params[i], p);
+        auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
+        if (it == m.optimizer->state().end()) {
+            h.exp_avg[i] = h.exp_avg_sq[i] = h.max_exp_avg_sq[i] = at::Tensor();
+            continue;
+        }
+        const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+        h.steps[i] = st.step();
+        copy_out(h.exp_avg[i], st.exp_avg());
+        copy_out(h.exp_avg_sq[i], st.exp_avg_sq());
+        if (st.max_exp_avg_sq().defined()) copy_out(h.max_exp_avg_sq[i], st.max_exp_avg_sq());
+        else h.max_exp_avg_sq[i] = at::Tensor();
+    }
+#ifdef HSRING_TORCH_CUDA
+    if (pinned) c10::cuda::getCurrentCUDAStream(m.device.index()).synchronize();
+#endif
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(m.optimizer->param_groups().front().options());
+    return std::make_unique<TorchSnapshot>(m.host_state, m.dcfg, options);
 }
 
 void TorchDrafter::export_model(const std::filesystem::path& dir) {

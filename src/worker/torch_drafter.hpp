@@ -35,7 +35,7 @@ public:
     double sync_grads() override;
     StepResult optimizer_step(double lr, double weight_sum) override;
     void discard_grads() override;
-    void save(const std::filesystem::path& dir) override;
+    std::unique_ptr<StateSnapshot> snapshot() override;
     void export_model(const std::filesystem::path& dir) override;
 
 private:

@@ -111,6 +111,44 @@ class PlanCli(unittest.TestCase):
         j = json.loads(r2.stdout)
         self.assertAlmostEqual(j["gpus"][1]["predicted_peak_bytes"] / 2**30, float(m.group(2)), places=2)
 
+    def test_recompute_layers(self):
+        """[train] recompute = "layers": its own activations part, a lower drafter peak, and the
+        knob offered (with its cost) when recompute is "none" and the drafter does not fit."""
+        r = self.plan(self.config("none"), "--gpu-mem", "141GiB", "--host-mem", "1TiB", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        none = json.loads(r.stdout)
+        self.assertEqual(none["workload"]["recompute"], "none")
+        cfg = self.config("layers", extra='recompute = "layers"\n')
+        r = self.plan(cfg, "--gpu-mem", "141GiB", "--host-mem", "1TiB", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["workload"]["recompute"], "layers")
+        drafter = j["gpus"][1]["per_worker"]["drafter.0"]
+        self.assertIn("activations_recompute_layers", drafter["parts"])
+        self.assertNotIn("activations", drafter["parts"])
+        self.assertIn("recompute", drafter["peak_phase"])
+        self.assertLess(drafter["allocated_bytes"],
+                        none["gpus"][1]["per_worker"]["drafter.0"]["allocated_bytes"] * 0.8)
+        self.assertEqual(sum(j["gpus"][1]["parts"].values()), j["gpus"][1]["predicted_peak_bytes"])
+        r = self.plan(cfg, "--gpu-mem", "141GiB", "--host-mem", "1TiB")
+        self.assertIn('[train] recompute = "layers"', r.stdout)
+        self.assertIn("activations_recompute_layers", r.stdout)
+
+        # Over budget with recompute "none": switching is one of the knobs, and its GiB is what
+        # planning the changed config says.
+        r = self.plan(self.config("over-rc"), "--gpu-mem", "60GiB", "--host-mem", "1TiB")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        m = re.search(r'\[train\] recompute = "layers"\s+\(now "none"\): drafter\.0 on GPU 1 at ([\d.]+) GiB of '
+                      r"60\.00 GiB; everything fits \(costs throughput: .*~20-27% fewer samples/s measured on an H200\)",
+                      r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        fixed = self.config("over-rc-fixed", extra='recompute = "layers"\n')
+        r2 = self.plan(fixed, "--gpu-mem", "60GiB", "--host-mem", "1TiB", "--json")
+        self.assertEqual(r2.returncode, 0, r2.stdout)
+        self.assertAlmostEqual(json.loads(r2.stdout)["gpus"][1]["predicted_peak_bytes"] / 2**30, float(m.group(1)),
+                               places=2)
+        self.assertEqual(json.loads(r2.stdout)["suggestions"], [])
+
     def test_capacity_from_nvidia_smi(self):
         smi = os.path.join(self.tmp, "fake-nvidia-smi")
         with open(smi, "w") as f:

@@ -50,6 +50,34 @@ class PlanMeasureCpu(unittest.TestCase):
         self.assertIn("on the CPU (a smoke run: not GPU numbers)", r.stdout)
         self.assertIn("recommended: [topology] targets = [0], drafters = [1]", r.stdout)
 
+    def test_measure_a_recompute_config_on_the_cpu(self):
+        """[train] recompute = "layers" reaches the drafter benchmark that --measure runs, and the
+        plan sizes it with its own part. The CPU reports no allocator peak (measured 0 bytes), so
+        predicted-vs-measured memory is a GPU check (tests/plan/test_plan_memory.cpp holds the
+        H200 numbers)."""
+        with open(os.path.join(ROOT, "config", "demo.toml")) as f:
+            text = f.read()
+        text = text.replace('"../data/', '"' + os.path.join(ROOT, "data") + "/").replace(
+            "[train]\n", '[train]\nrecompute = "layers"\n')
+        cfg = os.path.join(self.tmp, "demo-recompute.toml")
+        with open(cfg, "w") as f:
+            f.write(text)
+        r = subprocess.run([HSRING, "plan", cfg, "--measure", "--device", "cpu", "--seconds", "1", "--gpus", "2",
+                            "--host-mem", "8GiB", "--json"], capture_output=True, text=True, env=self.env, timeout=500)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["workload"]["recompute"], "layers")
+        parts = j["host"]["cpu_workers"]["drafter.0"]["parts"]
+        self.assertIn("activations_recompute_layers", parts)
+        self.assertNotIn("activations", parts)
+        m = j["measure"]
+        self.assertTrue(m["ok"], m)
+        self.assertEqual(m["drafter"]["bench"]["result"]["recompute"], "layers")
+        self.assertIn("--config", m["drafter"]["bench"]["command"])
+        self.assertGreater(m["drafter"]["samples_per_s"], 0)
+        self.assertGreater(m["drafter"]["predicted_allocated_bytes"], 0)
+        self.assertEqual(m["drafter"]["measured_peak_allocated_bytes"], 0)
+
     def test_plan_check_script_on_the_cpu(self):
         out = os.path.join(self.tmp, "out")
         env = dict(self.env, PLAN_BASE=os.path.join(ROOT, "config", "demo.toml"),

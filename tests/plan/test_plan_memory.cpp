@@ -195,18 +195,30 @@ TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {
     CHECK(d.slots == 25);
     CHECK(ring > 25ull * 640 * MiB);
     CHECK(h.huge_pages == (ring + 2 * MiB - 1) / (2 * MiB));
-    CHECK(h.pinned_bytes == ring);
+    // The ring, and the master drafter's snapshot buffers (checkpoint_background, on a GPU):
+    // fp32 weights + two AdamW moments, 12 B x 1,048,626,432 parameters.
+    CHECK(h.pinned_bytes == ring + 12ull * 1'048'626'432ull);
     REQUIRE(!h.parts.empty());
     CHECK(h.parts[0].name == "ring");
     CHECK(h.parts[0].bytes == ring);
-    // 2 GPU worker processes x 2 GiB; checkpoint staging: AdamW state 8 B x 1,048,626,432
+    // 2 GPU worker processes x 2 GiB; checkpoint staging: weights + AdamW state 12 B x 1,048,626,432
     std::uint64_t sum = 0;
     for (const auto& p : h.parts) {
         sum += p.bytes;
         if (p.name == "worker_processes") CHECK(p.bytes == 4 * GiB);
-        if (p.name == "checkpoint_staging") CHECK(p.bytes == 8ull * 1'048'626'432ull);
+        if (p.name == "checkpoint_staging") CHECK(p.bytes == 12ull * 1'048'626'432ull);
     }
     CHECK(h.total() == sum);
+    // Written in the step (checkpoint_background = false): copied while saving, not kept pinned.
+    Config sync = c;
+    sync.train.checkpoint_background = false;
+    CHECK(host_memory(sync, d, SampleSource::synthetic(3072), {}).pinned_bytes == ring);
+    // Machine 1 of 2 holds no weights (the master, global rank 0, is on machine 0).
+    Config other = c;
+    other.distributed.nnodes = 2;
+    other.distributed.node_rank = 1;
+    for (const auto& p : host_memory(other, d, SampleSource::synthetic(3072), {}).parts)
+        if (p.name == "checkpoint_staging") CHECK(p.bytes == 0);
 }
 
 TEST_CASE("a GPU shared by three targets sums them") {
@@ -257,10 +269,10 @@ TEST_CASE("several data-parallel drafters: one plan per GPU, each with all-reduc
         if (!first) first = gp->predicted();
         CHECK(gp->predicted() == first);
     }
-    // host: 8 worker processes, 6 drafters' checkpoint staging
+    // host: 8 worker processes; one copy of the state (the master of the 6 ranks checkpoints)
     for (const auto& x : p.host.memory.parts) {
         if (x.name == "worker_processes") CHECK(x.bytes == 8 * 2 * GiB);
-        if (x.name == "checkpoint_staging") CHECK(x.bytes == 6 * 8 * pd);
+        if (x.name == "checkpoint_staging") CHECK(x.bytes == 12 * pd);
     }
     CHECK(p.fits());
 }
@@ -299,10 +311,22 @@ TEST_CASE("an over-budget drafter gets knobs whose values the re-run arithmetic 
 
     // loss_chunk cannot save 6.4 GiB here (its 4.6 GiB at 4096 positions): not suggested.
     CHECK(find("[train] loss_chunk") == nullptr);
+    // recompute = "layers" is offered, with what it costs in throughput.
+    const Suggestion* rc = find("[train] recompute");
+    REQUIRE(rc);
+    CHECK(rc->value == "\"layers\"");
+    CHECK(rc->current == "\"none\"");
+    CHECK(rc->effect.find("~20-27% fewer samples/s measured on an H200") != std::string::npos);
     // Every suggestion fits when applied.
     for (const auto& x : s) {
         CAPTURE(x.knob);
         Config k = c;
+        if (x.knob == "[train] recompute") {
+            k.train.recompute = Recompute::Layers;
+            CHECK(planner.plan(k).fits());
+            CHECK(x.fits_all);
+            continue;
+        }
         const std::uint64_t value = std::stoull(x.value);
         if (x.knob == "[train] micro_batch_tokens") k.train.micro_batch_tokens = value;
         else if (x.knob == "[drafter] inflight_slots") k.drafter.inflight_slots = static_cast<std::uint32_t>(value);
@@ -316,6 +340,130 @@ TEST_CASE("an over-budget drafter gets knobs whose values the re-run arithmetic 
     const std::string text = format_plan(p, s, planner.capacity());
     CHECK(text.find("DOES NOT FIT") != std::string::npos);
     CHECK(text.find("[train] micro_batch_tokens = " + mbt->value) != std::string::npos);
+    CHECK(text.find("[train] recompute = \"layers\"  (now \"none\")") != std::string::npos);
+
+    // Already recomputing: the knob is not offered again.
+    Config layers = c;
+    layers.train.recompute = Recompute::Layers;
+    const Planner lp(layers, SampleSource::synthetic(3072), machine(30 * GiB));
+    const Plan lplan = lp.plan();
+    REQUIRE(!lplan.fits());
+    for (const auto& x : lp.suggestions(lplan)) CHECK(x.knob != "[train] recompute");
+}
+
+namespace {
+
+// One of the H200 bench shapes planned as a config (BENCHMARKS.md, "Planner"): `hsring-bench
+// drafter --preset qwen3-8b --layers 5 --anchors 512 --block 16 --chunk 4096` on `tokens` tokens
+// in one micro-batch and one optimizer step, its [5, tokens, 4096] hidden states as one in-flight
+// slot; samples of `sample_tokens`.
+Plan bench_plan(std::uint64_t tokens, std::uint64_t sample_tokens, Recompute recompute) {
+    Config c = qwen();
+    c.ring.slot_tokens = tokens;
+    c.train.micro_batch_tokens = tokens;
+    c.train.tokens_per_step = tokens;
+    c.train.loss_chunk = 4096;
+    c.drafter.inflight_slots = 1;
+    c.ring.size = 32 * GiB;
+    c.train.recompute = recompute;
+    return Planner(c, SampleSource::synthetic(sample_tokens), machine(141 * GiB)).plan();
+}
+
+} // namespace
+
+TEST_CASE("recompute = layers: the drafter's peak against the H200 measurements, both settings") {
+    // Measured on one H200, 2026-12-01 (torch allocated peak of `hsring-bench drafter --preset
+    // qwen3-8b --layers 5 --anchors 512 --block 16 --chunk 4096`, bf16; --recompute none and
+    // layers): 2 x 3,072 tokens 35.40 / 22.38 GiB, one 16,384-token sample 29.84 / 21.46 GiB,
+    // one 32,768-token sample 32.09 / 23.34 GiB. Predictions within 3% (issue 14 asks for 10%).
+    struct Shape {
+        std::uint64_t tokens, sample_tokens;
+        double none_gib, layers_gib;
+    };
+    for (const Shape& k : {Shape{6144, 3072, 35.40, 22.38}, Shape{16384, 16384, 29.84, 21.46},
+                           Shape{32768, 32768, 32.09, 23.34}}) {
+        CAPTURE(k.tokens);
+        const Plan none = bench_plan(k.tokens, k.sample_tokens, Recompute::None);
+        const Plan layers = bench_plan(k.tokens, k.sample_tokens, Recompute::Layers);
+        const WorkerMemory& wn = none.gpu(1)->workers.at(0);
+        const WorkerMemory& wl = layers.gpu(1)->workers.at(0);
+        const double pn = double(wn.allocated()) / double(GiB), pl = double(wl.allocated()) / double(GiB);
+        MESSAGE(k.tokens << " tokens: none " << pn << " GiB (measured " << k.none_gib << "), layers " << pl
+                         << " GiB (measured " << k.layers_gib << ")");
+        CHECK(pn == doctest::Approx(k.none_gib).epsilon(0.03));
+        CHECK(pl == doctest::Approx(k.layers_gib).epsilon(0.03));
+        // The same micro-batch; recompute moves the peak to the backward of layer 0, where
+        // layers 1-4's fp32 gradients exist and one layer's activations are rebuilt.
+        CHECK(layers.worst.tokens == none.worst.tokens);
+        CHECK(wl.part("activations") == nullptr);
+        REQUIRE(wl.part("activations_recompute_layers"));
+        CHECK(wn.part("activations_recompute_layers") == nullptr);
+        CHECK(wl.peak_phase.find("the backward of layer 0, recomputed") != std::string::npos);
+        // 4 layers x 192,946,432 parameters x 4 B
+        CHECK(part(wl, "fp32_gradients").bytes == 4ull * 192'946'432ull * 4);
+        CHECK(part(wl, "loss_chunk_logits").bytes == 0);
+        CHECK(part(wl, "activations_recompute_layers").bytes < part(wn, "activations").bytes * 3 / 4);
+    }
+}
+
+TEST_CASE("recompute = layers at the recipe shape, by hand") {
+    const Plan p = bench_plan(6144, 3072, Recompute::Layers);
+    const WorkerMemory& w = p.gpu(1)->workers.at(0);
+    // rows r = 2 x 512 x 16 = 16,384; context t = 6,144; one row r x H x 2 = 134,217,728
+    // Backward of layer 0 (recomputed), one micro-batch per step:
+    //   casts: fc + norms (5 x 4096 x 4096 + 8192) x 2 = 167,788,544; layer 0's 192,946,432 x 2
+    //     = 385,892,864 -> 553,681,408
+    CHECK(part(w, "bf16_weight_casts").bytes == 553'681'408ull);
+    //   layers 1-4's fp32 gradients: 4 x 192,946,432 x 4 = 3,087,142,912
+    CHECK(part(w, "fp32_gradients").bytes == 3'087'142'912ull);
+    //   activations: layer 0's input 134,217,728
+    //   + layer 0 recomputed: r x 82,944 x 2 = 2,717,908,992 + t x K x 2 = 12,582,912
+    //     + r x 74 x 4 = 4,849,664 + its keys 2 x 12,800 x 2 x 1024 x 2 = 104,857,600
+    //     + its output 134,217,728 -> 2,974,416,896
+    //   + context and pre-norm 2 x t x H x 2 = 100,663,296, RoPE 2 x 128 x 2 x (t + r)
+    //     = 11,534,336, block tensors r x 29 + t x 8 = 524,288, mask 4 x 2 x 4096 x 12,800 x 2
+    //     = 838,860,800 -> 951,582,720
+    //   + gradient flowing in 134,217,728 + d(context) over layers 1-4 t x H x 2 = 50,331,648
+    //   = 4,244,766,720
+    CHECK(part(w, "activations_recompute_layers").bytes == 4'244'766'720ull);
+    //   MLP backward: 2 x r x I x 2 = 805,306,368 + down's fp32 gradient H x I x 4 = 201,326,592
+    CHECK(part(w, "backward_transients").bytes == 1'006'632'960ull);
+    CHECK(part(w, "loss_chunk_logits").bytes == 0);
+    // = 8,892,224,000 at layer 0, more than the forward's cross-entropy chunk (fc's casts
+    // 167,788,544 + every layer's input 5 x 134,217,728 + context, RoPE, mask 951,582,720 + the
+    // final norm's input 134,217,728 + output and scored rows 385,875,968 + logits 4,978,638,848
+    // = 7,289,192,448) and the last layer's backward (5 inputs, no gradients yet: 6,291,620,352).
+    CHECK(w.peak_phase.find("layer 0") != std::string::npos);
+    // + embedding and LM head 2,489,319,424, master weights 4,194,505,728, AdamW 8,389,011,456,
+    // one slot 5 x 6144 x 4096 x 2 = 251,658,240
+    CHECK(w.allocated() == 8'892'224'000ull + 2'489'319'424ull + 4'194'505'728ull + 8'389'011'456ull + 251'658'240ull);
+}
+
+TEST_CASE("recompute = layers: a small loss chunk leaves the peak in a layer, never above recompute none") {
+    for (std::uint32_t chunk : {256u, 1024u, 4096u, 16384u}) {
+        CAPTURE(chunk);
+        Config c = qwen();
+        c.train.loss_chunk = chunk;
+        const Derived d = derive(c, preset_shape("qwen3-8b"));
+        const Workload w = make_workload(SampleSource::synthetic(3072), c, d);
+        const MicroBatch mb = w.micro_batches(0).at(0);
+        for (bool grads : {false, true}) {
+            Config l = c;
+            l.train.recompute = Recompute::Layers;
+            const std::uint64_t none = drafter_batch_peak(c, d, Place{1}, mb, grads);
+            const std::uint64_t layers = drafter_batch_peak(l, d, Place{1}, mb, grads);
+            CHECK(layers < none);
+            const WorkerMemory m = drafter_memory(l, d, "drafter.0", Place{1}, mb, grads, 1);
+            std::uint64_t batch = 0;
+            for (const auto& p : m.parts)
+                if (p.name != "embedding_and_lm_head" && p.name != "fp32_master_weights" && p.name != "adamw_state" &&
+                    p.name != "inflight_slots" && !p.overhead)
+                    batch += p.bytes;
+            // The parts add up to the peak the planner ranks micro-batches by (plus fc's casts,
+            // which drafter_batch_peak counts too).
+            CHECK(batch == layers);
+        }
+    }
 }
 
 TEST_CASE("a target too large for its GPU is told to lower slot_tokens") {
@@ -458,6 +606,6 @@ TEST_CASE("the shipped 4 x 96 GB and 8-GPU configs fit 96 GB GPUs and 1 TB of ho
         // What the files' comments say.
         CHECK(target == doctest::Approx(29).epsilon(0.05));
         CHECK(drafter == doctest::Approx(78).epsilon(0.05));
-        CHECK(host == doctest::Approx(k.targets == 1 ? 94 : 125).epsilon(0.05));
+        CHECK(host == doctest::Approx(k.targets == 1 ? 82 : 90).epsilon(0.05));
     }
 }
