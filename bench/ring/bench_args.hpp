@@ -9,11 +9,12 @@
 namespace hsring::bench {
 
 struct Args {
-    int writers = 1, readers = 1, slot_mib = 64, slots = 8, depth = 2, index = 0;
+    int writers = 1, readers = 1, slot_mib = 64, slots = 8, depth = 2, index = 0, peer_buffers = 4;
     double seconds = 5.0, warmup_s = 1.0;
     bool cuda = false;
     HugePages huge_pages = HugePages::Auto;
-    std::string role, ring;
+    TransportKind transport = TransportKind::Host;
+    std::string role, ring, handle;
 };
 
 inline Args parse_args(int argc, char** argv) {
@@ -40,6 +41,15 @@ inline Args parse_args(int argc, char** argv) {
         else if (f == "--seconds") a.seconds = std::atof(value(i).c_str());
         else if (f == "--warmup") a.warmup_s = std::atof(value(i).c_str());
         else if (f == "--cuda") a.cuda = true;
+        else if (f == "--peer-buffers") a.peer_buffers = num(i, 1, 16);
+        else if (f == "--handle") a.handle = value(i);
+        else if (f == "--transport") {
+            std::string v = value(i);
+            if (v == "host") a.transport = TransportKind::Host;
+            else if (v == "peer") a.transport = TransportKind::Peer;
+            else if (v == "peer+host") a.transport = TransportKind::PeerAndHost;
+            else fail("--transport {}: use host, peer or peer+host", v);
+        }
         else if (f == "--role") a.role = value(i);
         else if (f == "--ring") a.ring = value(i);
         else if (f == "--huge-pages") {
@@ -50,12 +60,15 @@ inline Args parse_args(int argc, char** argv) {
             else fail("--huge-pages {}: use auto, require or off", v);
         } else if (f == "-h" || f == "--help") {
             fail("usage: hsring-bench ring --writers P --readers C --slot-mib S --slots N --seconds T [--cuda] "
-                 "[--huge-pages auto|require|off] [--depth D] [--warmup S]");
+                 "[--transport host|peer|peer+host] [--peer-buffers B] [--huge-pages auto|require|off] [--depth D] "
+                 "[--warmup S]");
         } else {
             fail("unknown argument '{}' (see --help)", f);
         }
     }
     if (a.seconds <= 0) fail("--seconds must be > 0");
+    if (a.transport != TransportKind::Host && !a.cuda)
+        fail("--transport {} copies between GPUs: add --cuda", to_string(a.transport));
     return a;
 }
 

@@ -1,16 +1,22 @@
 // hsring-bench ring: P writer processes and C reader processes move slots through a ring.
 //
 //   hsring-bench ring --writers P --readers C --slot-mib S --slots N --seconds T [--cuda]
+//                     [--transport host|peer|peer+host] [--peer-buffers B]
 //                     [--huge-pages auto|require|off] [--depth D]
 //
 // CPU mode: writers memcpy a private buffer into slots, readers memcpy slots out.
 // CUDA mode: writers DMA device -> slot (D2H), readers slot -> device (H2D), each on its own
 // stream, D slots in flight per process (double-buffered by default); writers on GPU i % G,
 // readers on the last GPUs, so with 2 GPUs data crosses GPU0 -> host ring -> GPU1.
+// --transport peer / peer+host (with --cuda): slots go through the transport's peer path
+// (src/transport/): writers copy into B exported buffers on their GPU (peer+host: and into the
+// slot), readers pull each slot device to device (CUDA IPC) into one of D landing buffers.
 //
 // The parent never touches CUDA (it forks before any CUDA call; children exec this program).
 // It measures the limit in the same run: CPU mode, a single-thread memcpy; CUDA mode, pinned
-// (cudaMallocHost) D2H on the writers' GPUs and H2D on the readers' GPUs, in a child process.
+// (cudaMallocHost) D2H on the writers' GPUs and H2D on the readers' GPUs, in a child process;
+// peer kinds, a raw cudaIpc device-to-device copy of one slot from the first writer's GPU to the
+// first reader's (two child processes: an exporter and the timed importer).
 // Last line: "ring: X GB/s end to end, limit Y GB/s, ratio Z".
 #include "bench_args.hpp"
 #include "hsring/error.hpp"
@@ -21,6 +27,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,15 +44,17 @@ using namespace std::chrono_literals;
 namespace hsring::bench {
 int run_worker(const Args& a);       // ring_bench_worker.cpp
 int run_probe(const Args& a);        // ring_bench_worker.cpp: prints the pinned limits
+int run_ipc(const Args& a);          // ring_bench_worker.cpp: the raw cudaIpc copy (ipc-source, ipc-probe)
 }
 
 namespace {
 
-pid_t spawn(const std::vector<std::string>& args, int out_fd = -1) {
+pid_t spawn(const std::vector<std::string>& args, int out_fd = -1, int in_fd = -1) {
     pid_t pid = ::fork();
     if (pid < 0) fail("fork: {}", errno_text(errno));
     if (pid == 0) {
         if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
+        if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
         std::vector<char*> argv;
         for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
         argv.push_back(nullptr);
@@ -93,6 +102,47 @@ double cuda_limit(const bench::Args& a) {
     return std::stod(out.substr(p + 6));
 }
 
+// The raw cudaIpc copy of one slot (the peer kinds' limit): an exporter child prints its
+// handle and waits for its stdin to close; an importer child times copies from it.
+double ipc_limit(const bench::Args& a) {
+    int out[2], in[2];
+    if (::pipe(out) != 0 || ::pipe(in) != 0) fail("pipe: {}", errno_text(errno));
+    ::fcntl(out[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(in[1], F_SETFD, FD_CLOEXEC);
+    const std::vector<std::string> common{"--slot-mib", std::to_string(a.slot_mib), "--transport", "peer", "--cuda"};
+    std::vector<std::string> src_args{"hsring-bench-ring", "--role", "ipc-source"};
+    src_args.insert(src_args.end(), common.begin(), common.end());
+    const pid_t source = spawn(src_args, out[1], in[0]);
+    ::close(out[1]);
+    ::close(in[0]);
+    std::string handle;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') handle += c;
+    ::close(out[0]);
+    std::string probe_out;
+    int rc = 1;
+    if (!handle.empty()) {
+        int p[2];
+        if (::pipe(p) != 0) fail("pipe: {}", errno_text(errno));
+        std::vector<std::string> probe_args{"hsring-bench-ring", "--role", "ipc-probe", "--handle", handle};
+        probe_args.insert(probe_args.end(), common.begin(), common.end());
+        const pid_t probe = spawn(probe_args, p[1]);
+        ::close(p[1]);
+        char buf[512];
+        for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) probe_out.append(buf, static_cast<std::size_t>(n));
+        ::close(p[0]);
+        rc = wait_for(probe);
+    }
+    ::close(in[1]);  // the exporter may go now
+    const int src_rc = wait_for(source);
+    if (handle.empty() || src_rc != 0) fail("the cudaIpc exporter failed (exit {}) before printing its handle", src_rc);
+    if (rc != 0) fail("the raw cudaIpc copy failed (exit {}):\n{}", rc, probe_out);
+    fmt::print("{}", probe_out);
+    auto pos = probe_out.rfind("limit ");
+    if (pos == std::string::npos) fail("the cudaIpc probe printed no limit:\n{}", probe_out);
+    return std::stod(probe_out.substr(pos + 6));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +152,7 @@ int main(int argc, char** argv) {
         a = bench::parse_args(argc, argv);
         if (a.role == "writer" || a.role == "reader") return bench::run_worker(a);
         if (a.role == "probe") return bench::run_probe(a);
+        if (a.role == "ipc-source" || a.role == "ipc-probe") return bench::run_ipc(a);
     } catch (const Error& e) {
         fmt::print(stderr, "hsring-bench ring: {}\n", e.what());
         return 2;
@@ -116,7 +167,10 @@ int main(int argc, char** argv) {
         g.n_layers = 1;
         g.hidden = static_cast<std::uint32_t>(g.slot_bytes / 2);
         g.dtype_bytes = 2;
-        const double limit = a.cuda ? cuda_limit(a) : memcpy_gbs(std::min<std::size_t>(g.slot_bytes, 512 * MiB));
+        const bool peer = a.transport != TransportKind::Host;
+        const double limit = peer     ? ipc_limit(a)
+                             : a.cuda ? cuda_limit(a)
+                                      : memcpy_gbs(std::min<std::size_t>(g.slot_bytes, 512 * MiB));
         auto t_create = std::chrono::steady_clock::now();
         Ring ring = Ring::create({name, g, a.huge_pages, true});
         struct Cleanup {
@@ -134,6 +188,10 @@ int main(int argc, char** argv) {
                                           std::to_string(a.writers), "--readers", std::to_string(a.readers),
                                           "--depth", std::to_string(a.depth)};
             if (a.cuda) args.push_back("--cuda");
+            if (peer) {
+                args.insert(args.end(), {"--transport", to_string(a.transport), "--peer-buffers",
+                                         std::to_string(a.peer_buffers)});
+            }
             kids.push_back(spawn(args));
         }
         // Warm up (registration, first copies), then measure releases over the window.
@@ -153,6 +211,7 @@ int main(int argc, char** argv) {
                    "occupancy at the end free {} writing {} ready {} reading {}\n",
                    a.writers, a.readers, a.slots, a.slot_mib, a.depth, secs, c1.releases - c0.releases, occ.free,
                    occ.writing, occ.ready, occ.reading);
+        if (peer) fmt::print("transport {}: {} device buffers per writer\n", to_string(a.transport), a.peer_buffers);
         fmt::print("ring: {:.1f} GB/s end to end, limit {:.1f} GB/s, ratio {:.2f}\n", gbs, limit, gbs / limit);
         return 0;
     } catch (const Error& e) {

@@ -22,12 +22,16 @@ enum class OnBadLine { Skip, Fail };
 enum class RunMode { Train, Synthetic };
 // Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
 enum class Recompute { None, Layers };
+// How hidden states travel from targets to drafters (hsring/transport.hpp): through the host ring,
+// device to device with CUDA IPC, or both.
+enum class TransportKind { Host, Peer, PeerAndHost };
 
 std::size_t dtype_bytes(DType t);
 const char* to_string(DType t);
 const char* to_string(HugePages h);
 const char* to_string(Restart r);
 const char* to_string(Recompute r);
+const char* to_string(TransportKind k);
 
 // Where a worker runs: a GPU index or the CPU ("cpu" in TOML).
 struct Place {
@@ -77,6 +81,11 @@ struct RingConfig {
     std::uint32_t max_samples_per_slot = 0;  // 0 = derived (slot_tokens / 16, at least 16)
     HugePages huge_pages = HugePages::Auto;
     DType dtype = DType::BF16;       // hidden states as stored in the ring
+};
+
+struct TransportConfig {
+    TransportKind kind = TransportKind::Host;
+    std::uint32_t peer_buffers = 2;  // per target (peer kinds): device buffers of one slot payload each
 };
 
 struct TargetConfig {
@@ -142,6 +151,7 @@ struct Config {
     RunConfig run;
     TopologyConfig topology;
     RingConfig ring;
+    TransportConfig transport;
     TargetConfig target;
     DrafterConfig drafter;
     DataConfig data;

@@ -12,6 +12,14 @@
 // the owner (pid + incarnation). No lock in shared memory guards the ring, so a process killed
 // at any instant wedges nothing: reclaim(owner) undoes its WRITING and READING slots.
 //
+// Where a READY slot's bytes are (Copies, chosen by the writer's transport before commit):
+//   Host         in the slot's payload in host RAM. The slot outlives its writer.
+//   Peer         only in a buffer on the writer's GPU: READY names the writer (pid + incarnation).
+//                reclaim(writer) turns it FREE after re-issuing its samples (like WRITING).
+//   HostAndPeer  both: reclaim(writer) keeps it READY with the host copy only.
+// A READING slot is never touched by its writer's reclaim: its reader checks the writer after its
+// copy (owner_alive) and falls back to the host copy or discards the slot.
+//
 // Thread-safety: a Ring may be shared by the threads of one process; WriteSlot/ReadSlot handles
 // belong to one thread at a time. The hot path (claim, commit, acquire, release) never throws:
 // it returns an optional or a bool.
@@ -65,6 +73,10 @@ struct RingGeometry {
 enum class SlotState : std::uint8_t { Free = 0, Writing = 1, Ready = 2, Reading = 3 };
 const char* to_string(SlotState s);
 
+// Where a READY slot's bytes are (see the top of this file).
+enum class Copies : std::uint8_t { Host = 0, Peer = 1, HostAndPeer = 2 };
+const char* to_string(Copies c);
+
 // A process that holds slots: its pid and the incarnation the supervisor gave it.
 struct Owner {
     pid_t pid = 0;
@@ -82,6 +94,7 @@ struct Occupancy {
 struct RingCounters {
     std::uint64_t commits = 0, releases = 0, aborts = 0, put_backs = 0;
     std::uint64_t reclaimed_writing = 0, reclaimed_reading = 0, redeliveries = 0;
+    std::uint64_t peer_lost = 0;  // READY slots whose only copy died with their writer (freed, samples re-issued)
 };
 
 // Per-slot metadata in shared memory: written by the slot's writer between claim and commit,
@@ -102,6 +115,7 @@ public:
     std::span<std::int32_t> token_ids();     // slot_tokens entries
     std::span<std::uint8_t> loss_mask();     // slot_tokens entries
     std::span<std::uint64_t> user();         // 8 words for the application
+    std::span<std::byte> transport();        // 192 bytes for the transport (8-byte aligned)
 
 private:
     ring_detail::SlotMetaHeader* h_;
@@ -120,6 +134,9 @@ public:
     std::uint64_t ticket() const;
     std::span<std::byte> payload();
     SlotMeta meta();
+    // Where the bytes will be once committed (default Host). Peer kinds make READY name this
+    // process as the holder of a copy on its GPU.
+    void set_copies(Copies c);
     // WRITING(me) -> READY. False if the slot was reclaimed under us (we were presumed dead).
     bool commit();
     // WRITING(me) -> FREE.
@@ -146,16 +163,24 @@ public:
     // Times a reader acquired this commit: 1 = first delivery, more = redelivered after a
     // reader died or put it back.
     std::uint32_t deliveries() const;
+    // Where the bytes were when acquired, and the writer holding the GPU copy (Peer kinds; pid 0
+    // for Host).
+    Copies copies() const;
+    Owner holder() const;
     // READING(me) -> FREE.
     bool release();
-    // READING(me) -> READY (same ticket).
+    // READING(me) -> READY as committed (same ticket).
     bool put_back();
+    // The bytes are lost (a peer copy whose writer died): the ring's reclaim hook re-issues the
+    // samples, then READING(me) -> FREE.
+    bool discard();
 
 private:
     friend class Ring;
-    ReadSlot(Ring* r, std::uint32_t i) : ring_(r), index_(i) {}
+    ReadSlot(Ring* r, std::uint32_t i, std::uint64_t acquired) : ring_(r), index_(i), acquired_(acquired) {}
     Ring* ring_;
     std::uint32_t index_;
+    std::uint64_t acquired_;  // the READY word it was acquired from
 };
 
 struct RingOptions {
@@ -177,9 +202,13 @@ struct OwnerInfo {
 // What reclaim() undid.
 struct ReclaimResult {
     std::vector<std::uint32_t> writing_freed;   // slots WRITING(owner) -> FREE
-    std::vector<std::uint64_t> tickets_freed;   // their tickets (samples to produce again)
+    std::vector<std::uint64_t> tickets_freed;   // tickets of every freed slot (samples to produce again)
     std::vector<std::uint32_t> reading_returned;// slots READING(owner) -> READY
-    bool empty() const { return writing_freed.empty() && reading_returned.empty(); }
+    std::vector<std::uint32_t> ready_freed;     // slots READY with their only copy on owner's GPU -> FREE
+    std::vector<std::uint32_t> ready_to_host;   // slots READY on owner's GPU and in host RAM -> READY (host)
+    bool empty() const {
+        return writing_freed.empty() && reading_returned.empty() && ready_freed.empty() && ready_to_host.empty();
+    }
 };
 
 class Ring {
@@ -211,8 +240,9 @@ public:
     // oldest READY -> READING(me); nullopt on timeout, or when stopping and nothing is READY.
     std::optional<ReadSlot> acquire(std::chrono::milliseconds timeout);
 
-    // Undoes `owner`'s slots. For each WRITING slot, `before_free(ticket)` runs before the slot
-    // turns FREE (so the samples it held are re-issued even if the reclaimer dies midway).
+    // Undoes `owner`'s slots: WRITING -> FREE, READING -> READY, and the READY slots whose bytes
+    // are on its GPU (see Copies). For each slot turning FREE, `before_free(ticket)` runs first
+    // (so the samples it held are re-issued even if the reclaimer dies midway).
     // Safe to call concurrently and repeatedly (idempotent).
     ReclaimResult reclaim(Owner owner, const std::function<void(std::uint64_t ticket)>& before_free = {});
     // Reclaims every owner whose process is gone (pid gone, or reused: start time differs), and
@@ -220,6 +250,7 @@ public:
     ReclaimResult reclaim_dead(const std::function<void(std::uint64_t ticket)>& before_free = {});
     // Called by waits that time out, to reclaim dead owners without the supervisor.
     void set_reclaim_hook(std::function<void(std::uint64_t ticket)> before_free);
+    const std::function<void(std::uint64_t ticket)>& reclaim_hook() const { return reclaim_hook_; }
 
     // Writers stop claiming; readers drain what is READY. Shared: every process sees it.
     void set_stopping(bool stopping);
@@ -231,7 +262,15 @@ public:
     // being joined shows as "(joining)".
     std::vector<OwnerInfo> owners() const;
     SlotState state(std::uint32_t slot) const;
+    std::uint64_t ticket(std::uint32_t slot) const;  // of its current (or last) claim
+    // Bumped by every transition to FREE; wait_free() sleeps until it moves past `seen` (or the
+    // timeout): a writer waiting for readers to let go of something (a peer copy's buffer).
+    std::uint32_t free_sequence() const;
+    void wait_free(std::uint32_t seen, std::chrono::milliseconds timeout);
     std::optional<Owner> owner_of(std::uint32_t slot) const;
+    // True while `o` is in the owner table and its process is alive (same start time). A peer
+    // copy is valid while its holder is: a holder that left or died took its GPU buffers along.
+    bool owner_alive(Owner o) const;
     const RingGeometry& geometry() const { return geometry_; }
     const RegionInfo& region() const;
     const std::string& name() const { return name_; }
@@ -258,6 +297,7 @@ private:
     bool transition(std::uint32_t slot, std::uint64_t from, std::uint64_t to);
     bool finish_write(std::uint32_t slot, bool commit);
     bool finish_read(std::uint32_t slot, bool release);
+    bool discard_read(std::uint32_t slot);
     void maybe_reclaim_on_timeout();
 
     std::string name_;

@@ -38,9 +38,11 @@ private:
     double seconds_ = 0;
 };
 
-// Queues the host->device copy of a slot's filled rows (slot_rows.hpp) from registered `payload`
-// into `dst` on `stream`: one cudaMemcpyAsync per run. Throws hsring::Error when a call fails.
-void copy_filled_rows_async(void* dst, const void* payload, const FilledRows& f, cudaStream_t stream);
+// Queues the copy of a slot's filled rows (slot_rows.hpp) from `payload` (registered host memory,
+// or a peer device buffer of the payload's layout with cudaMemcpyDeviceToDevice) into `dst` on
+// `stream`: one cudaMemcpyAsync per run. Throws hsring::Error when a call fails.
+void copy_filled_rows_async(void* dst, const void* payload, const FilledRows& f, cudaStream_t stream,
+                            cudaMemcpyKind kind = cudaMemcpyHostToDevice);
 #endif
 
 } // namespace hsring

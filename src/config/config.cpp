@@ -59,6 +59,15 @@ const char* to_string(Recompute r) {
     return "?";
 }
 
+const char* to_string(TransportKind k) {
+    switch (k) {
+    case TransportKind::Host: return "host";
+    case TransportKind::Peer: return "peer";
+    case TransportKind::PeerAndHost: return "peer+host";
+    }
+    return "?";
+}
+
 std::string Place::str() const { return is_cpu() ? "cpu" : fmt::format("gpu{}", gpu); }
 
 std::filesystem::path Config::resolve(const std::filesystem::path& p) const {
@@ -166,6 +175,24 @@ void read_ring(Config& c, const toml::table& root, const std::string& file) {
     if (c.ring.slots == 1) s.bad("slots", "a ring of one slot cannot overlap writing and reading: use 2 or more (0 = from size)");
     if (c.ring.size == 0 && c.ring.slots == 0)
         fail("{}: [ring] needs size (e.g. size = \"16GiB\") or slots (e.g. slots = 8)", s.at(nullptr));
+    s.finish();
+}
+
+void read_transport(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "transport", file);
+    s.choice("kind", c.transport.kind,
+             {{"host", TransportKind::Host}, {"peer", TransportKind::Peer}, {"peer+host", TransportKind::PeerAndHost}});
+    s.integer("peer_buffers", c.transport.peer_buffers, 1, 16);
+    if (c.transport.kind != TransportKind::Host) {
+        // A peer copy lives in a target's GPU memory and is pulled by a drafter's GPU.
+        auto on_cpu = [](const std::vector<Place>& v) {
+            return std::any_of(v.begin(), v.end(), [](const Place& p) { return p.is_cpu(); });
+        };
+        if (on_cpu(c.topology.targets) || on_cpu(c.topology.drafters))
+            s.bad("kind", fmt::format("\"{}\" copies hidden states between GPUs: every [topology] target and drafter "
+                                      "must be on a GPU (\"cpu\" places use kind = \"host\")",
+                                      to_string(c.transport.kind)));
+    }
     s.finish();
 }
 
@@ -335,12 +362,12 @@ Config parse_config(const std::string& text, const std::string& source_name) {
         fail("{}:{}:{}: not valid TOML: {}", source_name, b.line, b.column, e.description());
     }
     static const std::set<std::string, std::less<>> kTables{
-        "run", "topology", "ring", "target", "drafter", "data", "train", "supervisor", "distributed"};
+        "run", "topology", "ring", "transport", "target", "drafter", "data", "train", "supervisor", "distributed"};
     for (auto&& [k, v] : root) {
         if (!kTables.count(k.str())) {
             const auto& r = k.source();
             fail("{}:{}:{}: unknown table or key '{}' at the top level (allowed tables: [run], "
-                 "[topology], [ring], [target], [drafter], [data], [train], [supervisor], [distributed])",
+                 "[topology], [ring], [transport], [target], [drafter], [data], [train], [supervisor], [distributed])",
                  source_name, r.begin.line, r.begin.column, k.str());
         }
     }
@@ -349,6 +376,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_run(c, root, source_name);
     read_topology(c, root, source_name);
     read_ring(c, root, source_name);
+    read_transport(c, root, source_name);
     // The ring is "hsring-<name>" unless [ring] name is set, and its ledger "<ring>-ledger": a
     // shared-memory name holds at most 60 characters (src/shm/region.cpp).
     if (c.ring.name.empty() && c.run.name.size() > kMaxRunName)

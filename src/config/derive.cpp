@@ -119,6 +119,14 @@ std::string describe(const Config& cfg, const Derived& d) {
         format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.slots_per_step, d.slots_per_rank, d.world,
         d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr,
         to_string(cfg.train.recompute));
+    if (cfg.transport.kind == TransportKind::Host)
+        text += "  transport     host: targets -> host ring -> drafters (DMA through registered shared memory)\n";
+    else
+        text += fmt::format("  transport     {}: {} device buffers of {} per target ({} on its GPU), pulled device to device "
+                            "by the drafters{}\n", to_string(cfg.transport.kind), cfg.transport.peer_buffers,
+                            format_bytes(d.slot_payload_bytes),
+                            format_bytes(cfg.transport.peer_buffers * d.slot_payload_bytes),
+                            cfg.transport.kind == TransportKind::PeerAndHost ? "; the host ring keeps a copy too" : "");
     if (d.world > 1)
         text += fmt::format("  distributed   machine {} of {}, {} drafter ranks in all, master {}:{}, backend {}, "
                             "timeout {:g} s\n", cfg.distributed.node_rank, cfg.distributed.nnodes, d.world,

@@ -15,10 +15,12 @@
 //  owners   ├───────────────────────────────────────────────────────────────┤
 //           │ OwnerEntry[kMaxOwners]  (64 B each: token, start ticks, role) │
 //  controls ├───────────────────────────────────────────────────────────────┤
-//           │ SlotControl[slot_count] (128 B each: the control word and the │
-//           │   ticket on one line, nothing else on the pair of lines)      │
+//           │ SlotControl[slot_count] (128 B each: the control word, the    │
+//           │   ticket and the READY word of the commit on one line,        │
+//           │   nothing else on the pair of lines)                          │
 //  metas    ├───────────────────────────────────────────────────────────────┤
-//           │ slot 0 metadata: SlotMetaHeader | sample_ids[max_samples] u64 │
+//           │ slot 0 metadata: SlotMetaHeader (+ 192 B of transport words)  │
+//           │   | sample_ids[max_samples] u64                               │
 //           │   | seq_lens[max_samples] u32 | token_ids[slot_tokens] i32    │
 //           │   | loss_mask[slot_tokens] u8    (meta_stride bytes, 4 KiB al.)│
 //           │ slot 1 metadata ...                                           │
@@ -29,6 +31,10 @@
 //
 // Control word (64 bits): [ pid : 32 | incarnation : 28 | state : 4 ]. FREE and READY carry no
 // owner (pid 0). A slot's ticket (claim order, from next_ticket, 0 = none) sits next to it.
+// READY comes in three raw states, by where the bytes are (Copies): READY (host payload, no
+// owner), READY_PEER and READY_BOTH, whose owner field names the writer holding a copy on its GPU:
+// the exact word makes every reclaim CAS of a dead writer's READY slot immune to ABA, because
+// (pid, incarnation) never repeats within a ring.
 #include "hsring/ring.hpp"
 #include "shm/run_tag_block.hpp"
 
@@ -41,21 +47,47 @@ namespace hsring::ring_detail {
 
 inline constexpr char kMagic[8] = {'H', 'S', 'R', 'I', 'N', 'G', '\0', '\1'};
 // 2: the run tag (whose ring it is) in the header; owner entries being joined carry the joiner's pid.
-inline constexpr std::uint32_t kVersion = 2;
+// 3: READY_PEER / READY_BOTH states, the READY word of a commit, transport words in the metadata.
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::uint32_t kMaxOwners = 128;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kHeaderBytes = 4096;
 inline constexpr std::size_t kMetaAlign = 4096;
+inline constexpr std::size_t kTransportWords = 24;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 // --- control words -----------------------------------------------------------------------
-constexpr std::uint64_t make_word(SlotState s, Owner o = {}) {
+// The states a control word stores: SlotState's four, and the two READY variants of a peer copy.
+enum class RawState : std::uint8_t { Free = 0, Writing = 1, Ready = 2, Reading = 3, ReadyPeer = 4, ReadyBoth = 5 };
+
+constexpr std::uint64_t make_raw(RawState s, Owner o = {}) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(o.pid)) << 32) |
            (static_cast<std::uint64_t>(o.incarnation & 0x0fffffffu) << 4) | static_cast<std::uint64_t>(s);
 }
-constexpr SlotState word_state(std::uint64_t w) { return static_cast<SlotState>(w & 0xf); }
+constexpr std::uint64_t make_word(SlotState s, Owner o = {}) { return make_raw(static_cast<RawState>(s), o); }
+constexpr RawState raw_state(std::uint64_t w) { return static_cast<RawState>(w & 0xf); }
+constexpr bool is_peer_ready(std::uint64_t w) {
+    return raw_state(w) == RawState::ReadyPeer || raw_state(w) == RawState::ReadyBoth;
+}
+constexpr SlotState word_state(std::uint64_t w) {
+    return is_peer_ready(w) ? SlotState::Ready : static_cast<SlotState>(w & 0xf);
+}
+// The READY word a commit by `writer` publishes for its copies.
+constexpr std::uint64_t ready_word(Copies c, Owner writer) {
+    switch (c) {
+    case Copies::Peer: return make_raw(RawState::ReadyPeer, writer);
+    case Copies::HostAndPeer: return make_raw(RawState::ReadyBoth, writer);
+    case Copies::Host: break;
+    }
+    return make_word(SlotState::Ready);
+}
+constexpr Copies copies_of(std::uint64_t ready) {
+    return raw_state(ready) == RawState::ReadyPeer   ? Copies::Peer
+           : raw_state(ready) == RawState::ReadyBoth ? Copies::HostAndPeer
+                                                     : Copies::Host;
+}
 constexpr Owner word_owner(std::uint64_t w) {
     return Owner{static_cast<pid_t>(w >> 32), static_cast<std::uint32_t>((w >> 4) & 0x0fffffffu)};
 }
@@ -67,7 +99,12 @@ struct alignas(kCacheLine) SlotControl {
     // after observing READY (acquire): so a reader sees the ticket of the commit it observed.
     std::atomic<std::uint64_t> ticket;
     std::atomic<std::uint32_t> deliveries;  // acquires of the current commit (redelivery count)
-    char pad_[2 * kCacheLine - 20];     // two lines: adjacent-line prefetch never false-shares
+    std::uint32_t reserved_;
+    // The READY word of the current commit (where its bytes are, and the writer holding a peer
+    // copy): set by the writer between claim and commit (claim resets it to host READY), read
+    // by put_back and by the reclaim of a dead reader to make the slot READY again as committed.
+    std::atomic<std::uint64_t> ready_word;
+    char pad_[2 * kCacheLine - 32];     // two lines: adjacent-line prefetch never false-shares
 };
 static_assert(sizeof(SlotControl) == 128);
 
@@ -88,6 +125,7 @@ struct SlotMetaHeader {
     std::uint64_t n_tokens;
     std::uint64_t checksum;
     std::uint64_t user[8];
+    std::uint64_t transport[kTransportWords];  // the transport's (peer: where the writer's copy is)
 };
 
 struct RingHeader {
@@ -134,6 +172,7 @@ struct RingHeader {
     std::atomic<std::uint64_t> reclaimed_writing;
     std::atomic<std::uint64_t> reclaimed_reading;
     std::atomic<std::uint64_t> redeliveries;
+    std::atomic<std::uint64_t> peer_lost;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 static_assert(std::is_standard_layout_v<RingHeader>);

@@ -77,6 +77,15 @@ const char* to_string(SlotState s) {
     return "?";
 }
 
+const char* to_string(Copies c) {
+    switch (c) {
+    case Copies::Host: return "host";
+    case Copies::Peer: return "peer";
+    case Copies::HostAndPeer: return "peer+host";
+    }
+    return "?";
+}
+
 // --- geometry and layout ------------------------------------------------------------------
 
 std::uint64_t RingGeometry::layout_hash() const {
@@ -147,6 +156,9 @@ void SlotMeta::set_counts(std::uint32_t n, std::uint64_t t) {
 }
 void SlotMeta::set_checksum(std::uint64_t c) { h_->checksum = c; }
 std::span<std::uint64_t> SlotMeta::user() { return {h_->user, 8}; }
+std::span<std::byte> SlotMeta::transport() {
+    return {reinterpret_cast<std::byte*>(h_->transport), sizeof h_->transport};
+}
 
 template <typename T>
 static std::span<T> meta_array(SlotMetaHeader* h, std::uint64_t off, std::uint64_t n) {
@@ -166,6 +178,10 @@ WriteSlot::~WriteSlot() {
 std::uint64_t WriteSlot::ticket() const { return ring_->control(index_).ticket.load(memory_order_relaxed); }
 std::span<std::byte> WriteSlot::payload() { return {ring_->payload(index_), ring_->geometry_.slot_bytes}; }
 SlotMeta WriteSlot::meta() { return ring_->meta(index_); }
+void WriteSlot::set_copies(Copies c) {
+    // Ours until commit; the commit CAS (release) publishes it with the slot.
+    ring_->control(index_).ready_word.store(ready_word(c, ring_->self_), memory_order_relaxed);
+}
 bool WriteSlot::commit() {
     HSRING_ASSERT(ring_, "commit of a finished slot");
     bool ok = ring_->finish_write(index_, true);
@@ -179,7 +195,7 @@ bool WriteSlot::abort() {
     return ok;
 }
 
-ReadSlot::ReadSlot(ReadSlot&& o) noexcept : ring_(o.ring_), index_(o.index_) { o.ring_ = nullptr; }
+ReadSlot::ReadSlot(ReadSlot&& o) noexcept : ring_(o.ring_), index_(o.index_), acquired_(o.acquired_) { o.ring_ = nullptr; }
 ReadSlot::~ReadSlot() {
     if (ring_) ring_->finish_read(index_, false);
 }
@@ -187,6 +203,14 @@ std::uint64_t ReadSlot::ticket() const { return ring_->control(index_).ticket.lo
 std::span<const std::byte> ReadSlot::payload() const { return {ring_->payload(index_), ring_->geometry_.slot_bytes}; }
 SlotMeta ReadSlot::meta() const { return ring_->meta(index_); }
 std::uint32_t ReadSlot::deliveries() const { return ring_->control(index_).deliveries.load(memory_order_relaxed); }
+Copies ReadSlot::copies() const { return copies_of(acquired_); }
+Owner ReadSlot::holder() const { return is_peer_ready(acquired_) ? word_owner(acquired_) : Owner{}; }
+bool ReadSlot::discard() {
+    HSRING_ASSERT(ring_, "discard of a finished slot");
+    bool ok = ring_->discard_read(index_);
+    ring_ = nullptr;
+    return ok;
+}
 bool ReadSlot::release() {
     HSRING_ASSERT(ring_, "release of a finished slot");
     bool ok = ring_->finish_read(index_, true);
@@ -412,6 +436,7 @@ std::optional<WriteSlot> Ring::claim(std::chrono::milliseconds timeout) {
             const std::uint64_t t = header_->next_ticket.fetch_add(1, memory_order_relaxed);
             c.ticket.store(t, memory_order_relaxed);
             c.deliveries.store(0, memory_order_relaxed);
+            c.ready_word.store(make_word(SlotState::Ready), memory_order_relaxed);  // host unless set_copies()
             SlotMetaHeader* mh = meta_header(s);
             *mh = SlotMetaHeader{};
             mh->ticket = t;
@@ -430,7 +455,7 @@ bool Ring::finish_write(std::uint32_t slot, bool commit) {
     const std::uint64_t mine = make_word(SlotState::Writing, self_);
     if (commit) {
         hook("commit.before");
-        if (!transition(slot, mine, make_word(SlotState::Ready))) return false;
+        if (!transition(slot, mine, control(slot).ready_word.load(memory_order_relaxed))) return false;
         header_->commits.fetch_add(1, memory_order_relaxed);
         bump_and_wake(header_->ready_seq, header_->ready_waiters);
         hook("commit.after");
@@ -447,27 +472,34 @@ std::optional<ReadSlot> Ring::acquire(std::chrono::milliseconds timeout) {
     HSRING_ASSERT(owner_index_ >= 0, "acquire() before join()");
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     const std::uint32_t n = header_->slot_count;
-    const std::uint64_t ready = make_word(SlotState::Ready);
     const std::uint64_t mine = make_word(SlotState::Reading, self_);
     for (;;) {
         const std::uint32_t seen = header_->ready_seq.load(memory_order_seq_cst);
         // The oldest READY slot (lowest ticket), so no slot starves behind newer ones.
         std::uint32_t best = n;
-        std::uint64_t best_ticket = std::numeric_limits<std::uint64_t>::max();
+        std::uint64_t best_ticket = std::numeric_limits<std::uint64_t>::max(), best_word = 0;
         for (std::uint32_t s = 0; s < n; ++s) {
-            if (control(s).word.load(memory_order_acquire) != ready) continue;
+            const std::uint64_t w = control(s).word.load(memory_order_acquire);
+            if (word_state(w) != SlotState::Ready) continue;
             const std::uint64_t t = control(s).ticket.load(memory_order_relaxed);
             if (t < best_ticket) {
                 best_ticket = t;
                 best = s;
+                best_word = w;
             }
         }
         if (best < n) {
-            if (!transition(best, ready, mine)) continue;  // another reader won it: rescan
+            // A peer copy whose writer is gone is never handed out: reclaim that writer first
+            // (its peer-only slots go FREE with their samples re-issued, the others host READY).
+            if (is_peer_ready(best_word) && !owner_alive(word_owner(best_word))) {
+                reclaim(word_owner(best_word), reclaim_hook_);
+                continue;
+            }
+            if (!transition(best, best_word, mine)) continue;  // another reader won it: rescan
             const std::uint32_t d = control(best).deliveries.fetch_add(1, memory_order_relaxed);
             if (d > 0) header_->redeliveries.fetch_add(1, memory_order_relaxed);
             hook("acquire");
-            return ReadSlot(this, best);
+            return ReadSlot(this, best, best_word);
         }
         if (header_->stopping.load(memory_order_acquire)) return std::nullopt;
         const auto now = std::chrono::steady_clock::now();
@@ -489,9 +521,19 @@ bool Ring::finish_read(std::uint32_t slot, bool release) {
         hook("release.after");
         return true;
     }
-    if (!transition(slot, mine, make_word(SlotState::Ready))) return false;
+    if (!transition(slot, mine, control(slot).ready_word.load(memory_order_relaxed))) return false;
     header_->put_backs.fetch_add(1, memory_order_relaxed);
     bump_and_wake(header_->ready_seq, header_->ready_waiters);
+    return true;
+}
+
+bool Ring::discard_read(std::uint32_t slot) {
+    // Samples first, as in a reclaim: if we die right after, the slot is still READING(me) and
+    // our reclaim makes it READY again; its next reader finds the writer dead and discards it.
+    if (reclaim_hook_) reclaim_hook_(control(slot).ticket.load(memory_order_relaxed));
+    if (!transition(slot, make_word(SlotState::Reading, self_), make_word(SlotState::Free))) return false;
+    header_->peer_lost.fetch_add(1, memory_order_relaxed);
+    bump_and_wake(header_->free_seq, header_->free_waiters);
     return true;
 }
 
@@ -516,10 +558,28 @@ ReclaimResult Ring::reclaim(Owner owner, const std::function<void(std::uint64_t)
                 bump_and_wake(header_->free_seq, header_->free_waiters);
             }
         } else if (w == reading) {
-            if (transition(s, reading, make_word(SlotState::Ready))) {
+            if (transition(s, reading, c.ready_word.load(memory_order_relaxed))) {
                 header_->reclaimed_reading.fetch_add(1, memory_order_relaxed);
                 r.reading_returned.push_back(s);
                 bump_and_wake(header_->ready_seq, header_->ready_waiters);
+            }
+        } else if (w == make_raw(RawState::ReadyPeer, owner)) {
+            // Its only copy died with the writer: like WRITING, samples first, then FREE.
+            const std::uint64_t t = c.ticket.load(memory_order_acquire);
+            if (before_free) before_free(t);
+            if (transition(s, w, make_word(SlotState::Free))) {
+                header_->peer_lost.fetch_add(1, memory_order_relaxed);
+                r.ready_freed.push_back(s);
+                r.tickets_freed.push_back(t);
+                bump_and_wake(header_->free_seq, header_->free_waiters);
+            }
+        } else if (w == make_raw(RawState::ReadyBoth, owner)) {
+            // The host copy stays: READY (host). The READY word of the commit follows, unless the
+            // slot has been read, freed and claimed again meanwhile (then the CAS finds another word).
+            if (transition(s, w, make_word(SlotState::Ready))) {
+                std::uint64_t expect = w;
+                c.ready_word.compare_exchange_strong(expect, make_word(SlotState::Ready), memory_order_relaxed);
+                r.ready_to_host.push_back(s);
             }
         }
     }
@@ -529,8 +589,12 @@ ReclaimResult Ring::reclaim(Owner owner, const std::function<void(std::uint64_t)
         owner_entry(region_->base(), header_, i).token.compare_exchange_strong(t, 0, memory_order_acq_rel);
     }
     if (!r.empty())
-        log::info("ring '{}': reclaimed pid {} (incarnation {}): {} WRITING -> FREE, {} READING -> READY", name_,
-                  owner.pid, owner.incarnation, r.writing_freed.size(), r.reading_returned.size());
+        log::info("ring '{}': reclaimed pid {} (incarnation {}): {} WRITING -> FREE, {} READING -> READY{}", name_,
+                  owner.pid, owner.incarnation, r.writing_freed.size(), r.reading_returned.size(),
+                  r.ready_freed.empty() && r.ready_to_host.empty()
+                      ? std::string()
+                      : fmt::format(", {} READY only on its GPU -> FREE (samples re-issued), {} READY -> host copy only",
+                                    r.ready_freed.size(), r.ready_to_host.size()));
     return r;
 }
 
@@ -540,6 +604,8 @@ ReclaimResult Ring::reclaim_dead(const std::function<void(std::uint64_t)>& befor
         all.writing_freed.insert(all.writing_freed.end(), r.writing_freed.begin(), r.writing_freed.end());
         all.tickets_freed.insert(all.tickets_freed.end(), r.tickets_freed.begin(), r.tickets_freed.end());
         all.reading_returned.insert(all.reading_returned.end(), r.reading_returned.begin(), r.reading_returned.end());
+        all.ready_freed.insert(all.ready_freed.end(), r.ready_freed.begin(), r.ready_freed.end());
+        all.ready_to_host.insert(all.ready_to_host.end(), r.ready_to_host.begin(), r.ready_to_host.end());
     };
     std::vector<std::uint64_t> known;
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
@@ -559,9 +625,14 @@ ReclaimResult Ring::reclaim_dead(const std::function<void(std::uint64_t)>& befor
         merge(reclaim(o, before_free));
     }
     // Slots whose owner is not in the table (it left, or the table was wiped): pid check only.
+    // A peer READY slot's holder that left (graceful exit) freed its GPU copies with it.
     for (std::uint32_t s = 0; s < header_->slot_count; ++s) {
         const std::uint64_t w = control(s).word.load(memory_order_acquire);
         const SlotState st = word_state(w);
+        if (is_peer_ready(w)) {
+            if (!owner_alive(word_owner(w))) merge(reclaim(word_owner(w), before_free));
+            continue;
+        }
         if (st != SlotState::Writing && st != SlotState::Reading) continue;
         const Owner o = word_owner(w);
         if (std::find(known.begin(), known.end(), owner_token(o)) != known.end()) continue;
@@ -590,12 +661,31 @@ void Ring::set_stopping(bool stopping) {
 bool Ring::stopping() const { return header_->stopping.load(memory_order_acquire) != 0; }
 
 SlotState Ring::state(std::uint32_t slot) const { return word_state(control(slot).word.load(memory_order_acquire)); }
+std::uint64_t Ring::ticket(std::uint32_t slot) const { return control(slot).ticket.load(memory_order_acquire); }
+
+std::uint32_t Ring::free_sequence() const { return header_->free_seq.load(memory_order_seq_cst); }
+void Ring::wait_free(std::uint32_t seen, std::chrono::milliseconds timeout) {
+    // Registered before sleeping: a bump after our registration wakes us (see bump_and_wake).
+    header_->free_waiters.fetch_add(1, memory_order_seq_cst);
+    futex_wait(header_->free_seq, seen, std::min<std::chrono::nanoseconds>(timeout, kWaitSlice));
+    header_->free_waiters.fetch_sub(1, memory_order_relaxed);
+}
 
 std::optional<Owner> Ring::owner_of(std::uint32_t slot) const {
     const std::uint64_t w = control(slot).word.load(memory_order_acquire);
     const SlotState s = word_state(w);
     if (s == SlotState::Writing || s == SlotState::Reading) return word_owner(w);
     return std::nullopt;
+}
+
+bool Ring::owner_alive(Owner o) const {
+    const std::uint64_t token = owner_token(o);
+    for (std::uint32_t i = 0; i < kMaxOwners; ++i) {
+        const OwnerEntry& e = owner_entry(region_->base(), header_, i);
+        // acquire: the start time written before the token was published (join()).
+        if (e.token.load(memory_order_acquire) == token) return process_alive(o.pid, e.start_ticks);
+    }
+    return false;
 }
 
 Occupancy Ring::occupancy() const {
@@ -643,6 +733,7 @@ RingCounters Ring::counters() const {
     c.reclaimed_writing = header_->reclaimed_writing.load(memory_order_relaxed);
     c.reclaimed_reading = header_->reclaimed_reading.load(memory_order_relaxed);
     c.redeliveries = header_->redeliveries.load(memory_order_relaxed);
+    c.peer_lost = header_->peer_lost.load(memory_order_relaxed);
     return c;
 }
 

@@ -253,6 +253,7 @@ void Drafter::fill_pipeline(RoundStats& r) {
                 slot->release();
                 continue;
             }
+            if (!compute_.receive(*slot)) continue;  // its bytes died with their target: samples re-issued
             StagedSlot info{0, 0, 0, true, {}};
             std::vector<std::uint8_t> keep(batch.positions.size(), 0);
             const GangPlace& p = ctx_.env.gang;
@@ -265,6 +266,7 @@ void Drafter::fill_pipeline(RoundStats& r) {
             compute_.stage(std::move(*slot), std::move(batch), std::move(keep));
             continue;
         }
+        if (!compute_.receive(*slot)) continue;  // its bytes died with their target: samples re-issued
         std::vector<std::uint8_t> keep(batch.positions.size(), 0);
         std::vector<std::uint64_t> kept;
         StagedSlot info{assign_step_, 0, 0, false, {}};

@@ -64,6 +64,12 @@ public:
     virtual void prepare_replica() = 0;
     // Collective (world > 1): every rank takes the master's weights and optimizer state.
     virtual void broadcast_state() = 0;
+    // Before any sample of an acquired slot is consumed: false when its bytes are gone (a peer
+    // copy whose target died; the slot was freed and its samples re-issued): take the next slot.
+    virtual bool receive(ReadSlot& slot) {
+        (void)slot;
+        return true;
+    }
     // Takes the slot: copies its payload (and the batch) into an in-flight buffer and releases
     // the slot as soon as the copy completes (now, or from poll()/train_one()). keep[i] == 0:
     // sample i must not be trained (its ledger entry was re-issued).

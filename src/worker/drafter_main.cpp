@@ -2,6 +2,7 @@
 // data-parallel gang of the run's drafter ranks (alone when there is one), trains the DFlash
 // drafter on hidden states from the ring, checkpoints, exports.
 #include "hsring/error.hpp"
+#include "hsring/transport.hpp"
 #include "worker/context.hpp"
 #include "worker/gang_options.hpp"
 #include "worker/torch_drafter.hpp"
@@ -12,6 +13,7 @@ int body(int argc, char** argv) {
     using namespace hsring::worker;
     auto ctx = Context::open(argc, argv);
     if (ctx->env.role != hsring::WorkerRole::Drafter) hsring::fail("hsring-drafter runs the drafter; targets are hsring-target");
+    hsring::transport::prepare_drafter_devices(ctx->cfg, ctx->env.cuda);  // before anything starts CUDA
     // A gang restarted after a failure retries its rendezvous as a restartable failure; the first
     // start of a run reports an unreachable master or a mismatch as a user error (exit 3).
     if (ctx->env.gang_generation > 1) mark_started();

@@ -1,14 +1,17 @@
 #include "worker/synth_compute.hpp"
 
 #include "data/splitmix.hpp"
+#include "hsring/cuda_util.hpp"
 #include "hsring/error.hpp"
 #include "hsring/safe_file.hpp"
+#include "hsring/slot_rows.hpp"
 
 #include <fcntl.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -33,13 +36,42 @@ std::span<std::uint64_t> layer_words(std::byte* payload, const RingGeometry& g, 
 }
 } // namespace
 
+SynthTarget::SynthTarget(Ring& ring, const transport::TransportOptions& opts, double hold_ms)
+    : g_(ring.geometry()), hold_ms_(hold_ms), cuda_(opts.cuda), writer_(transport::make_slot_writer(ring, opts)) {
+#ifdef HSRING_HAVE_CUDA
+    if (cuda_) {
+        device_rows_.resize(g_.n_layers);
+        for (void*& p : device_rows_) HSRING_CUDA(cudaMalloc(&p, g_.slot_tokens * std::uint64_t{g_.hidden} * g_.dtype_bytes));
+    }
+#endif
+}
+
+SynthTarget::~SynthTarget() {
+    writer_.reset();  // its copies from device_rows_ end first
+#ifdef HSRING_HAVE_CUDA
+    for (void* p : device_rows_) cudaFree(p);
+#endif
+}
+
 void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
     if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hold_ms_));
+    writer_->begin(slot, batch.n_tokens());
+    const std::uint64_t row = std::uint64_t{g_.hidden} * g_.dtype_bytes;
     for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
-        auto w = layer_words(slot.payload().data(), g_, l, batch.n_tokens());
+        rows_.resize(batch.n_tokens() * row / 8);
         const std::uint64_t seed = synth_seed(batch, l);
-        for (std::size_t i = 0; i < w.size(); ++i) w[i] = synth_mix(seed + i);
+        for (std::size_t i = 0; i < rows_.size(); ++i) rows_[i] = synth_mix(seed + i);
+        if (!cuda_) {
+            writer_->put_layer(l, rows_.data(), nullptr, nullptr);  // a CPU copy: done when it returns
+            continue;
+        }
+#ifdef HSRING_HAVE_CUDA
+        // What a target's forward would have produced on its GPU.
+        HSRING_CUDA(cudaMemcpy(device_rows_[l], rows_.data(), rows_.size() * 8, cudaMemcpyHostToDevice));
+        writer_->put_layer(l, device_rows_[l], nullptr, nullptr);
+#endif
     }
+    writer_->finish();
 }
 
 void SynthDrafter::Sum::add(std::uint64_t x) {
@@ -80,16 +112,55 @@ void SynthDrafter::broadcast_state() {
     state_count_ = static_cast<std::uint64_t>(v[4]);
 }
 
-void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
-    // Verify the payload against the pattern the metadata implies: any torn write, stale slot or
-    // mixed-up metadata shows up here.
-    for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
-        auto w = layer_words(const_cast<std::byte*>(slot.payload().data()), g_, l, batch.n_tokens());
-        const std::uint64_t seed = synth_seed(batch, l);
-        for (std::size_t i = 0; i < w.size(); ++i)
-            if (w[i] != synth_mix(seed + i))
-                fail("slot ticket {}: payload of layer {} differs from its metadata at word {}: corrupt slot", slot.ticket(), l, i);
+SynthDrafter::SynthDrafter(Ring& ring, const transport::TransportOptions& opts, std::uint32_t inflight,
+                           distributed::Gang& gang, std::uint32_t node_rank, double step_ms, double hold_ms)
+    : g_(ring.geometry()), cuda_(opts.cuda),
+      buffer_bytes_(g_.n_layers * g_.slot_tokens * std::uint64_t{g_.hidden} * g_.dtype_bytes), gang_(gang),
+      node_rank_(node_rank), step_ms_(step_ms), hold_ms_(hold_ms) {
+    for (std::uint32_t i = 0; i < inflight; ++i) {
+        void* p = nullptr;
+        if (cuda_) {
+#ifdef HSRING_HAVE_CUDA
+            HSRING_CUDA(cudaMalloc(&p, buffer_bytes_));
+#endif
+        } else {
+            p = std::malloc(buffer_bytes_);  // untouched: only the rows a batch fills are ever written
+            if (!p) fail("cannot allocate a staging buffer of {} bytes", buffer_bytes_);
+        }
+        buffers_.push_back(p);
+        busy_.push_back(false);
     }
+    reader_ = transport::make_slot_reader(ring, opts);
+}
+
+SynthDrafter::~SynthDrafter() {
+    staged_.clear();
+    reader_.reset();  // waits for copies still going into the buffers
+    for (void* p : buffers_) {
+#ifdef HSRING_HAVE_CUDA
+        if (cuda_) {
+            cudaFree(p);
+            continue;
+        }
+#endif
+        std::free(p);
+    }
+}
+
+std::size_t SynthDrafter::free_buffer() const {
+    std::size_t b = 0;
+    while (busy_[b]) ++b;  // the loop never stages more than inflight_slots
+    return b;
+}
+
+bool SynthDrafter::receive(ReadSlot& slot) {
+    const std::size_t b = free_buffer();
+    if (!reader_->receive(slot, buffers_[b])) return false;
+    received_ = b;
+    return true;
+}
+
+void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) {
     Staged s;
     for (std::size_t i = 0; i < batch.positions.size(); ++i) {
         if (!keep[i]) continue;
@@ -97,13 +168,45 @@ void SynthDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
         s.tokens += batch.lengths[i];
     }
     if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hold_ms_));
-    slot.release();  // the "copy" is done: CPU mode copies nothing further
+    s.buffer = received_ ? *received_ : free_buffer();
+    received_.reset();
+    busy_[s.buffer] = true;
+    s.ticket = slot.ticket();
+    s.copy = reader_->stage(std::move(slot), buffers_[s.buffer]);
+    s.batch = std::move(batch);
     staged_.push_back(std::move(s));
 }
 
-BatchResult SynthDrafter::train_one(bool sync_grads) {
+SynthDrafter::Staged SynthDrafter::take_checked() {
     Staged s = std::move(staged_.front());
     staged_.pop_front();
+    s.copy->wait(nullptr);
+    std::byte* arrived = static_cast<std::byte*>(buffers_[s.buffer]);
+#ifdef HSRING_HAVE_CUDA
+    if (cuda_) {
+        check_.resize(buffer_bytes_);
+        const FilledRows rows = filled_rows(g_, s.batch.n_tokens());
+        for (std::uint64_t i = 0; i < rows.runs; ++i)
+            HSRING_CUDA(cudaMemcpy(check_.data() + i * rows.stride, arrived + i * rows.stride, rows.run_bytes,
+                                   cudaMemcpyDeviceToHost));
+        arrived = check_.data();
+    }
+#endif
+    // The bytes that arrived against the pattern the metadata implies: a torn write, a stale
+    // slot, mixed-up metadata or a copy gone wrong shows up here.
+    for (std::uint32_t l = 0; l < g_.n_layers; ++l) {
+        auto w = layer_words(arrived, g_, l, s.batch.n_tokens());
+        const std::uint64_t seed = synth_seed(s.batch, l);
+        for (std::size_t i = 0; i < w.size(); ++i)
+            if (w[i] != synth_mix(seed + i))
+                fail("slot ticket {}: payload of layer {} differs from its metadata at word {}: corrupt slot", s.ticket, l, i);
+    }
+    busy_[s.buffer] = false;
+    return s;
+}
+
+BatchResult SynthDrafter::train_one(bool sync_grads) {
+    Staged s = take_checked();
     if (step_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms_));
     for (std::uint64_t p : s.positions) accum_.add(mix_of(node_rank_, p));
     BatchResult r;
@@ -117,9 +220,8 @@ BatchResult SynthDrafter::train_one(bool sync_grads) {
 }
 
 BatchResult SynthDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_ids) {
-    // The payload was checked when staged; an evaluation "scores" each sample once.
-    Staged s = std::move(staged_.front());
-    staged_.pop_front();
+    // An evaluation checks the bytes like training and "scores" each sample once.
+    Staged s = take_checked();
     BatchResult r;
     r.tokens = s.tokens;
     r.weight_sum = static_cast<double>(sample_ids.size());

@@ -1,10 +1,13 @@
 // hsring-synth-worker --role target|drafter --config FILE --run-dir DIR: the [run] mode =
-// "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No model and no CUDA; data-parallel
-// drafter ranks form their gang over c10d (Gloo) like the real drafters.
+// "synthetic" worker (see synth_compute.hpp and CONTRACT.md). No model; CUDA only to move the
+// patterns through a GPU transport; data-parallel drafter ranks form their gang over c10d (Gloo)
+// like the real drafters.
 //   HSRING_SYNTH_STEP_MS=N  simulate N ms of compute per drafter batch (tests kill mid-step)
 //   HSRING_SYNTH_FAIL=ROLE  exit 1 at start when this worker has that role (crash-loop drills)
 //   HSRING_SYNTH_WRITE_MS=N hold each slot WRITING N ms (tests kill a target mid-write)
 //   HSRING_SYNTH_STAGE_MS=N hold each slot READING N ms (tests kill the drafter mid-read)
+//   HSRING_SYNTH_CUDA=1     with [transport] kind = "host": GPU workers move their patterns through
+//                           the GPU (the peer kinds always do)
 #include "hsring/log.hpp"
 #include "worker/context.hpp"
 #include "worker/gang_options.hpp"
@@ -18,6 +21,11 @@ namespace {
 int body(int argc, char** argv) {
     using namespace hsring::worker;
     auto ctx = Context::open(argc, argv);
+    // Bytes go through the GPU for the peer kinds (they need it), and on request for "host".
+    const bool cuda = ctx->env.cuda && (ctx->cfg.transport.kind != hsring::TransportKind::Host ||
+                                        std::getenv("HSRING_SYNTH_CUDA") != nullptr);
+    if (ctx->env.role == hsring::WorkerRole::Drafter) hsring::transport::prepare_drafter_devices(ctx->cfg, cuda);
+    const auto transport = hsring::transport::options_for(ctx->cfg, cuda);
     const char* fail_role = std::getenv("HSRING_SYNTH_FAIL");
     const std::string role = hsring::to_string(ctx->env.role);
     if (fail_role && role == fail_role) {
@@ -27,7 +35,7 @@ int body(int argc, char** argv) {
     if (ctx->env.role == hsring::WorkerRole::Target) {
         mark_started();
         const char* wms = std::getenv("HSRING_SYNTH_WRITE_MS");
-        SynthTarget t(ctx->ring.geometry(), wms ? std::atof(wms) : 0.0);
+        SynthTarget t(ctx->ring, transport, wms ? std::atof(wms) : 0.0);
         return run_target(*ctx, t);
     }
     const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");
@@ -36,7 +44,8 @@ int body(int argc, char** argv) {
     auto options = gang_options(*ctx);
     options.cuda = false;  // synthetic drafters compute nothing on a GPU: Gloo
     auto gang = hsring::distributed::open_gang(options);
-    SynthDrafter d(ctx->ring.geometry(), *gang, ctx->env.gang.node_rank, ms ? std::atof(ms) : 0.0, sms ? std::atof(sms) : 0.0);
+    SynthDrafter d(ctx->ring, transport, ctx->cfg.drafter.inflight_slots, *gang,
+                   ctx->env.gang.node_rank, ms ? std::atof(ms) : 0.0, sms ? std::atof(sms) : 0.0);
     return run_drafter(*ctx, d, *gang);
 }
 

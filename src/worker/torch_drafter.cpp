@@ -3,7 +3,7 @@
 #include "data/splitmix.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
-#include "hsring/slot_rows.hpp"
+#include "hsring/transport.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_eval.hpp"
@@ -17,14 +17,6 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
-
-#ifdef HSRING_TORCH_CUDA
-#include "hsring/ring_cuda.hpp"
-
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include <chrono>
 #include <deque>
@@ -87,9 +79,7 @@ struct TorchDrafter::Impl {
         at::Tensor tokens, loss_mask;
         std::size_t buffer = 0;
         double copy_ms = 0;
-#ifdef HSRING_TORCH_CUDA
-        std::unique_ptr<at::cuda::CUDAEvent> start, done, released;
-#endif
+        std::unique_ptr<transport::StagedCopy> copy;  // releases the slot when the copy completed
     };
 
     Context& ctx;
@@ -109,12 +99,11 @@ struct TorchDrafter::Impl {
     model::DFlashLossOptions loss_opts;
     std::vector<at::Tensor> buffers;   // inflight_slots device buffers
     std::vector<bool> buffer_busy;
+    std::optional<std::size_t> received;  // the buffer receive() gave the slot stage() gets next
     std::deque<Staged> staged;
     double step_weight = 0;            // total loss weight accumulated in this step
-#ifdef HSRING_TORCH_CUDA
-    std::unique_ptr<CudaRegistration> registration;
-    std::optional<c10::cuda::CUDAStream> copy_stream;
-#endif
+    // Declared after the buffers: destroyed first, it waits for the copies still going into them.
+    std::unique_ptr<transport::SlotReader> reader;
 
     Impl(Context& c, distributed::Gang& gang_)
         : ctx(c), gang(gang_), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
@@ -134,24 +123,14 @@ struct TorchDrafter::Impl {
                                         at::TensorOptions().dtype(ring_dtype).device(device)));
             buffer_busy.push_back(false);
         }
-#ifdef HSRING_TORCH_CUDA
-        if (device.is_cuda()) {
-            registration = std::make_unique<CudaRegistration>(c.ring);
-            copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
-        }
-#endif
+        reader = transport::make_slot_reader(c.ring, transport::options_for(c.cfg, device.is_cuda()));
     }
 
-    ~Impl() {
-#ifdef HSRING_TORCH_CUDA
-        // Pending copies and their release callbacks finish before the buffers and the ring go.
-        if (copy_stream) {
-            try {
-                copy_stream->synchronize();
-            } catch (...) {
-            }
-        }
-#endif
+    // The loop never stages more than inflight_slots: one is free.
+    std::size_t free_buffer() const {
+        std::size_t b = 0;
+        while (buffer_busy[b]) ++b;
+        return b;
     }
 
     // After the model exists (restore or replica): the optimizer, and the gang's gradient sums
@@ -165,16 +144,8 @@ struct TorchDrafter::Impl {
     }
     // A staged batch is used after its copy completed (and its slot was released).
     void wait_for_copy(Staged& s) {
-#ifdef HSRING_TORCH_CUDA
-        if (device.is_cuda()) {
-            s.done->block(at::cuda::getCurrentCUDAStream(device.index()));  // compute after the copy
-            s.done->synchronize();
-            s.copy_ms = s.start->elapsed_time(*s.done);
-            s.released->synchronize();  // the callback ran: the slot is FREE again
-        }
-#else
-        (void)s;
-#endif
+        s.copy->wait(current_stream(device));  // compute queued from now on runs after the copy
+        s.copy_ms = s.copy->copy_ms();
     }
     void describe() const {
         std::int64_t n = 0;
@@ -284,52 +255,28 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     // Samples re-issued meanwhile stay in the batch as context but train nothing.
     for (std::size_t i = 0, off = 0; i < batch.positions.size(); off += batch.lengths[i], ++i)
         if (!keep[i]) std::fill_n(batch.loss_mask.begin() + static_cast<std::ptrdiff_t>(off), batch.lengths[i], 0);
-    std::size_t b = 0;
-    while (m.buffer_busy[b]) ++b;  // the loop never stages more than inflight_slots
+    const std::size_t b = m.received ? *m.received : m.free_buffer();
+    m.received.reset();
     m.buffer_busy[b] = true;
     Impl::Staged s;
     s.buffer = b;
     const auto T = static_cast<std::int64_t>(batch.n_tokens());
-    // Only the rows the batch fills, layer by layer: a slot is often far from full.
-    const FilledRows rows = filled_rows(m.ctx.ring.geometry(), batch.n_tokens());
     at::Tensor& buf = m.buffers[b];
     s.hidden = buf.narrow(1, 0, T);
     s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
     s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
-    if (!m.device.is_cuda()) {
-        auto t0 = Clock::now();
-        copy_filled_rows(buf.data_ptr(), slot.payload().data(), rows);
-        s.copy_ms = ms_since(t0);
-        slot.release();
-    } else {
-#ifdef HSRING_TORCH_CUDA
-        // DMA of the filled rows from the registered ring; the slot goes back to FREE from a host
-        // callback as soon as the copy ends, not when training on it ends.
-        s.start = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
-        s.done = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
-        s.start->record(*m.copy_stream);
-        copy_filled_rows_async(buf.data_ptr(), slot.payload().data(), rows, m.copy_stream->stream());
-        s.done->record(*m.copy_stream);
-        // The host callback owns the slot: it releases and deletes it whenever it runs, so a
-        // staged batch destroyed first (an exception, the end of the process) leaves it no dangling
-        // pointer. ~Impl waits for the copy stream: no callback outlives the ring's mapping.
-        auto* owned = new ReadSlot(std::move(slot));
-        const cudaError_t launched = cudaLaunchHostFunc(
-            m.copy_stream->stream(),
-            [](void* p) {
-                auto* held = static_cast<ReadSlot*>(p);
-                held->release();
-                delete held;
-            },
-            owned);
-        if (launched != cudaSuccess) delete owned;  // never launched: READY again
-        C10_CUDA_CHECK(launched);
-        s.released = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
-        s.released->record(*m.copy_stream);
-#endif
-    }
+    // The slot goes back to FREE as soon as its copy completed, not when training on it ends.
+    s.copy = m.reader->stage(std::move(slot), buf.data_ptr());
     s.batch = std::move(batch);
     m.staged.push_back(std::move(s));
+}
+
+bool TorchDrafter::receive(ReadSlot& slot) {
+    Impl& m = *impl_;
+    const std::size_t b = m.free_buffer();
+    if (!m.reader->receive(slot, m.buffers[b].data_ptr())) return false;
+    m.received = b;
+    return true;
 }
 
 std::size_t TorchDrafter::staged() const { return impl_->staged.size(); }

@@ -2,9 +2,10 @@
 // The real drafter compute: a DFlash drafter trained with AdamW on the captured hidden states.
 //
 // Staging (DESIGN.md invariant 1): at most [drafter] inflight_slots device buffers, each the
-// size of one slot's payload. A slot is copied host->device on a copy stream straight from the
-// registered ring and released by a host callback the moment its copy completes; the compute
-// stream waits on the copy's event before training on it. CPU: the copy is a memcpy.
+// size of one slot's payload. The transport (hsring/transport.hpp) copies a slot into one of them
+// (host ring: DMA from the registered ring; peer: device to device from its target's GPU) and
+// releases the slot the moment its copy completes; the compute stream waits for the copy before
+// training on it. CPU: the copy is a memcpy.
 //
 // Precision: fp32 master parameters and AdamW state, bf16 compute on GPU (the model casts
 // weights in forward), fp32 on CPU. Gradient accumulation is token-weighted: each batch
@@ -25,6 +26,7 @@ public:
     void restore(const std::filesystem::path* checkpoint) override;
     void prepare_replica() override;
     void broadcast_state() override;
+    bool receive(ReadSlot& slot) override;
     void stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint8_t> keep) override;
     std::size_t staged() const override;
     BatchResult train_one(bool sync_grads) override;

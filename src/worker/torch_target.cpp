@@ -2,19 +2,11 @@
 
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
+#include "hsring/transport.hpp"
 #include "model/target.hpp"
 #include "worker/torch_util.hpp"
 
-#ifdef HSRING_TORCH_CUDA
-#include "hsring/ring_cuda.hpp"
-
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 #include <chrono>
-#include <cstring>
 
 namespace hsring::worker {
 
@@ -23,27 +15,13 @@ struct TorchTarget::Impl {
     at::Device device;
     at::ScalarType compute_dtype, ring_dtype;
     model::TargetModel model;
-    std::uint64_t row_bytes, layer_stride;
-#ifdef HSRING_TORCH_CUDA
-    std::unique_ptr<CudaRegistration> registration;
-    std::optional<c10::cuda::CUDAStream> copy_stream;
-    std::vector<at::Tensor> in_flight;  // layers being copied: alive until the copy ends
-#endif
+    std::unique_ptr<transport::SlotWriter> writer;
 
     Impl(Context& c, at::Device d)
         : ctx(c), device(d), compute_dtype(d.is_cuda() ? scalar_type(c.cfg.target.dtype) : at::kFloat),
           ring_dtype(scalar_type(c.cfg.ring.dtype)),
           model(model::TargetModel::load(c.derived.target, d, compute_dtype, c.cfg.run.seed)),
-          row_bytes(std::uint64_t(c.derived.target.hidden_size) * dtype_bytes(c.cfg.ring.dtype)),
-          layer_stride(c.cfg.ring.slot_tokens * row_bytes) {
-#ifdef HSRING_TORCH_CUDA
-        if (device.is_cuda()) {
-            registration = std::make_unique<CudaRegistration>(ctx.ring);
-            copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
-            log::info("ring registered with CUDA in {:.2f} s ({} chunk(s))", registration->seconds(), registration->chunks());
-        }
-#endif
-    }
+          writer(transport::make_slot_writer(c.ring, transport::options_for(c.cfg, d.is_cuda()))) {}
 };
 
 TorchTarget::TorchTarget(Context& ctx) {
@@ -65,31 +43,17 @@ void TorchTarget::write(const PackedBatch& batch, WriteSlot& slot) {
     const auto T = static_cast<std::int64_t>(batch.n_tokens());
     at::Tensor tokens = at::from_blob(const_cast<std::int32_t*>(batch.tokens.data()), {T}, at::kInt)
                             .to(m.device, at::kLong);
-    std::byte* base = slot.payload().data();
-    const std::uint64_t bytes = static_cast<std::uint64_t>(T) * m.row_bytes;
+    m.writer->begin(slot, batch.n_tokens());
+    // Each captured layer is handed to the transport as soon as it is computed; the tensor stays
+    // alive (the transport holds it) until its copy completed.
     auto on_layer = [&](std::size_t i, const at::Tensor& hidden) {
         at::Tensor x = (hidden.scalar_type() == m.ring_dtype ? hidden : hidden.to(m.ring_dtype)).contiguous();
-        std::byte* dst = base + i * m.layer_stride;
-        if (!m.device.is_cuda()) {
-            std::memcpy(dst, x.data_ptr(), bytes);
-            return;
-        }
-#ifdef HSRING_TORCH_CUDA
-        // The copy stream waits for this layer only; later layers keep computing meanwhile.
-        at::cuda::CUDAEvent ready;
-        ready.record(at::cuda::getCurrentCUDAStream(m.device.index()));
-        ready.block(*m.copy_stream);
-        C10_CUDA_CHECK(cudaMemcpyAsync(dst, x.data_ptr(), bytes, cudaMemcpyDeviceToHost, m.copy_stream->stream()));
-        m.in_flight.push_back(std::move(x));
-#endif
+        const void* rows = x.data_ptr();
+        m.writer->put_layer(static_cast<std::uint32_t>(i), rows, current_stream(m.device),
+                            std::make_shared<at::Tensor>(std::move(x)));
     };
     m.model.forward(tokens, batch.cu_seqlens(), m.ctx.derived.layer_ids, on_layer);
-#ifdef HSRING_TORCH_CUDA
-    if (m.device.is_cuda()) {
-        m.copy_stream->synchronize();  // every byte is in the slot before the commit
-        m.in_flight.clear();
-    }
-#endif
+    m.writer->finish();
 }
 
 } // namespace hsring::worker

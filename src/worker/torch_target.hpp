@@ -1,8 +1,7 @@
 #pragma once
-// The real target compute: the frozen Qwen3/Llama model runs the packed batch and each
-// captured layer goes straight into the claimed slot: on GPU by an async D2H copy into the
-// registered ring (a copy stream that waits for the layer, so copies overlap the later layers'
-// compute); on CPU by a memcpy. No staging buffer (DESIGN.md invariant 2).
+// The real target compute: the frozen Qwen3/Llama model runs the packed batch and hands each
+// captured layer to the transport (hsring/transport.hpp) as soon as it is computed; the
+// transport gets it into the claimed slot while the later layers compute.
 #include "worker/context.hpp"
 #include "worker/target_loop.hpp"
 

@@ -12,6 +12,9 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
+#ifdef HSRING_HAVE_C10_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace hsring::worker {
 
@@ -35,6 +38,14 @@ at::Device worker_device(bool cuda) {
     fail("this worker was placed on a GPU but hsring was built without torch_cuda: rebuild where a GPU is "
          "visible (bin/gpu-build), or use \"cpu\" places in [topology]");
 #endif
+}
+
+transport::GpuStream current_stream(const at::Device& d) {
+#ifdef HSRING_HAVE_C10_CUDA
+    if (d.is_cuda()) return c10::cuda::getCurrentCUDAStream(d.index()).stream();
+#endif
+    (void)d;
+    return nullptr;
 }
 
 void configure_cpu_threads(const Config& cfg) {

@@ -2,6 +2,7 @@
 // Small glue between the worker and LibTorch: devices and dtypes from the config, and the CUDA
 // streams/events a worker uses (only where torch_cuda is linked: HSRING_TORCH_CUDA).
 #include "hsring/config.hpp"
+#include "hsring/transport.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -17,6 +18,9 @@ at::Device worker_device(bool cuda);
 // intra-op threads (at least 1), unless OMP_NUM_THREADS says otherwise. Oversubscribed
 // threads on a small machine cost more than they give.
 void configure_cpu_threads(const Config& cfg);
+// The current CUDA stream of `d` (the one torch queues compute on), nullptr on the CPU: what the
+// transport's copies wait for and what waits for them.
+transport::GpuStream current_stream(const at::Device& d);
 // Peak device memory allocated by this process so far (0 on CPU).
 std::uint64_t device_peak_bytes(const at::Device& d);
 

@@ -264,6 +264,34 @@ TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafte
     CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
 }
 
+TEST_CASE("[transport] kind: host by default; the peer kinds need GPUs everywhere and are shown by config check") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.transport.kind == TransportKind::Host);
+    CHECK(c.transport.peer_buffers == 2);
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("transport     host: targets -> host ring -> drafters") !=
+          std::string::npos);
+    const std::string gpus = "[topology]\ntargets = [0, 1]\ndrafters = [2]\n";
+    std::string text = std::string(kMinimal);
+    text.replace(text.find("[topology]"), text.find("[ring]") - text.find("[topology]"), gpus);
+    c = parse_config(text + "[transport]\nkind = \"peer+host\"\npeer_buffers = 3\n", "t.toml");
+    CHECK(c.transport.kind == TransportKind::PeerAndHost);
+    CHECK(c.transport.peer_buffers == 3);
+    const std::string d = describe(c, derive(c, preset_shape("tiny")));
+    CHECK(d.find("transport     peer+host: 3 device buffers of 64.00 KiB per target (192.00 KiB on its GPU)") != std::string::npos);
+    CHECK(d.find("the host ring keeps a copy too") != std::string::npos);
+    CHECK(parse_config(text + "[transport]\nkind = \"peer\"\n", "t.toml").transport.kind == TransportKind::Peer);
+
+    std::string e = error_of(std::string(kMinimal) + "[transport]\nkind = \"peer\"\n");
+    CHECK(e.find("t.toml:15") != std::string::npos);
+    CHECK(e.find("[transport] kind: \"peer\" copies hidden states between GPUs: every [topology] target and drafter must "
+                 "be on a GPU") != std::string::npos);
+    e = error_of(std::string(kMinimal) + "[transport]\nkind = \"nvlink\"\n");
+    CHECK(e.find("[transport] kind: \"nvlink\" is not allowed: use one of \"host\", \"peer\", \"peer+host\"") !=
+          std::string::npos);
+    e = error_of(text + "[transport]\nkind = \"peer\"\npeer_buffers = 0\n");
+    CHECK(e.find("[transport] peer_buffers") != std::string::npos);
+}
+
 TEST_CASE("held-out evaluation needs its data") {
     std::string s = kMinimal;
     s += "[train]\neval_every = 10\n";

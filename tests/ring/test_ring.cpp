@@ -2,7 +2,6 @@
 // attach checks, huge-page fallback. Multi-process behaviour is in test_ring_mp.cpp.
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"
-#include "hsring/slot_rows.hpp"
 #include "hsring/units.hpp"
 #include "ring/layout.hpp"
 #include "shm/region.hpp"
@@ -55,39 +54,6 @@ std::string error_of(auto&& f) {
 }
 
 } // namespace
-
-TEST_CASE("a batch's rows are copied layer by layer, only the filled ones: the rest of the buffer is untouched") {
-    RingGeometry g;
-    g.slot_tokens = 10;
-    g.n_layers = 3;
-    g.hidden = 4;
-    g.dtype_bytes = 2;
-    const std::size_t row = 8, layer = 10 * row, total = 3 * layer;
-    std::vector<std::uint8_t> payload(total), buffer(total, 0xEE);
-    for (std::size_t i = 0; i < total; ++i) payload[i] = static_cast<std::uint8_t>(i % 251);
-
-    const FilledRows f = filled_rows(g, 4);
-    CHECK(f.runs == 3);
-    CHECK(f.run_bytes == 4 * row);
-    CHECK(f.stride == layer);
-    CHECK(f.bytes() == 3 * 4 * row);
-    copy_filled_rows(buffer.data(), payload.data(), f);
-    for (std::size_t l = 0; l < 3; ++l)
-        for (std::size_t b = 0; b < layer; ++b) {
-            const std::size_t i = l * layer + b;
-            INFO("layer " << l << " byte " << b);
-            CHECK(buffer[i] == (b < 4 * row ? payload[i] : 0xEE));  // rows 0..3 of each layer, nothing else
-        }
-
-    // A full slot is one run; an empty batch copies nothing; an oversized one is refused.
-    const FilledRows full = filled_rows(g, 10);
-    CHECK(full.runs == 1);
-    CHECK(full.bytes() == total);
-    copy_filled_rows(buffer.data(), payload.data(), full);
-    CHECK(buffer == payload);
-    CHECK(filled_rows(g, 0).bytes() == 0);
-    CHECK(error_of([&] { filled_rows(g, 11); }).find("11 tokens does not fit a slot of 10 tokens") != std::string::npos);
-}
 
 TEST_CASE("the layout aligns payloads to 2 MiB and gives each control word its own lines") {
     RingGeometry g = small_geometry(5, 3 * MiB);
