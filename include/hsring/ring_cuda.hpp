@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <memory>
 #include <vector>
 
 namespace hsring {
@@ -27,6 +28,11 @@ public:
     ~CudaRegistration();
     CudaRegistration(const CudaRegistration&) = delete;
     CudaRegistration& operator=(const CudaRegistration&) = delete;
+
+    // The registration of `ring`'s mapping in this process, made on first use and shared by every
+    // writer and reader of it here (CUDA refuses the same pages twice:
+    // cudaErrorHostMemoryAlreadyRegistered); unregistered when the last one lets go.
+    static std::shared_ptr<CudaRegistration> shared(const Ring& ring);
 
     double seconds() const { return seconds_; }  // how long registration took
     std::size_t chunks() const { return chunks_.size(); }

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
 
 namespace hsring {
 
@@ -55,6 +58,17 @@ CudaRegistration::CudaRegistration(const Ring& ring, std::size_t chunk_bytes) {
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log::debug("registered ring '{}' ({}) with CUDA in {} chunk(s), {:.3f} s", ring.name(), format_bytes(area.size()),
                chunks_.size(), seconds_);
+}
+
+std::shared_ptr<CudaRegistration> CudaRegistration::shared(const Ring& ring) {
+    static std::mutex mu;
+    static std::map<const std::byte*, std::weak_ptr<CudaRegistration>> by_mapping;
+    const std::lock_guard<std::mutex> guard(mu);
+    auto& weak = by_mapping[ring.payload_area().data()];
+    if (auto r = weak.lock()) return r;
+    auto r = std::make_shared<CudaRegistration>(ring);
+    weak = r;
+    return r;
 }
 
 CudaRegistration::~CudaRegistration() {

@@ -36,7 +36,7 @@ private:
     std::byte* payload_ = nullptr;
     std::uint64_t n_tokens_ = 0;
 #ifdef HSRING_HAVE_CUDA
-    std::unique_ptr<CudaRegistration> registration_;
+    std::shared_ptr<CudaRegistration> registration_;  // shared with this process's other users of the ring
     cudaStream_t stream_{};
     cudaEvent_t layer_ready_{};
     std::vector<KeepAlive> in_flight_;  // sources of queued copies: alive until finish()
@@ -53,7 +53,7 @@ private:
     Ring& ring_;
     bool cuda_;
 #ifdef HSRING_HAVE_CUDA
-    std::unique_ptr<CudaRegistration> registration_;
+    std::shared_ptr<CudaRegistration> registration_;  // shared with this process's other users of the ring
     cudaStream_t stream_{};
 #endif
 };

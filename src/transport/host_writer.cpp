@@ -17,7 +17,7 @@ HostSlotWriter::HostSlotWriter(Ring& ring, bool cuda)
       layer_stride_(ring.geometry().slot_tokens * row_bytes_) {
     if (!cuda_) return;
 #ifdef HSRING_HAVE_CUDA
-    registration_ = std::make_unique<CudaRegistration>(ring_);
+    registration_ = CudaRegistration::shared(ring_);
     log::info("ring registered with CUDA in {:.2f} s ({} chunk(s))", registration_->seconds(), registration_->chunks());
     stream_ = make_copy_stream();
     HSRING_CUDA(cudaEventCreateWithFlags(&layer_ready_, cudaEventDisableTiming));

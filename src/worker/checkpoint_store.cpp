@@ -116,8 +116,14 @@ void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
     const fs::path final_dir = dir_of(step);
     safe::Fd parent = safe::open_dir_beneath(root_, sub_, true);
     fs::remove_all(final_dir);  // a checkpoint of the same step from an incarnation that died
-    if (::renameat(parent.get(), tmp.filename().c_str(), parent.get(), final_dir.filename().c_str()) != 0)
-        fail("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), errno_text(errno));
+    if (::renameat(parent.get(), tmp.filename().c_str(), parent.get(), final_dir.filename().c_str()) != 0) {
+        const int err = errno;
+        // Turned unwritable while the checkpoint was written (a background write takes seconds).
+        if (err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT)
+            unwritable(dir_, fmt::format("cannot rename {} to {}: {}", tmp.filename().string(),
+                                         final_dir.filename().string(), errno_text(err)));
+        fail("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), errno_text(err));
+    }
     // latest.tmp is made fresh (O_EXCL, a stale one or a link removed first) and renamed over latest.
     safe::write_atomic(root_, sub_ + "/latest", std::to_string(step) + "\n", true);
     // Prune: keep the newest `keep` committed checkpoints.

@@ -87,13 +87,14 @@ def test_clean_and_killed_runs_train_every_sample_once_to_comparable_loss():
     finally:
         clean.cleanup()
 
-    r = TrainRun("e2ek")
+    # target.0's first process holds its 3rd slot WRITING (HSRING_FAULT hold, CONTRACT.md) until
+    # it is killed: the kill lands mid-write however fast the forward is; its restart has no fault.
+    r = TrainRun("e2ek", env={"HSRING_FAULT": "target.0:write:3:hold"})
     try:
         r.start()
         r.wait_running(timeout=60)
-        # A target while it holds a WRITING slot (its forward pass fills it).
         st = r.wait_for(lambda s: r.worker(s, "target.0")["holds"]["writing"] > 0, "target.0 writing a slot",
-                        timeout=60, interval=0.005)
+                        timeout=60, interval=0.05)
         os.kill(r.worker(st, "target.0")["pid"], 9)
         r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and r.worker(s, "target.0")["state"] == "running",
                    "target.0 restarted", timeout=60)

@@ -187,6 +187,10 @@ int peer_writer_main(char** argv) {
                 for (std::uint32_t l = 0; l < g.n_layers; ++l) {
                     for (std::size_t i = 0; i < host.size(); ++i) host[i] = pattern(static_cast<std::uint64_t>(b), l, i);
                     HSRING_CUDA(cudaMemcpy(layers[l], host.data(), n * row, cudaMemcpyHostToDevice));
+                    // A cudaMemcpy from pageable memory may return before its DMA reached the device
+                    // (CUDA's API sync rules), and put_layer(nullptr) means "ready now": wait for it.
+                    // Without this the H200 run saw the tail of a layer still holding the batch before.
+                    HSRING_CUDA(cudaDeviceSynchronize());
                     writer->put_layer(l, layers[l], nullptr, nullptr);
                 }
                 writer->finish();
