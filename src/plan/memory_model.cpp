@@ -130,6 +130,14 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
                           n, num(t), m.h, ring_e);
     }
     w.parts.push_back({"captured_hidden_states", captured, how});
+    if (!place.is_cpu() && cfg.transport.kind != TransportKind::Host) {
+        // src/transport/peer_writer.cpp: the pool of exported buffers, one slot payload each.
+        const u64 payload = n * cfg.ring.slot_tokens * m.h * ring_e;
+        w.parts.push_back({"peer_buffers", cfg.transport.peer_buffers * payload,
+                           fmt::format("[transport] peer_buffers = {} x one slot payload ({} layers x {} tokens x {} x {} "
+                                       "B) exported to the drafters", cfg.transport.peer_buffers, n,
+                                       num(cfg.ring.slot_tokens), m.h, ring_e)});
+    }
     add_overheads(w);
     return w;
 }

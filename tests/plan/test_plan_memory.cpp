@@ -609,3 +609,18 @@ TEST_CASE("the shipped 4 x 96 GB and 8-GPU configs fit 96 GB GPUs and 1 TB of ho
         CHECK(host == doctest::Approx(k.targets == 1 ? 82 : 90).epsilon(0.05));
     }
 }
+
+TEST_CASE("a peer transport's exported buffers are part of each GPU target's memory") {
+    Config c = qwen();
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const WorkerMemory host = target_memory(c, d, "target.0", Place{0}, 16384);
+    c.transport.kind = TransportKind::Peer;
+    c.transport.peer_buffers = 3;
+    const WorkerMemory peer = target_memory(c, d, "target.0", Place{0}, 16384);
+    // 3 x (layers x slot_tokens x 4096 x 2 B)
+    const std::uint64_t payload = d.layer_ids.size() * c.ring.slot_tokens * 4096ull * 2;
+    CHECK(part(peer, "peer_buffers").bytes == 3 * payload);
+    CHECK(peer.allocated() == host.allocated() + 3 * payload);
+    // CPU targets have no peer buffers (peer kinds need GPUs; config check refuses them there).
+    for (const auto& p : target_memory(c, d, "target.0", Place{}, 16384).parts) CHECK(p.name != "peer_buffers");
+}
