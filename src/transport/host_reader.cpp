@@ -1,6 +1,7 @@
 // Drafter side of the host ring: the filled rows of a slot go host -> device by DMA straight from
 // the registered ring on a copy stream, and the slot goes back to FREE from a host callback the
 // moment its copy completes (not when training on it ends). CPU: memcpy, then release.
+#include "transport/done_copy.hpp"
 #include "transport/host.hpp"
 
 #include "hsring/cuda_util.hpp"
@@ -12,17 +13,6 @@
 namespace hsring::transport {
 
 namespace {
-
-// A staged copy that completed before stage() returned (the CPU's memcpy).
-class DoneCopy final : public StagedCopy {
-public:
-    explicit DoneCopy(double ms) : ms_(ms) {}
-    void wait(GpuStream) override {}
-    double copy_ms() const override { return ms_; }
-
-private:
-    double ms_;
-};
 
 #ifdef HSRING_HAVE_CUDA
 // The slot of a queued copy. The copy's completion callback holds one reference and releases the

@@ -6,6 +6,7 @@
 //                died (samples re-issued, slot FREE): nothing consumed is ever lost.
 //   "peer+host": stage() pulls asynchronously; if the holder died, wait() copies the host payload
 //                instead. Targets whose GPU this one cannot reach are read from the host.
+#include "transport/done_copy.hpp"
 #include "transport/peer.hpp"
 
 #include "hsring/cuda_util.hpp"
@@ -18,16 +19,6 @@
 namespace hsring::transport {
 
 namespace {
-
-class DoneCopy final : public StagedCopy {
-public:
-    explicit DoneCopy(double ms) : ms_(ms) {}
-    void wait(GpuStream) override {}
-    double copy_ms() const override { return ms_; }
-
-private:
-    double ms_;
-};
 
 // The slot of an asynchronous peer pull ("peer+host"). Its completion callback checks the holder:
 // alive -> releases the slot; dead -> leaves it to wait(), which reads the host copy. The callback
