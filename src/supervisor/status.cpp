@@ -123,7 +123,8 @@ json status_json(const StatusInputs& in) {
                   {"reading", in.occupancy.reading}, {"stopping", in.stopping},
                   {"counters", {{"commits", c.commits}, {"releases", c.releases}, {"aborts", c.aborts},
                                 {"put_backs", c.put_backs}, {"reclaimed_writing", c.reclaimed_writing},
-                                {"reclaimed_reading", c.reclaimed_reading}, {"redeliveries", c.redeliveries}}}}},
+                                {"reclaimed_reading", c.reclaimed_reading}, {"redeliveries", c.redeliveries},
+                                {"peer_lost", c.peer_lost}}}}},
         {"ledger", {{"name", in.ledger_name}, {"total", in.total}, {"pending", in.counts.pending},
                     {"in_slot", in.counts.in_slot}, {"consumed", in.counts.consumed},
                     {"durable", in.counts.durable}, {"done", in.done}}},
@@ -241,6 +242,9 @@ std::string status_text(const json& st) {
                      "redeliveries {}\n", c.value("commits", 0), c.value("releases", 0), c.value("aborts", 0),
                      c.value("put_backs", 0), c.value("reclaimed_writing", 0), c.value("reclaimed_reading", 0),
                      c.value("redeliveries", 0));
+    if (c.value("peer_lost", 0) > 0)
+        s += fmt::format("  {} READY slots lost with their target's GPU (peer transport: their samples produced again)\n",
+                         c.value("peer_lost", 0));
     const json& l = st["ledger"];
     const std::uint64_t total = l.value("total", std::uint64_t{0});
     s += fmt::format("ledger {}: {} of {} sample passes trained ({:.1f}%){}: {} pending, {} in slots, {} consumed, "

@@ -293,6 +293,12 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     const std::string text = status_text(j);
     CHECK(text.find("drafter.0") != std::string::npos);
     CHECK(text.find("2 ready") != std::string::npos);
+    CHECK(j["ring"]["counters"]["peer_lost"] == 0);
+    CHECK(text.find("lost with their target") == std::string::npos);  // host transport: never
+    in.counters.peer_lost = 3;
+    const auto k = status_json(in);
+    CHECK(k["ring"]["counters"]["peer_lost"] == 3);
+    CHECK(status_text(k).find("3 READY slots lost with their target's GPU") != std::string::npos);
 }
 
 TEST_CASE("rates come from the worker's heartbeats over a window and restart with a new process") {
