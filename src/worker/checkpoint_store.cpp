@@ -34,6 +34,9 @@ namespace {
                                 "or choose another run directory (--run-dir DIR)", dir.string(), why));
 }
 
+// An errno that says the directory cannot take the checkpoint (permissions, read-only, full).
+bool unwritable_errno(int err) { return err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT; }
+
 } // namespace
 
 CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(dir)), keep_(keep) {
@@ -90,7 +93,7 @@ fs::path CheckpointStore::begin(std::uint64_t step) {
     safe::Fd parent = safe::open_dir_beneath(root_, sub_, true);
     if (::mkdirat(parent.get(), name.c_str(), 0700) != 0) {
         const int err = errno;
-        if (err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT)
+        if (unwritable_errno(err))
             unwritable(dir_, errno_text(err));
         fail("cannot create {}: {}", tmp.string(), errno_text(err));
     }
@@ -119,7 +122,7 @@ void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
     if (::renameat(parent.get(), tmp.filename().c_str(), parent.get(), final_dir.filename().c_str()) != 0) {
         const int err = errno;
         // Turned unwritable while the checkpoint was written (a background write takes seconds).
-        if (err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT)
+        if (unwritable_errno(err))
             unwritable(dir_, fmt::format("cannot rename {} to {}: {}", tmp.filename().string(),
                                          final_dir.filename().string(), errno_text(err)));
         fail("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), errno_text(err));

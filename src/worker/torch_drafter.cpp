@@ -425,7 +425,9 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     if (m.host_state_ready.valid()) m.host_state = m.host_state_ready.get();
     if (!m.host_state || m.host_state.use_count() > 1) m.host_state = std::make_shared<HostState>();
     HostState& h = *m.host_state;
-    const bool pinned = m.device.is_cuda();
+    // Pinned only for background writes (kept for the run, allocated at start); a checkpoint
+    // written in the step copies to pageable memory and pins nothing for good.
+    const bool pinned = m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background;
     // Asynchronous device -> pinned host copies on the compute stream, one wait at the end.
     auto copy_out = [&](at::Tensor& dst, const at::Tensor& src) {
         if (!dst.defined() || dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type())
