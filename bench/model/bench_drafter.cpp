@@ -10,6 +10,7 @@
 #include "bench_common.hpp"
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
+#include "kineto_trace.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_flops.hpp"
@@ -201,6 +202,7 @@ int main(int argc, char** argv) {
         bench::Options o(argc, argv,
                          {{"preset", "qwen3-8b"}, {"layers", "5"}, {"seq-len", "3072"}, {"samples", "2"},
                           {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "256"},
+                          {"key-pad", "256"}, {"attention-kernel", "auto"}, {"trace", ""},
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
@@ -211,6 +213,9 @@ int main(int argc, char** argv) {
                          "Prints the step's matmul FLOPs (src/model/dflash_flops.hpp), the TFLOP/s reached and the\n"
                          "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
                          "--recompute layers: activation checkpointing per drafter layer ([train] recompute).\n"
+                         "--group N --key-pad N --attention-kernel auto|efficient|cudnn: how the block attention\n"
+                         "is cut into SDPA calls and which kernel runs them (src/model/attention.hpp).\n"
+                         "--trace FILE: a Kineto (Chrome) trace of 2 more steps; bench/gpu/trace_summary.py sums it.\n"
                          "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
                          "--sample-tokens N: samples of N tokens instead of [data] path (--config).");
@@ -257,7 +262,12 @@ int main(int argc, char** argv) {
         opt.num_anchors = static_cast<int>(o.num("anchors"));
         opt.gamma = o.real("gamma");
         opt.chunk = static_cast<int>(o.num("chunk"));
-        opt.attention_group_blocks = static_cast<int>(o.num("group"));
+        opt.attention.group_blocks = o.num("group");
+        opt.attention.key_pad = o.num("key-pad");
+        if (opt.attention.group_blocks <= 0 || opt.attention.key_pad <= 0 || opt.attention.key_pad % 16 != 0)
+            fail("--group must be > 0 and --key-pad a positive multiple of 16 (got {} and {})",
+                 opt.attention.group_blocks, opt.attention.key_pad);
+        opt.attention.kernel = parse_attention_kernel(o.str("attention-kernel"), "--attention-kernel");
         if (o.str("recompute") != "none" && o.str("recompute") != "layers")
             fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
         opt.recompute_layers = o.str("recompute") == "layers";
@@ -286,7 +296,7 @@ int main(int argc, char** argv) {
         DFlashStepFlops flops;
         const std::size_t timed = std::min<std::size_t>(step_blocks.size(), static_cast<std::size_t>(std::max(1, iters)));
         for (std::size_t i = step_blocks.size() - timed; i < step_blocks.size(); ++i) {
-            const DFlashStepFlops f = dflash_step_flops(cfg, total, step_blocks[i], opt.attention_group_blocks);
+            const DFlashStepFlops f = dflash_step_flops(cfg, total, step_blocks[i], opt.attention);
             flops.layers += f.layers / double(timed);
             flops.context_kv += f.context_kv / double(timed);
             flops.attention += f.attention / double(timed);
@@ -341,10 +351,23 @@ int main(int argc, char** argv) {
             phases_ms = {{"sample_blocks", t_blocks}, {"forward_no_grad", t_fwd}, {"forward_chunked_ce", t_loss},
                          {"backward", t_bwd}, {"adamw", t_adam}};
         }
+        if (!o.str("trace").empty()) {
+            bench::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] {
+                adam.zero_grad();
+                DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
+                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+                auto r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
+                r.loss.backward();
+                adam.step();
+            });
+            fmt::print(out, "trace of 2 steps: {}\n", o.str("trace"));
+        }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
-                        "master, recompute {}: {:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
+                        "master, recompute {}, attention groups of {} blocks, keys padded to {}, kernel {}: "
+                        "{:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
                    o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(compute),
-                   o.str("recompute"), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
+                   o.str("recompute"), opt.attention.group_blocks, opt.attention.key_pad,
+                   to_string(opt.attention.kernel), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
         fmt::print(out, "matmul work: {:.2f} TFLOP per step (layers {:.2f}, context k/v {:.2f}, attention {:.2f}, fc {:.2f}, "
                         "LM head {:.2f}) -> {:.1f} TFLOP/s; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n",
                    flops.total() / 1e12, flops.layers / 1e12, flops.context_kv / 1e12, flops.attention / 1e12,
@@ -367,6 +390,9 @@ int main(int argc, char** argv) {
                                 {"anchors", opt.num_anchors},
                                 {"block", cfg.block_size},
                                 {"recompute", o.str("recompute")},
+                                {"attention", {{"group_blocks", opt.attention.group_blocks},
+                                               {"key_pad", opt.attention.key_pad},
+                                               {"kernel", to_string(opt.attention.kernel)}}},
                                 {"blocks", blocks},
                                 {"iters", iters},
                                 {"step_s", step},

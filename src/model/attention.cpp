@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
 #include <algorithm>
 #include <limits>
@@ -42,6 +43,39 @@ bool flash_varlen_ok(const at::Tensor& q) {
            d <= 256;
 }
 
+// Restricts LibTorch's SDPA backend choice for the masked block-attention calls and restores the
+// process-wide flags after (the drafter runs its attention on one thread; nothing else in a
+// drafter process calls SDPA meanwhile).
+class SdpaBackendScope {
+public:
+    SdpaBackendScope(AttentionKernel k, bool cuda) : active_(cuda && k != AttentionKernel::Auto) {
+        if (!active_) return;
+        auto& ctx = at::globalContext();
+        flash_ = ctx.userEnabledFlashSDP();
+        eff_ = ctx.userEnabledMemEfficientSDP();
+        math_ = ctx.userEnabledMathSDP();
+        cudnn_ = ctx.userEnabledCuDNNSDP();
+        ctx.setSDPUseFlash(false);
+        ctx.setSDPUseMath(false);
+        ctx.setSDPUseMemEfficient(k == AttentionKernel::Efficient);
+        ctx.setSDPUseCuDNN(k == AttentionKernel::CuDNN);
+    }
+    ~SdpaBackendScope() {
+        if (!active_) return;
+        auto& ctx = at::globalContext();
+        ctx.setSDPUseFlash(flash_);
+        ctx.setSDPUseMemEfficient(eff_);
+        ctx.setSDPUseMath(math_);
+        ctx.setSDPUseCuDNN(cudnn_);
+    }
+    SdpaBackendScope(const SdpaBackendScope&) = delete;
+    SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
+
+private:
+    bool active_;
+    bool flash_ = true, eff_ = true, math_ = true, cudnn_ = true;
+};
+
 } // namespace
 
 at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -69,11 +103,28 @@ at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, con
     return at::cat(outs, 0);
 }
 
+AttentionKernel parse_attention_kernel(const std::string& name, const std::string& what) {
+    if (name == "auto") return AttentionKernel::Auto;
+    if (name == "efficient") return AttentionKernel::Efficient;
+    if (name == "cudnn") return AttentionKernel::CuDNN;
+    fail("{}: attention kernel must be auto, efficient or cudnn, got \"{}\"", what, name);
+}
+
+const char* to_string(AttentionKernel k) {
+    switch (k) {
+    case AttentionKernel::Auto: return "auto";
+    case AttentionKernel::Efficient: return "efficient";
+    case AttentionKernel::CuDNN: return "cudnn";
+    }
+    return "?";
+}
+
 std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
                                      const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                     std::int64_t group_blocks) {
+                                     const BlockAttentionLayout& layout) {
     HSRING_ASSERT(anchors.size() == seq_begin_of_block.size());
-    HSRING_ASSERT(group_blocks > 0 && block_size > 0);
+    const std::int64_t group_blocks = layout.group_blocks, pad = layout.key_pad;
+    HSRING_ASSERT(group_blocks > 0 && block_size > 0 && pad > 0);
     std::vector<BlockGroup> groups;
     const auto n = static_cast<std::int64_t>(anchors.size());
     for (std::int64_t b0 = 0; b0 < n;) {
@@ -88,10 +139,10 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
         g.ctx_len = anchors[b1 - 1] - g.ctx_begin;
         g.row_begin = b0 * block_size;
         g.rows = (b1 - b0) * block_size;
-        // Keys padded to a multiple of 256 (not just the kernels' 16): anchors differ every batch,
-        // and every new attention shape costs a kernel plan on first use (seen on the H200: 2 s
-        // of a 3 s step with 32-block groups); few distinct shapes keep those plans cached.
-        g.key_len = (g.ctx_len + g.rows + 255) / 256 * 256;
+        // Keys padded to a multiple of key_pad (not just the kernels' 16): anchors differ every
+        // batch, and with a kernel that plans per shape every new shape costs a plan on first use
+        // (seen on the H200: 2 s of a 3 s step with 32-block groups padded to 16).
+        g.key_len = (g.ctx_len + g.rows + pad - 1) / pad * pad;
         groups.push_back(std::move(g));
         b0 = b1;
     }
@@ -100,13 +151,14 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
 
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
+                                    const BlockAttentionLayout& layout, std::int64_t kv_repeat, at::Device device,
                                     at::ScalarType dtype) {
     HSRING_ASSERT(kv_repeat > 0);
     BlockAttention plan;
     plan.block_size = block_size;
+    plan.kernel = layout.kernel;
     plan.kv_repeat = kv_repeat;
-    plan.groups = block_groups(anchors, seq_begin_of_block, block_size, group_blocks);
+    plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
     auto cpu_long = at::TensorOptions().dtype(at::kLong);
     for (auto& g : plan.groups) {
         // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
@@ -134,6 +186,8 @@ at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const a
     HSRING_ASSERT(hq == hkv * r, "query heads {} != kv heads {} x {}", hq, hkv, r);
     std::vector<at::Tensor> outs;
     outs.reserve(plan.groups.size());
+    // Backward runs the backward op the forward chose: the scope is needed in forward only.
+    SdpaBackendScope backend(plan.kernel, q.is_cuda());
     for (const auto& g : plan.groups) {
         auto keys = [&](const at::Tensor& ctx, const at::Tensor& blk) {
             std::vector<at::Tensor> parts{ctx.narrow(0, g.ctx_begin, g.ctx_len), blk.narrow(0, g.row_begin, g.rows)};

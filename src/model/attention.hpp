@@ -35,18 +35,38 @@ struct PackedSequences {
 at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const PackedSequences& seqs, double scale);
 
+// How the drafter's block attention is cut into kernel calls and which kernel runs them.
+//  - group_blocks: consecutive blocks of one sequence per call. Small groups compute little of
+//    the masked-out context (a group's keys reach its last anchor) and of the other blocks'
+//    rows (every row of a group sees the group's block keys through the mask).
+//  - key_pad: key lengths are rounded up to a multiple of this, so that few distinct shapes
+//    occur (kernels that build a plan per shape, cuDNN's, pay it once per shape).
+//  - kernel: the SDPA backend for the masked calls on CUDA. Auto = LibTorch's choice;
+//    Efficient = the memory-efficient (cutlass) kernel, no per-shape plans; CuDNN = cuDNN's
+//    fused attention. CPU always runs LibTorch's CPU path.
+enum class AttentionKernel { Auto, Efficient, CuDNN };
+struct BlockAttentionLayout {
+    std::int64_t group_blocks = 256;
+    std::int64_t key_pad = 256;
+    AttentionKernel kernel = AttentionKernel::Auto;
+};
+// "auto" | "efficient" | "cudnn"; throws hsring::Error naming `what` for anything else.
+AttentionKernel parse_attention_kernel(const std::string& name, const std::string& what);
+const char* to_string(AttentionKernel k);
+
 // One group of consecutive blocks of one sequence: rows [row_begin, row_begin + rows) of the
 // block queries, context rows [ctx_begin, ctx_begin + ctx_len) (ctx_len = the group's largest
 // anchor relative to its sequence start), keys [context prefix | own blocks | padding].
 struct BlockGroup {
     std::int64_t ctx_begin = 0, ctx_len = 0;
     std::int64_t row_begin = 0, rows = 0;
-    std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of 256 (few distinct shapes)
+    std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of key_pad (few distinct shapes)
     at::Tensor bias;           // [1, 1, kv_repeat * rows, key_len], 0 = visible, -inf = masked
 };
 
 struct BlockAttention {
     std::int64_t block_size = 0;
+    AttentionKernel kernel = AttentionKernel::Auto;
     std::int64_t kv_repeat = 1;  // Hq / Hkv
     std::vector<BlockGroup> groups;
 };
@@ -56,13 +76,13 @@ struct BlockAttention {
 // in order. Host only: the attention's FLOP count (dflash_flops.hpp) reads the same shapes.
 std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
                                      const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                     std::int64_t group_blocks);
+                                     const BlockAttentionLayout& layout);
 
 // block_groups with their masks, built once per batch on `device` in `dtype` and shared by
 // every layer.
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                    std::int64_t group_blocks, std::int64_t kv_repeat, at::Device device,
+                                    const BlockAttentionLayout& layout, std::int64_t kv_repeat, at::Device device,
                                     at::ScalarType dtype);
 
 // q, k_blk, v_blk: [blocks * block_size, H, D]; k_ctx, v_ctx: [T, Hkv, D]. Returns [rows, Hq, D].

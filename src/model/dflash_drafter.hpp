@@ -13,6 +13,7 @@
 //
 // Precision: parameters are fp32 master weights; forward casts them to the compute dtype
 // (bf16 on GPU, fp32 on CPU) differentiably, so gradients land in fp32 on the parameters.
+#include "model/attention.hpp"
 #include "model/dflash_blocks.hpp"
 #include "model/dflash_config.hpp"
 
@@ -67,7 +68,7 @@ struct DFlashInputs {
     at::Tensor block_embeds;   // [blocks * B, H] target embedding of the block tokens
     const DFlashBlocks* blocks = nullptr;
     at::ScalarType compute_dtype = at::kFloat;
-    std::int64_t attention_group_blocks = 256;  // blocks per attention call (see attention.hpp)
+    BlockAttentionLayout attention;  // kernel calls of the block attention (see attention.hpp)
     // Activation checkpointing per decoder layer (recompute.hpp): a layer keeps only its inputs
     // and runs its forward again in backward. Same loss and gradients, less activation memory,
     // ~1/3 more layer compute.

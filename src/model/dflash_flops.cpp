@@ -8,7 +8,7 @@ namespace hsring::model {
 
 DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_tokens,
                                   const std::vector<std::int64_t>& anchors, const std::vector<std::int64_t>& seq_begin,
-                                  std::int64_t scored_rows, std::int64_t group_blocks) {
+                                  std::int64_t scored_rows, const BlockAttentionLayout& layout) {
     const std::int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
     const std::int64_t rows = static_cast<std::int64_t>(anchors.size()) * c.block_size, t = context_tokens;
     const double n = static_cast<double>(c.num_layers);
@@ -19,7 +19,7 @@ DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_to
     f.layers = n * 3 * per_layer;
     f.context_kv = n * 3 * 2 * gemm_flops(t, h, kv);
     double attn = 0;
-    for (const auto& g : block_groups(anchors, seq_begin, c.block_size, group_blocks))
+    for (const auto& g : block_groups(anchors, seq_begin, c.block_size, layout))
         attn += 2 * gemm_flops(c.num_heads * g.rows, c.head_dim, g.key_len);  // QK^T, then PV
     f.attention = n * 3 * attn;
     f.fc = 2 * gemm_flops(t, c.num_context_layers() * h, h);
@@ -28,9 +28,9 @@ DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_to
 }
 
 DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_tokens, const DFlashBlocks& blocks,
-                                  std::int64_t group_blocks) {
+                                  const BlockAttentionLayout& layout) {
     const std::int64_t scored = blocks.num_blocks() ? (blocks.weights > 0).sum().item<std::int64_t>() : 0;
-    return dflash_step_flops(c, context_tokens, blocks.anchors, blocks.seq_begin, scored, group_blocks);
+    return dflash_step_flops(c, context_tokens, blocks.anchors, blocks.seq_begin, scored, layout);
 }
 
 } // namespace hsring::model

@@ -17,6 +17,7 @@
 //               states need no gradient)
 //   lm_head     2 x 2S*H*V                     logits + d(hidden) of the scored rows only (the
 //               head is frozen: no weight gradient)
+#include "model/attention.hpp"
 #include "model/dflash_blocks.hpp"
 #include "model/dflash_config.hpp"
 
@@ -30,14 +31,14 @@ struct DFlashStepFlops {
     double total() const { return layers + context_kv + attention + fc + lm_head; }
 };
 
-// anchors / seq_begin as in DFlashBlocks; group_blocks = DFlashLossOptions::attention_group_blocks.
+// anchors / seq_begin as in DFlashBlocks; layout = DFlashLossOptions::attention.
 DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_tokens,
                                   const std::vector<std::int64_t>& anchors, const std::vector<std::int64_t>& seq_begin,
-                                  std::int64_t scored_rows, std::int64_t group_blocks);
+                                  std::int64_t scored_rows, const BlockAttentionLayout& layout);
 
 // The same for sampled blocks (reads the number of weighted rows: a device sync on GPU).
 DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_tokens, const DFlashBlocks& blocks,
-                                  std::int64_t group_blocks);
+                                  const BlockAttentionLayout& layout);
 
 // A GEMM [m x k] x [k x n]: 2mkn.
 inline double gemm_flops(std::int64_t m, std::int64_t k, std::int64_t n) {

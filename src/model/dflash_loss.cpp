@@ -22,7 +22,7 @@ at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const D
     in.block_embeds = head.embed.detach().index_select(0, blocks.block_tokens);
     in.blocks = &blocks;
     in.compute_dtype = compute_dtype(options, batch.tokens.device());
-    in.attention_group_blocks = options.attention_group_blocks;
+    in.attention = options.attention;
     in.recompute_layers = options.recompute_layers;
     return drafter->forward(in);
 }

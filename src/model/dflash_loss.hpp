@@ -30,7 +30,7 @@ struct DFlashLossOptions {
     int num_anchors = 512;    // blocks per sequence at most
     double gamma = 7.0;       // slot k weighs exp(-(k-1)/gamma); <= 0: no decay
     int chunk = 4096;         // block slots per cross-entropy chunk
-    int attention_group_blocks = 256;           // blocks per attention call (few, large calls: see attention.cpp)
+    BlockAttentionLayout attention;             // kernel calls of the block attention (attention.hpp)
     bool recompute_layers = false;              // [train] recompute = "layers": see DFlashInputs
     std::optional<at::ScalarType> compute_dtype;  // default: bf16 on CUDA, fp32 on CPU
 };

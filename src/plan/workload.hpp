@@ -21,7 +21,7 @@
 
 namespace hsring::plan {
 
-// Blocks per attention call: DFlashLossOptions::attention_group_blocks (src/model/dflash_loss.hpp),
+// Blocks per attention call: DFlashLossOptions::attention.group_blocks (src/model/dflash_loss.hpp),
 // which the drafter worker leaves at its default. Keys are padded to multiples of 256
 // (plan_block_attention in src/model/attention.cpp).
 inline constexpr std::uint64_t kAttentionGroupBlocks = 256;

@@ -59,7 +59,7 @@ TEST_CASE("hsring-bench drafter --json reports the step's FLOPs, TFLOP/s and the
     // Every group's keys pad to 256 here, so any anchors with the same grouping count the same;
     // all 3 non-anchor slots of the 6 blocks are scored.
     const DFlashConfig c = dflash_config_for(preset_shape("tiny"), 2, 4, -1, {});
-    const DFlashStepFlops want = dflash_step_flops(c, 96, {1, 2, 3, 49, 50, 51}, {0, 0, 0, 48, 48, 48}, 18, 2);
+    const DFlashStepFlops want = dflash_step_flops(c, 96, {1, 2, 3, 49, 50, 51}, {0, 0, 0, 48, 48, 48}, 18, BlockAttentionLayout{.group_blocks = 2});
     CHECK(total == doctest::Approx(want.total()));
     CHECK(double(f.at("lm_head")) == doctest::Approx(want.lm_head));
     const double step = j.at("step_s"), tflops = j.at("tflops_per_s"), ratio = j.at("gemm_ratio");

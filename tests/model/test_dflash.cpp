@@ -161,7 +161,7 @@ TEST_CASE("a block sees its sequence's context strictly before its anchor, its o
     const std::vector<std::int64_t> anchors{3, 7, 12, 18, 25, 40};
     auto blocks = dflash_blocks_at(f.batch.tokens, f.batch.loss_mask, cu, b, 511, anchors, 7.0);
     DFlashLossOptions opt;
-    opt.attention_group_blocks = 3;  // groups [3,7,12] [18] [25] [40]: the probe shares a group
+    opt.attention.group_blocks = 3;  // groups [3,7,12] [18] [25] [40]: the probe shares a group
     at::NoGradGuard no_grad;
     const at::Tensor base = dflash_hidden(drafter, f.head, f.batch, blocks, opt);
     const std::int64_t probe = 2, a = anchors[probe];
@@ -207,10 +207,12 @@ TEST_CASE("a block sees its sequence's context strictly before its anchor, its o
         CHECK(at::allclose(block_rows(out, probe, b), block_rows(base, probe, b), 0, 1e-6));
     }
     SUBCASE("grouping does not change the result") {
-        for (int g : {1, 2, 64}) {
-            opt.attention_group_blocks = g;
-            CHECK(at::allclose(dflash_hidden(drafter, f.head, f.batch, blocks, opt), base, 1e-5, 1e-6));
-        }
+        for (int g : {1, 2, 64})
+            for (int pad : {16, 64, 256}) {
+                opt.attention.group_blocks = g;
+                opt.attention.key_pad = pad;
+                CHECK(at::allclose(dflash_hidden(drafter, f.head, f.batch, blocks, opt), base, 1e-5, 1e-6));
+            }
     }
 }
 
@@ -303,7 +305,7 @@ TEST_CASE("recompute = layers: the same output, loss and every parameter gradien
     auto run = [&](bool recompute) {
         DFlashLossOptions opt;
         opt.chunk = 7;
-        opt.attention_group_blocks = 2;  // several attention groups per sequence
+        opt.attention.group_blocks = 2;  // several attention groups per sequence
         opt.recompute_layers = recompute;
         drafter->zero_grad();
         auto r = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
@@ -504,7 +506,7 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     c.target_layer_ids = {1, 2, 3};
     // Two sequences [0, 20) and [20, 40); 4 blocks (16 rows), groups of at most 2 blocks:
     // {3, 7} (keys 7 + 8 -> padded to 256), {12} (12 + 4 -> 256), {25} in the second (5 + 4 -> 256).
-    const DFlashStepFlops f = dflash_step_flops(c, 40, {3, 7, 12, 25}, {0, 0, 0, 20}, 11, 2);
+    const DFlashStepFlops f = dflash_step_flops(c, 40, {3, 7, 12, 25}, {0, 0, 0, 20}, 11, BlockAttentionLayout{.group_blocks = 2});
     // per layer 2 x 16 rows x (q 8x8 + k,v 2x8x4 + o 8x8 + gate,up,down 3x8x16) = 18,432; x 3 (fwd + bwd) x 2 layers
     CHECK(f.layers == 110592.0);
     // per layer k and v: 2 x 2 x 40 x 8 x 4 = 5,120; x 3 x 2
@@ -516,7 +518,7 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     // logits + d(hidden) of the 11 scored rows: 2 x 2 x 11 x 8 x 50
     CHECK(f.lm_head == 17600.0);
     CHECK(f.total() == 976064.0);
-    CHECK(dflash_step_flops(c, 40, {}, {}, 0, 2).total() == 0.0);
+    CHECK(dflash_step_flops(c, 40, {}, {}, 0, BlockAttentionLayout{.group_blocks = 2}).total() == 0.0);
 
     // From sampled blocks: the scored rows are the weighted ones, the groups those attention runs.
     DFlashFixture fx;
@@ -525,11 +527,11 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     REQUIRE(blocks.num_blocks() > 0);
     const auto& dc = fx.config;
     const std::int64_t t = fx.batch.tokens.size(0);
-    const DFlashStepFlops s = dflash_step_flops(dc, t, blocks, 3);
+    const DFlashStepFlops s = dflash_step_flops(dc, t, blocks, BlockAttentionLayout{.group_blocks = 3});
     const auto scored = (blocks.weights > 0).sum().item<std::int64_t>();
     CHECK(s.lm_head == 4.0 * double(scored) * double(dc.hidden_size) * double(dc.vocab_size));
     double keys = 0;
-    for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, 3, 1, at::kCPU, at::kFloat).groups)
+    for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, BlockAttentionLayout{.group_blocks = 3}, 1, at::kCPU, at::kFloat).groups)
         keys += double(grp.rows) * double(grp.key_len);
     CHECK(s.attention == doctest::Approx(double(dc.num_layers) * 3 * 4 * double(dc.num_heads * dc.head_dim) * keys));
 }

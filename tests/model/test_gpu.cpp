@@ -72,7 +72,7 @@ TEST_CASE("the bf16 GPU drafter step matches the fp32 CPU step on the same weigh
     auto blocks_gpu = dflash_blocks_at(batch.tokens, batch.loss_mask, batch.cu_seqlens, 16, 511, blocks_cpu.anchors, 7.0);
     DFlashLossOptions opt;
     opt.chunk = 100;
-    opt.attention_group_blocks = 8;
+    opt.attention.group_blocks = 8;
     auto rc = dflash_loss_for_blocks(d_cpu, cpu.head, cpu.batch, blocks_cpu, opt);
     auto rg = dflash_loss_for_blocks(d_gpu, head, batch, blocks_gpu, opt);
     CHECK(rg.loss.item<double>() == doctest::Approx(rc.loss.item<double>()).epsilon(2e-2));
@@ -112,7 +112,7 @@ TEST_CASE("recompute = layers on the GPU (bf16): the loss and gradients of keepi
     auto run = [&](bool recompute) {
         DFlashLossOptions opt;
         opt.chunk = 100;
-        opt.attention_group_blocks = 8;
+        opt.attention.group_blocks = 8;
         opt.recompute_layers = recompute;
         d->zero_grad();
         auto r = dflash_loss_for_blocks(d, head, batch, blocks, opt);

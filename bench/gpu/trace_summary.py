@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Sums the GPU kernels of a Kineto trace (`hsring-bench drafter --trace FILE`) by kind.
+
+Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--json]
+
+Prints, per step (the trace holds N steps, 2 by default), the milliseconds of GPU kernel time by
+kind (GEMM, attention forward/backward, elementwise, reductions, copies, optimizer, other) and the
+K kernels that took the most time. Kernel time, not wall time: gaps between kernels (host launch
+overhead, syncs) show as the difference between the step's wall time and the kernel sum.
+"""
+import argparse
+import collections
+import json
+import re
+import sys
+
+KINDS = [
+    ("attention backward", re.compile(r"(fmha|attention|flash|sdpa|cudnn).*(bwd|backward|dq|dkdv|grad)", re.I)),
+    ("attention forward", re.compile(r"fmha|attention|flash|sdpa|cudnn_generated|cudnn::fusion", re.I)),
+    ("gemm", re.compile(r"gemm|sm90_xmma|cutlass.*(wgmma|tensorop)|nvjet|cublas|matmul|s16816|_mma_", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
+    ("copy / cast", re.compile(r"copy|memcpy|memset|cat_|CatArray|to_copy|direct_copy|index|gather|scatter", re.I)),
+    ("reduction / norm / softmax", re.compile(r"reduce|norm|softmax|logsumexp|sum_|max_|welford", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|silu|mul|add|where|fill", re.I)),
+]
+
+
+def kind_of(name):
+    for kind, rx in KINDS:
+        if rx.search(name):
+            return kind
+    return "other"
+
+
+def short(name, n=110):
+    name = re.sub(r"\s+", " ", name)
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    with open(a.trace) as f:
+        t = json.load(f)
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not kernels:
+        print(f"{a.trace}: no GPU kernels in the trace (a CPU run, or CUPTI unavailable)", file=sys.stderr)
+        return 1
+    steps = max(1, a.steps)
+    by_kind = collections.defaultdict(float)
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    for e in kernels:
+        ms = e["dur"] / 1e3 / steps
+        by_kind[kind_of(e["name"])] += ms
+        by_name[e["name"]][0] += ms
+        by_name[e["name"]][1] += 1
+    total = sum(by_kind.values())
+    begin = min(e["ts"] for e in kernels)
+    end = max(e["ts"] + e["dur"] for e in kernels)
+    span_ms = (end - begin) / 1e3 / steps
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[: a.top]
+    if a.json:
+        print(json.dumps({
+            "kernel_ms_per_step": total, "gpu_span_ms_per_step": span_ms,
+            "by_kind_ms": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+            "top": [{"name": n, "ms_per_step": v[0], "calls_per_step": v[1] / steps} for n, v in top],
+        }))
+        return 0
+    print(f"{a.trace}: {len(kernels)} kernels over {steps} steps; per step: kernels {total:.1f} ms, "
+          f"first kernel start to last kernel end {span_ms:.1f} ms (idle GPU: {span_ms - total:.1f} ms)")
+    for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:28s} {ms:8.1f} ms  {100 * ms / total:5.1f}%")
+    print(f"top {len(top)} kernels (ms per step, calls per step):")
+    for name, (ms, calls) in top:
+        print(f"  {ms:8.2f} ms {calls / steps:6.0f}x  {short(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
