@@ -15,7 +15,7 @@ import re
 import sys
 
 KINDS = [
-    ("attention backward", re.compile(r"(fmha|attention|flash|sdpa|cudnn).*(bwd|backward|dq|dkdv|grad)", re.I)),
+    ("attention backward", re.compile(r"(fmha|attention|flash|sdpa|cudnn).*(bwd|bprop|backward|dq|dkdv|grad)", re.I)),
     ("attention forward", re.compile(r"fmha|attention|flash|sdpa|cudnn_generated|cudnn::fusion", re.I)),
     ("gemm", re.compile(r"gemm|sm90_xmma|cutlass.*(wgmma|tensorop)|nvjet|cublas|matmul|s16816|_mma_", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),

@@ -151,15 +151,27 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
 
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                    const BlockAttentionLayout& layout, std::int64_t kv_repeat, at::Device device,
-                                    at::ScalarType dtype) {
+                                    std::int64_t context_tokens, const BlockAttentionLayout& layout,
+                                    std::int64_t kv_repeat, at::Device device, at::ScalarType dtype) {
     HSRING_ASSERT(kv_repeat > 0);
     BlockAttention plan;
+    plan.context_tokens = context_tokens;
     plan.block_size = block_size;
     plan.kernel = layout.kernel;
     plan.kv_repeat = kv_repeat;
     plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
     auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    // Gather rows of [context (T) | block rows (R) | zero row].
+    const std::int64_t t = context_tokens, rows = static_cast<std::int64_t>(anchors.size()) * block_size;
+    std::vector<std::int64_t> index;
+    for (const auto& g : plan.groups) {
+        for (std::int64_t c = 0; c < g.ctx_len; ++c) index.push_back(g.ctx_begin + c);
+        for (std::int64_t r = 0; r < g.rows; ++r) index.push_back(t + g.row_begin + r);
+        for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index.push_back(t + rows);
+        plan.key_lens.push_back(g.key_len);
+        plan.row_counts.push_back(g.rows);
+    }
+    plan.key_index = at::tensor(index, cpu_long).to(device);
     for (auto& g : plan.groups) {
         // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
         const auto b0 = static_cast<std::ptrdiff_t>(g.row_begin / block_size);
@@ -184,23 +196,28 @@ at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const a
                            double scale) {
     const std::int64_t hq = q.size(1), hkv = k_blk.size(1), d = q.size(2), r = plan.kv_repeat;
     HSRING_ASSERT(hq == hkv * r, "query heads {} != kv heads {} x {}", hq, hkv, r);
+    if (plan.groups.empty()) return at::empty({0, hq, d}, q.options());
+    // One gather builds every group's [context prefix | own blocks | zero padding] keys, one split
+    // hands them out as views: the backward is one scatter-add and one concatenation, where
+    // per-group narrow + cat would fill and add a full-size zero gradient per group.
+    HSRING_ASSERT(k_ctx.size(0) == plan.context_tokens, "plan for {} context rows, got {}", plan.context_tokens,
+                  k_ctx.size(0));
+    auto gathered = [&](const at::Tensor& ctx, const at::Tensor& blk) {
+        at::Tensor all = at::cat({ctx, blk, at::zeros({1, hkv, d}, blk.options())}, 0);
+        return all.index_select(0, plan.key_index).split_with_sizes(plan.key_lens, 0);
+    };
+    const std::vector<at::Tensor> keys = gathered(k_ctx, k_blk), values = gathered(v_ctx, v_blk);
+    const std::vector<at::Tensor> queries = q.split_with_sizes(plan.row_counts, 0);
     std::vector<at::Tensor> outs;
     outs.reserve(plan.groups.size());
     // Backward runs the backward op the forward chose: the scope is needed in forward only.
     SdpaBackendScope backend(plan.kernel, q.is_cuda());
-    for (const auto& g : plan.groups) {
-        auto keys = [&](const at::Tensor& ctx, const at::Tensor& blk) {
-            std::vector<at::Tensor> parts{ctx.narrow(0, g.ctx_begin, g.ctx_len), blk.narrow(0, g.row_begin, g.rows)};
-            const std::int64_t pad = g.key_len - g.ctx_len - g.rows;
-            if (pad > 0) parts.push_back(at::zeros({pad, hkv, d}, blk.options()));
-            return at::cat(parts, 0).permute({1, 0, 2}).unsqueeze(0);  // [1, Hkv, key_len, D]
-        };
+    for (std::size_t i = 0; i < plan.groups.size(); ++i) {
+        const auto& g = plan.groups[i];
+        auto heads_first = [](const at::Tensor& x) { return x.permute({1, 0, 2}).unsqueeze(0); };  // [1, Hkv, len, D]
         // GQA without repeating K/V: the r query heads of one kv head become r x rows query rows.
-        at::Tensor qg = q.narrow(0, g.row_begin, g.rows)
-                            .view({g.rows, hkv, r, d})
-                            .permute({1, 2, 0, 3})
-                            .reshape({1, hkv, r * g.rows, d});
-        at::Tensor o = at::scaled_dot_product_attention(qg, keys(k_ctx, k_blk), keys(v_ctx, v_blk), g.bias, 0.0,
+        at::Tensor qg = queries[i].view({g.rows, hkv, r, d}).permute({1, 2, 0, 3}).reshape({1, hkv, r * g.rows, d});
+        at::Tensor o = at::scaled_dot_product_attention(qg, heads_first(keys[i]), heads_first(values[i]), g.bias, 0.0,
                                                         /*is_causal=*/false, scale);
         outs.push_back(o.view({hkv, r, g.rows, d}).permute({2, 0, 1, 3}).reshape({g.rows, hq, d}));
     }

@@ -69,6 +69,11 @@ struct BlockAttention {
     AttentionKernel kernel = AttentionKernel::Auto;
     std::int64_t kv_repeat = 1;  // Hq / Hkv
     std::vector<BlockGroup> groups;
+    std::int64_t context_tokens = 0;  // T: rows of k_ctx / v_ctx
+    // Every group's keys in one gather: rows of [context (T) | block rows (R) | one zero row]
+    // (int64, on the device), group after group; key_lens / row_counts split the result.
+    at::Tensor key_index;
+    std::vector<std::int64_t> key_lens, row_counts;
 };
 
 // The groups' geometry (no masks) for blocks given by their anchors (global token index) and
@@ -78,11 +83,12 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
                                      const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
                                      const BlockAttentionLayout& layout);
 
-// block_groups with their masks, built once per batch on `device` in `dtype` and shared by
-// every layer.
+// block_groups with their masks and key gather, built once per batch (T = context_tokens
+// context rows) on `device` in `dtype` and shared by every layer.
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
-                                    const BlockAttentionLayout& layout, std::int64_t kv_repeat, at::Device device,
+                                    std::int64_t context_tokens, const BlockAttentionLayout& layout,
+                                    std::int64_t kv_repeat, at::Device device,
                                     at::ScalarType dtype);
 
 // q, k_blk, v_blk: [blocks * block_size, H, D]; k_ctx, v_ctx: [T, Hkv, D]. Returns [rows, Hq, D].

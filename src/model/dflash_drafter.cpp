@@ -142,7 +142,7 @@ at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
     auto shared = std::make_shared<LayerShared>();
     shared->ctx_rope = rope_tables(inv_freq_, blocks.context_positions, dt);
     shared->blk_rope = rope_tables(inv_freq_, blocks.block_positions, dt);
-    shared->plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size, in.attention,
+    shared->plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size, t, in.attention,
                                         hq / hkv, ctx.device(), dt);
     shared->hq = hq;
     shared->hkv = hkv;

@@ -216,6 +216,59 @@ TEST_CASE("a block sees its sequence's context strictly before its anchor, its o
     }
 }
 
+TEST_CASE("block attention: output and every input gradient equal a dense masked reference, for any layout") {
+    // Two sequences (context rows [0, 20) and [20, 45)), blocks of 4, GQA 4 query heads on 2 kv
+    // heads. Reference: one fp64 softmax over all T + R keys with the DFlash mask written out.
+    const std::int64_t b = 4, hq = 4, hkv = 2, d = 8, t = 45;
+    const std::vector<std::int64_t> anchors{2, 9, 10, 17, 21, 30, 44}, seq_begin{0, 0, 0, 0, 20, 20, 20};
+    const std::int64_t rows = static_cast<std::int64_t>(anchors.size()) * b;
+    at::Generator rg = cpu_generator(5);
+    auto leaf = [&](std::int64_t n, std::int64_t h) { return at::randn({n, h, d}, rg).requires_grad_(true); };
+    const at::Tensor q = leaf(rows, hq), kc = leaf(t, hkv), vc = leaf(t, hkv), kb = leaf(rows, hkv), vb = leaf(rows, hkv);
+    const at::Tensor go = at::randn({rows, hq, d}, rg);
+    const double scale = 0.3;
+
+    at::Tensor mask = at::zeros({rows, t + rows}, at::kBool);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t blk = r / b;
+        for (std::int64_t c = seq_begin[blk]; c < anchors[blk]; ++c) mask[r][c] = true;
+        for (std::int64_t c = 0; c < b; ++c) mask[r][t + blk * b + c] = true;
+    }
+    auto grads_of = [&](const at::Tensor& out) {
+        for (const auto& x : {q, kc, vc, kb, vb}) x.mutable_grad() = at::Tensor();
+        (out.to(at::kDouble) * go.to(at::kDouble)).sum().backward();
+        std::vector<at::Tensor> g;
+        for (const auto& x : {q, kc, vc, kb, vb}) g.push_back(x.grad().clone());
+        return g;
+    };
+    at::Tensor k = at::cat({kc, kb}, 0).to(at::kDouble), v = at::cat({vc, vb}, 0).to(at::kDouble);
+    at::Tensor qd = q.to(at::kDouble);
+    std::vector<at::Tensor> heads;
+    for (std::int64_t h = 0; h < hq; ++h) {
+        const std::int64_t kvh = h / (hq / hkv);  // HF repeat_kv order
+        at::Tensor s = qd.select(1, h).matmul(k.select(1, kvh).t()) * scale;
+        s = s.masked_fill(at::logical_not(mask), -std::numeric_limits<double>::infinity());
+        heads.push_back(at::softmax(s, 1).matmul(v.select(1, kvh)));
+    }
+    const at::Tensor ref = at::stack(heads, 1);
+    const auto ref_grads = grads_of(ref);
+
+    for (std::int64_t group : {1, 2, 3, 64})
+        for (std::int64_t pad : {1, 16, 256}) {
+            INFO("group_blocks " << group << " key_pad " << pad);
+            const BlockAttention plan = plan_block_attention(anchors, seq_begin, b, t,
+                                                             BlockAttentionLayout{.group_blocks = group, .key_pad = pad},
+                                                             hq / hkv, at::kCPU, at::kFloat);
+            const at::Tensor out = block_attention(q, kc, vc, kb, vb, plan, scale);
+            CHECK(at::allclose(out.to(at::kDouble), ref.detach(), 1e-5, 1e-5));
+            const auto g = grads_of(out);
+            for (std::size_t i = 0; i < g.size(); ++i) {
+                INFO("input " << i << " max diff " << (g[i] - ref_grads[i]).abs().max().item<double>());
+                CHECK(at::allclose(g[i], ref_grads[i], 1e-4, 1e-5));
+            }
+        }
+}
+
 TEST_CASE("gradients reach the drafter's parameters only") {
     DFlashFixture f;
     auto drafter = f.drafter();
@@ -294,6 +347,41 @@ TEST_CASE("chunked cross-entropy equals the full-logits loss: value, accuracy an
     const double hscale = h2.grad().abs().max().item<double>();
     INFO("max |grad| " << hscale << " max diff " << (h.grad() - h2.grad()).abs().max().item<double>());
     CHECK(at::allclose(h.grad(), h2.grad(), 1e-4, 1e-6 * hscale));
+}
+
+TEST_CASE("chunked cross-entropy in bf16: fp32 loss, and confident rows keep their small gradient") {
+    // The compute-dtype path (what the GPU runs): the logits stay bf16, the loss comes from fp32
+    // log-probabilities, the label entries of the gradient from p_y - 1 in fp32. Reference: the
+    // same bf16 logits upcast to fp32, differentiated exactly. Rows 0-3 are confident (p_y close
+    // to 1), where rounding p_y to bf16 before subtracting 1 would lose most of the gradient.
+    at::Generator rg = cpu_generator(21);
+    const std::int64_t n = 24, hdim = 64, v = 300;
+    at::Tensor w = (at::randn({v, hdim}, rg) * 0.5).to(at::kBFloat16);
+    at::Tensor y = at::randint(v, {n}, rg, at::kLong), wt = at::rand({n}, rg) + 0.5;
+    at::Tensor h32 = at::randn({n, hdim}, rg) * 0.3;
+    for (std::int64_t i = 0; i < 4; ++i)  // h parallel to the label's head row: p_y ~ 1
+        h32[i] = w[y[i].item<std::int64_t>()].to(at::kFloat) * 1.5;
+    at::Tensor h = h32.to(at::kBFloat16).requires_grad_(true);
+    auto c = chunked_cross_entropy(h, w, y, wt, 7);
+    c.loss_sum.backward();
+
+    at::Tensor hf = h.detach().to(at::kFloat).requires_grad_(true);
+    at::Tensor logits = hf.matmul(w.to(at::kFloat).t()).to(at::kBFloat16).to(at::kFloat);  // bf16-rounded, as the GPU GEMM
+    at::Tensor logp = at::log_softmax(logits, 1);
+    at::Tensor ref = (-logp.gather(1, y.unsqueeze(1)).squeeze(1) * wt).sum();
+    // d/dh exactly in fp32 for the same logits: w * (softmax - onehot) @ W.
+    at::Tensor p = logp.exp();
+    p.scatter_add_(1, y.unsqueeze(1), at::full({n, 1}, -1.0f));
+    at::Tensor gref = (p * wt.unsqueeze(1)).matmul(w.to(at::kFloat));
+    CHECK(c.loss_sum.item<double>() == doctest::Approx(ref.item<double>()).epsilon(1e-4));
+    const at::Tensor py = logp.gather(1, y.unsqueeze(1)).exp();
+    REQUIRE(py.narrow(0, 0, 4).min().item<double>() > 0.99);  // the confident rows are confident
+    // Per row, relative to the row's gradient norm: bf16 rounding of probabilities and the
+    // matmul output (~2^-8), not the 1/(1 - p_y) blow-up a late subtraction would give.
+    at::Tensor got = h.grad().to(at::kFloat);
+    at::Tensor rel = (got - gref).norm(2, 1) / gref.norm(2, 1);
+    INFO("relative row errors " << rel);
+    CHECK(rel.max().item<double>() < 0.02);
 }
 
 TEST_CASE("recompute = layers: the same output, loss and every parameter gradient as keeping the activations") {
@@ -531,7 +619,7 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     const auto scored = (blocks.weights > 0).sum().item<std::int64_t>();
     CHECK(s.lm_head == 4.0 * double(scored) * double(dc.hidden_size) * double(dc.vocab_size));
     double keys = 0;
-    for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, BlockAttentionLayout{.group_blocks = 3}, 1, at::kCPU, at::kFloat).groups)
+    for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, t, BlockAttentionLayout{.group_blocks = 3}, 1, at::kCPU, at::kFloat).groups)
         keys += double(grp.rows) * double(grp.key_len);
     CHECK(s.attention == doctest::Approx(double(dc.num_layers) * 3 * 4 * double(dc.num_heads * dc.head_dim) * keys));
 }
