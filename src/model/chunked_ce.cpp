@@ -14,19 +14,21 @@ using torch::autograd::variable_list;
 // One pass over the rows, `chunk` at a time: loss sum and argmax hits, and d(loss)/d(hidden)
 // into `grad` when given (training); without it, half the LM-head matmuls (evaluation).
 //
-// The [chunk, V] logits are the step's largest tensors (4,096 x 151,936: 1.2 GB in bf16, 2.5 GB
-// in fp32), so the pass is written to touch them as few times as it can: fused softmax kernels
-// read the compute-dtype logits and do their math in fp32 (one fp32 write: the log-probabilities
-// the loss needs exactly), the gradient w * (softmax - onehot) is the compute-dtype softmax with
-// the label entries overwritten by p_y - 1 computed in fp32 (so a confident row, p_y ~ 1, keeps
-// its small gradient exact up to one rounding, as if the fp32 difference had been rounded), and
-// the row weight w is applied to the [chunk, H] result. (Measured on the H200: the earlier
-// fp32-upcast version moved ~40 GB per chunk through memory, this one ~15 GB.)
+// The [chunk, V] logits are the step's largest tensors (4,096 x 151,936: 1.2 GB in bf16), so
+// they stay in the compute dtype: one fused softmax kernel (fp32 math, one rounding per
+// probability) and reductions with fp32 accumulation, ~7 passes over compute-dtype data. (The
+// earlier version upcast to fp32 and moved ~40 GB per chunk through memory, this one ~9 GB.)
+// Precision, with p the rounded probabilities (relative error u = 2^-8 in bf16):
+//  - loss: -log p_y = (x_max - x_y) - log p_max, with the logits x exact and
+//    -log p_max = -log1p(-rest) for p_max > 1/2 (rest = sum of the other p, fp32 sum of positive
+//    terms: relative error u), else -log p_max: absolute error <= u per token, no underflow
+//    (p_max >= 1/V) however unlikely the label;
+//  - gradient w * (p - onehot): the label entry p_y - 1 = -(the fp32 sum of the other p), so a confident row (p_y ~ 1) keeps its small gradient to relative u, as if the fp32
+//    difference had been rounded once; w is applied to the [chunk, H] result.
 std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                                           const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad) {
     const std::int64_t n = hidden.size(0);
     const at::Tensor w_head = lm_head.scalar_type() == hidden.scalar_type() ? lm_head : lm_head.to(hidden.scalar_type());
-    const bool reduced = hidden.scalar_type() != at::kFloat && hidden.scalar_type() != at::kDouble;
     at::Tensor correct = at::empty({n}, hidden.options().dtype(at::kBool));
     at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
     for (std::int64_t s = 0; s < n; s += chunk) {
@@ -34,19 +36,23 @@ std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Te
         at::Tensor y = labels.narrow(0, s, c).unsqueeze(1);
         at::Tensor w = weights.narrow(0, s, c).to(at::kFloat).unsqueeze(1);
         at::Tensor logits = at::matmul(hidden.narrow(0, s, c), w_head.t());  // [c, V], compute dtype
-        correct.narrow(0, s, c).copy_(logits.argmax(1) == y.squeeze(1));
-        // fp32 log-probabilities of the label: CE = -log p_y (half_to_float: fp32 math and output).
-        // (CUDA fuses the upcast into the kernel; the CPU kernel has no such mode: upcast first.)
-        at::Tensor logp = logits.is_cuda() ? at::_log_softmax(logits, 1, /*half_to_float=*/reduced)
-                                           : at::log_softmax(logits, 1, at::kFloat);
-        at::Tensor logp_y = logp.gather(1, y);  // [c, 1] fp32
-        logp = at::Tensor();
-        loss.sub_((logp_y * w).sum());
+        auto [x_max, arg_max] = logits.max(1, /*keepdim=*/true);
+        correct.narrow(0, s, c).copy_(arg_max.squeeze(1) == y.squeeze(1));
+        const at::Tensor gap = x_max.to(at::kFloat) - logits.gather(1, y).to(at::kFloat);  // x_max - x_y >= 0
+        at::Tensor p = at::_softmax(logits, 1, /*half_to_float=*/false);
+        logits = at::Tensor();  // free the chunk's logits before the next buffers
+        // rest = 1 - p_y as the fp32 sum of the other probabilities (without p_y in the sum: a
+        // sum near 1 would round a rest of 1e-6 to a few percent).
+        const at::Tensor p_y = p.gather(1, y).to(at::kFloat);
+        const at::Tensor p_max = p.gather(1, arg_max).to(at::kFloat);
+        p.scatter_(1, y, 0.0);
+        const at::Tensor rest = at::sum(p, {1}, /*keepdim=*/true, at::kFloat);
+        const at::Tensor rest_max = at::where(arg_max == y, rest, rest + p_y - p_max);  // 1 - p_max
+        const at::Tensor nll_max = at::where(p_max > 0.5, -at::log1p(-rest_max), -at::log(p_max));
+        loss.add_(((gap + nll_max) * w).sum());
         if (!grad) continue;
-        at::Tensor probs = at::_softmax(logits, 1, /*half_to_float=*/false);  // compute dtype
-        logits = at::Tensor();  // the chunk's largest buffer: free it before the matmul's output
-        probs.scatter_(1, y, (logp_y.exp() - 1.0).to(probs.scalar_type()));
-        grad->narrow(0, s, c).copy_(at::matmul(probs, w_head) * w);
+        p.scatter_(1, y, (-rest).to(p.scalar_type()));  // p_y - 1
+        grad->narrow(0, s, c).copy_(at::matmul(p, w_head) * w);
     }
     return {loss, correct};
 }
