@@ -27,18 +27,21 @@ struct Quantized {
     at::Tensor inv_scale;  // fp32 scalar: data * inv_scale ~ the input
 };
 
-// Tensorwise dynamic scaling: amax(|t|) maps to the format's largest finite value. One rounding
-// when t is fp32; from bf16 the product is rounded to bf16 first (amax * scale still lands on the
-// format's max exactly, so nothing saturates to NaN).
+// Tensorwise dynamic scaling: the scale is the largest power of two that keeps amax(|t|) within
+// the format's largest finite value. A power of two is exact in every float format: t * scale is
+// exact (also in bf16, where the multiply runs in t's dtype) and only the cast to FP8 rounds, and
+// inv_scale is exactly its inverse. Nothing saturates: |t * scale| <= fmax (up to a rounding of
+// log2, far below where e4m3 rounds to NaN or e5m2 to inf).
 Quantized quantize(const at::Tensor& t, std::int64_t rows_to, at::ScalarType fp8, double fmax) {
     HSRING_ASSERT(t.dim() == 2 && rows_to >= t.size(0));
     const at::Tensor amax = at::linalg_vector_norm(t, INFINITY).to(at::kFloat).clamp_min_(kMinAmax);
+    const at::Tensor scale = amax.reciprocal().mul_(fmax).log2_().floor_().exp2_();
     Quantized q;
     q.data = at::empty({rows_to, t.size(1)}, t.options().dtype(fp8));
     at::Tensor rows = q.data.narrow(0, 0, t.size(0));
-    at::mul_out(rows, t, amax.reciprocal() * fmax);  // one pass, cast to FP8 on the store
+    at::mul_out(rows, t, scale);  // one pass, cast to FP8 on the store
     if (rows_to > t.size(0)) q.data.narrow(0, t.size(0), rows_to - t.size(0)).zero_();
-    q.inv_scale = amax / fmax;
+    q.inv_scale = scale.reciprocal();
     return q;
 }
 

@@ -3,10 +3,11 @@
 // forward and backward, differentiable (a custom autograd function), in the spirit of torchao's
 // Float8Linear with dynamic tensorwise scaling:
 //
-//   forward   xq = e4m3(x * 448/amax(x)), wq = e4m3(w * 448/amax(w)),  y  = xq @ wq^T   (scaled back)
-//   backward  gq = e5m2(g * 57344/amax(g))                              dX = gq @ wq, dW = gq^T @ xq
+//   forward   xq = e4m3(x * sx), wq = e4m3(w * sw)    y  = xq @ wq^T / (sx sw)
+//   backward  gq = e5m2(g * sg)                        dX = gq @ wq / (sg sw), dW = gq^T @ xq / (sg sx)
 //
-// Scales are computed on the device (no host sync). The products run in at::_scaled_mm with the
+// with s = the largest power of two that keeps s * amax(|t|) <= 448 (e4m3) or 57344 (e5m2), one
+// per tensor, computed on the device (no host sync). The products run in at::_scaled_mm with the
 // output in x's dtype (bf16 on CUDA; fp32 on the CPU, where _scaled_mm emulates FP8), so the
 // result has e4m3's precision (~2^-4 relative per element) and dW, dX in x's dtype; dW is then
 // cast to w's dtype (the fp32 master weight), as the bf16 path's weight cast does.
