@@ -99,36 +99,38 @@ TEST_CASE("hsring-bench drafter --matmul fp8: said in the result, another loss t
 TEST_CASE("hsring-bench drafter --compare-matmul trains bf16 and fp8 on the same learnable batches; both losses fall") {
     const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/bench/model/hsring-bench-drafter";
     // A chain over 16 token ids: the tiny drafter (hidden 64, frozen random LM head) learns it in
-    // 200 steps of 32 blocks; a few seconds on the CPU.
+    // 400 steps of 32 blocks; a few seconds on the CPU.
     auto [rc, out] = capture("'" + exe + "' --device cpu --preset tiny --layers 1 --seq-len 128 --samples 2 --anchors 16 "
-                             "--block 4 --lr 3e-2 --compare-vocab 16 --compare-matmul 200 --json 2>/dev/null");
+                             "--block 4 --lr 1e-2 --compare-vocab 16 --compare-matmul 400 --json 2>/dev/null");
     REQUIRE(rc == 0);
     const auto j = nlohmann::json::parse(last_line(out));
     CHECK(j.at("mode") == "compare_matmul");
     CHECK(j.at("compute_dtype") == "Float");  // "bf16" is the compute dtype: fp32 on the CPU
-    CHECK(j.at("steps") == 200);
+    CHECK(j.at("steps") == 400);
     CHECK(j.at("vocab_used") == 16);
     const std::vector<double> base = j.at("losses").at("bf16"), fp8 = j.at("losses").at("fp8");
-    REQUIRE(base.size() == 200);
-    REQUIRE(fp8.size() == 200);
+    REQUIRE(base.size() == 400);
+    REQUIRE(fp8.size() == 400);
     CHECK(base != fp8);  // the FP8 run really differs
     const std::vector<double> tb = j.at("tenths").at("bf16"), t8 = j.at("tenths").at("fp8");
     REQUIRE(tb.size() == 10);
     REQUIRE(t8.size() == 10);
     double first = 0;
-    for (std::size_t i = 0; i < 20; ++i) first += base[i] / 20;
+    for (std::size_t i = 0; i < 40; ++i) first += base[i] / 40;
     CHECK(tb[0] == doctest::Approx(first));
     double max_rel = 0;
     for (std::size_t i = 0; i < 10; ++i) max_rel = std::max(max_rel, std::abs(t8[i] - tb[i]) / tb[i]);
     CHECK(double(j.at("max_rel_diff")) == doctest::Approx(max_rel));
     MESSAGE("mean loss, first and last tenth: bf16 " << tb[0] << " -> " << tb[9] << ", fp8 " << t8[0] << " -> " << t8[9]
                                                      << "; max relative difference " << max_rel);
-    // The batches are learnable: both curves fall far below where they start. How close they stay
-    // is what the GPU run measures; here only a gross divergence fails (the tiny model's curves
-    // separate by ~10% where one run learns the chain a few steps before the other).
-    CHECK(tb[9] < 0.8 * tb[0]);
-    CHECK(t8[9] < 0.8 * t8[0]);
-    CHECK(max_rel < 0.25);
+    // The batches are learnable: both curves fall far below where they start. They start
+    // together and end together; in between, this tiny model learns the chain in sudden drops
+    // whose timing differs between runs (fp8 ahead or behind by up to ~10-15% in a middle tenth,
+    // either way over seeds), so only the ends are checked here; the GPU run measures the rest.
+    CHECK(tb[9] < 0.7 * tb[0]);
+    CHECK(t8[9] < 0.7 * t8[0]);
+    CHECK(t8[0] == doctest::Approx(tb[0]).epsilon(0.02));
+    CHECK(t8[9] == doctest::Approx(tb[9]).epsilon(0.1));
 }
 
 } // TEST_SUITE
