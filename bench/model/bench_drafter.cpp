@@ -7,10 +7,15 @@
 // micro_batch_tokens, loss_sum backward, a step per [train] tokens_per_step with grad clipping,
 // [drafter] inflight_slots slot buffers on the device); --json prints one result line for
 // `hsring plan --measure`, with the memory of each micro-batch of the first slot by phase.
+//
+// --matmul fp8: the drafter layers' matmuls in FP8 ([train] matmul). --compare-matmul N: the
+// same drafter trained N steps on the same learnable batches (markov_batches.hpp) with the layer
+// matmuls in the compute dtype and in FP8; per-step losses and the mean loss per tenth of the run.
 #include "bench_common.hpp"
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "kineto_trace.hpp"
+#include "markov_batches.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/dflash_config.hpp"
 #include "model/dflash_flops.hpp"
@@ -18,6 +23,7 @@
 #include "model/tensor_init.hpp"
 #include "plan/workload.hpp"
 
+#include <fmt/ranges.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -50,6 +56,7 @@ int config_mode(const hsring::bench::Options& o) {
     opt.gamma = cfg.train.loss_decay_gamma;
     opt.chunk = static_cast<int>(cfg.train.loss_chunk);
     opt.recompute_layers = cfg.train.recompute == Recompute::Layers;
+    opt.fp8_matmul = cfg.train.matmul == Matmul::FP8;
     // The worker's slot buffers: [L, slot_tokens, H] each; the first holds random hidden states.
     std::vector<at::Tensor> buffers;
     for (std::uint32_t i = 0; i < cfg.drafter.inflight_slots; ++i)
@@ -186,10 +193,144 @@ int config_mode(const hsring::bench::Options& o) {
                                   {"micro_batches_per_step", max_mbs},
                                   {"grads_in_forward", grads_in_forward},
                                   {"recompute", to_string(cfg.train.recompute)},
+                                  {"matmul", to_string(cfg.train.matmul)},
                                   {"static_allocated_bytes", static_bytes},
                                   {"peak_allocated_bytes", overall_peak},
                                   {"peak_reserved_bytes", peak_reserved},
                                   {"phases", phases}});
+    return 0;
+}
+
+// --group, --key-pad, --attention-kernel.
+hsring::model::BlockAttentionLayout attention_layout(const hsring::bench::Options& o) {
+    hsring::model::BlockAttentionLayout a;
+    a.group_blocks = o.num("group");
+    a.key_pad = o.num("key-pad");
+    if (a.group_blocks <= 0 || a.key_pad <= 0 || a.key_pad % 16 != 0)
+        hsring::fail("--group must be > 0 and --key-pad a positive multiple of 16 (got {} and {})", a.group_blocks,
+                     a.key_pad);
+    a.kernel = hsring::model::parse_attention_kernel(o.str("attention-kernel"), "--attention-kernel");
+    return a;
+}
+
+// "bf16" (the compute dtype) or "fp8": whether the drafter's layer matmuls run in FP8.
+bool fp8_option(const std::string& v) {
+    if (v != "bf16" && v != "fp8") hsring::fail("--matmul must be bf16 or fp8, got '{}'", v);
+    return v == "fp8";
+}
+
+// Mean of each tenth of `v` (each value alone when there are fewer than 10).
+std::vector<double> tenths(const std::vector<double>& v) {
+    const std::size_t n = v.size(), parts = std::min<std::size_t>(10, n);
+    std::vector<double> out;
+    for (std::size_t p = 0; p < parts; ++p) {
+        const std::size_t a = p * n / parts, b = (p + 1) * n / parts;
+        double sum = 0;
+        for (std::size_t i = a; i < b; ++i) sum += v[i];
+        out.push_back(sum / static_cast<double>(b - a));
+    }
+    return out;
+}
+
+// --compare-matmul N: one drafter (--seed) trained N optimizer steps twice on the same batches and
+// blocks, the layer matmuls in the compute dtype ("bf16": fp32 on the CPU) and in FP8. AdamW
+// (--lr, betas 0.9/0.95 as [train]) after clipping the gradient norm to 1, as a run does.
+int compare_matmul_mode(const hsring::bench::Options& o) {
+    using namespace hsring;
+    using namespace hsring::model;
+    const bool json = o.flag("json");
+    auto& out = json ? stderr : stdout;
+    const at::Device dev = bench::bench_device(o.str("device"));
+    if (dev.is_cuda() && !bench::have_gpu("hsring-bench-drafter")) return 77;
+    const std::int64_t steps = o.num("compare-matmul");
+    const ModelShape shape = preset_shape(o.str("preset"));
+    const std::int64_t len = o.num("seq-len"), samples = o.num("samples");
+    const DFlashConfig cfg = dflash_config_for(shape, static_cast<int>(o.num("layers")), static_cast<int>(o.num("block")),
+                                               -1, {});
+    const at::ScalarType compute = default_compute_dtype(dev);
+    const auto seed = static_cast<std::uint64_t>(o.num("seed"));
+    const double lr = o.real("lr");
+    TargetHead head = load_target_head(shape, dev, compute, seed);
+    // The chain's token ids: the first vocab/16, at most 1024 (below any mask token), few enough
+    // for the chain to be learnt in a few hundred steps.
+    const std::int64_t vocab_used = o.num("compare-vocab") > 0 ? o.num("compare-vocab")
+                                                                : std::clamp<std::int64_t>(shape.vocab_size / 16, 2, 1024);
+    if (vocab_used < 2 || vocab_used > shape.vocab_size)
+        fail("--compare-vocab must be in [2, {}] (the vocabulary), got {}", shape.vocab_size, vocab_used);
+    const bench::MarkovBatches data(vocab_used, cfg.num_context_layers(), cfg.hidden_size, seed, dev, compute);
+    DFlashLossOptions opt;
+    opt.num_anchors = static_cast<int>(o.num("anchors"));
+    opt.gamma = o.real("gamma");
+    opt.chunk = static_cast<int>(o.num("chunk"));
+    opt.attention = attention_layout(o);
+    if (o.str("recompute") != "none" && o.str("recompute") != "layers")
+        fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
+    opt.recompute_layers = o.str("recompute") == "layers";
+
+    // {loss per step, seconds per step}
+    auto train = [&](bool fp8) {
+        DFlashDrafter drafter(cfg, seed, dev);
+        drafter->train();
+        torch::optim::AdamW adam(drafter->parameters(),
+                                 torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.0));
+        DFlashLossOptions run_opt = opt;
+        run_opt.fp8_matmul = fp8;
+        std::vector<double> losses;
+        if (dev.is_cuda()) torch::cuda::synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::int64_t i = 0; i < steps; ++i) {
+            const DFlashBatch batch = data.batch(static_cast<std::uint64_t>(i), samples, len);
+            at::Generator gen = cpu_generator(seed * 7919 + static_cast<std::uint64_t>(i));
+            DFlashLossResult r = dflash_loss(drafter, head, batch, run_opt, gen);
+            adam.zero_grad();
+            if (r.num_blocks > 0) r.loss.backward();
+            torch::nn::utils::clip_grad_norm_(drafter->parameters(), 1.0);
+            adam.step();
+            losses.push_back(r.loss.item<double>());
+        }
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return std::make_pair(losses, s / static_cast<double>(steps));
+    };
+    const auto [base, base_s] = train(false);
+    const auto [fp8, fp8_s] = train(true);
+
+    fmt::print(out, "step  bf16 loss  fp8 loss  (bf16 = {} compute)\n", c10::toString(compute));
+    for (std::int64_t i = 0; i < steps; ++i)
+        fmt::print(out, "{:4d}  {:9.5f}  {:8.5f}\n", i, base[static_cast<std::size_t>(i)], fp8[static_cast<std::size_t>(i)]);
+    const std::vector<double> base_t = tenths(base), fp8_t = tenths(fp8);
+    double max_rel = 0;
+    std::size_t worst = 0;
+    for (std::size_t p = 0; p < base_t.size(); ++p) {
+        const double rel = std::abs(fp8_t[p] - base_t[p]) / std::abs(base_t[p]);
+        if (rel < max_rel) continue;
+        max_rel = rel;
+        worst = p;
+    }
+    fmt::print(out, "mean loss per tenth of {} steps:\n  bf16 {:.4f}\n  fp8  {:.4f}\n", steps, fmt::join(base_t, " "),
+               fmt::join(fp8_t, " "));
+    fmt::print(out, "compare-matmul {} x{} layers, {} samples x {} tokens, lr {}: max relative difference of the "
+                    "tenths' means {:.4f} (tenth {}); {:.1f} ms/step bf16, {:.1f} ms/step fp8 (each step synchronised)\n",
+               o.str("preset"), cfg.num_layers, samples, len, lr, max_rel, worst + 1, base_s * 1e3, fp8_s * 1e3);
+    if (json)
+        bench::print_json_result({{"mode", "compare_matmul"},
+                                  {"preset", o.str("preset")},
+                                  {"device", dev.str()},
+                                  {"compute_dtype", c10::toString(compute)},
+                                  {"layers", cfg.num_layers},
+                                  {"samples", samples},
+                                  {"seq_len", len},
+                                  {"anchors", opt.num_anchors},
+                                  {"block", cfg.block_size},
+                                  {"recompute", o.str("recompute")},
+                                  {"lr", lr},
+                                  {"seed", seed},
+                                  {"vocab_used", vocab_used},
+                                  {"steps", steps},
+                                  {"losses", {{"bf16", base}, {"fp8", fp8}}},
+                                  {"tenths", {{"bf16", base_t}, {"fp8", fp8_t}}},
+                                  {"max_rel_diff", max_rel},
+                                  {"max_rel_diff_tenth", worst + 1},
+                                  {"step_s", {{"bf16", base_s}, {"fp8", fp8_s}}}});
     return 0;
 }
 
@@ -206,7 +347,8 @@ int main(int argc, char** argv) {
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
-                          {"sample-tokens", "0"}, {"recompute", "none"}});
+                          {"sample-tokens", "0"}, {"recompute", "none"}, {"matmul", "bf16"}, {"lr", "1e-4"},
+                          {"compare-matmul", "0"}, {"compare-vocab", "0"}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
@@ -216,12 +358,19 @@ int main(int argc, char** argv) {
                          "--group N --key-pad N --attention-kernel auto|efficient|cudnn: how the block attention\n"
                          "is cut into SDPA calls and which kernel runs them (src/model/attention.hpp).\n"
                          "--trace FILE: a Kineto (Chrome) trace of 2 more steps; bench/gpu/trace_summary.py sums it.\n"
+                         "--matmul fp8: the drafter layers' matmuls in FP8 ([train] matmul; bf16 = the compute dtype).\n"
+                         "--compare-matmul N: train N steps twice from --seed on the same learnable batches, bf16 and\n"
+                         "fp8 layer matmuls (AdamW --lr, grad clip 1): per-step losses, the mean loss per tenth of the\n"
+                         "run and the largest relative difference of those means (no timing run, no eager); the\n"
+                         "batches are Markov chains over --compare-vocab token ids (0: vocab/16, at most 1024).\n"
                          "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
                          "--sample-tokens N: samples of N tokens instead of [data] path (--config).");
             return 0;
         }
         if (!o.str("config").empty()) return config_mode(o);
+        if (o.num("compare-matmul") < 0) fail("--compare-matmul must be >= 0, got {}", o.num("compare-matmul"));
+        if (o.num("compare-matmul") > 0) return compare_matmul_mode(o);
         const bool json = o.flag("json");
         auto& out = json ? stderr : stdout;  // --json: stdout holds the result line only
         const at::Device dev = bench::bench_device(o.str("device"));
@@ -251,7 +400,7 @@ int main(int argc, char** argv) {
         at::manual_seed(seed);
         TargetHead head = load_target_head(shape, dev, compute, seed);
         DFlashDrafter drafter(cfg, seed, dev);
-        torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.0));
+        torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(o.real("lr")).weight_decay(0.0));
         DFlashBatch batch;
         batch.hidden = at::randn({cfg.num_context_layers(), total, cfg.hidden_size},
                                  at::TensorOptions().device(dev).dtype(compute));
@@ -262,15 +411,11 @@ int main(int argc, char** argv) {
         opt.num_anchors = static_cast<int>(o.num("anchors"));
         opt.gamma = o.real("gamma");
         opt.chunk = static_cast<int>(o.num("chunk"));
-        opt.attention.group_blocks = o.num("group");
-        opt.attention.key_pad = o.num("key-pad");
-        if (opt.attention.group_blocks <= 0 || opt.attention.key_pad <= 0 || opt.attention.key_pad % 16 != 0)
-            fail("--group must be > 0 and --key-pad a positive multiple of 16 (got {} and {})",
-                 opt.attention.group_blocks, opt.attention.key_pad);
-        opt.attention.kernel = parse_attention_kernel(o.str("attention-kernel"), "--attention-kernel");
+        opt.attention = attention_layout(o);
         if (o.str("recompute") != "none" && o.str("recompute") != "layers")
             fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
         opt.recompute_layers = o.str("recompute") == "layers";
+        opt.fp8_matmul = fp8_option(o.str("matmul"));
         at::Generator gen = cpu_generator(seed);
         double loss = 0;
         std::int64_t blocks = 0;
@@ -363,10 +508,10 @@ int main(int argc, char** argv) {
             fmt::print(out, "trace of 2 steps: {}\n", o.str("trace"));
         }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
-                        "master, recompute {}, attention groups of {} blocks, keys padded to {}, kernel {}: "
+                        "master, recompute {}, matmul {}, attention groups of {} blocks, keys padded to {}, kernel {}: "
                         "{:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
                    o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(compute),
-                   o.str("recompute"), opt.attention.group_blocks, opt.attention.key_pad,
+                   o.str("recompute"), o.str("matmul"), opt.attention.group_blocks, opt.attention.key_pad,
                    to_string(opt.attention.kernel), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
         fmt::print(out, "matmul work: {:.2f} TFLOP per step (layers {:.2f}, context k/v {:.2f}, attention {:.2f}, fc {:.2f}, "
                         "LM head {:.2f}) -> {:.1f} TFLOP/s; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n",
@@ -390,6 +535,7 @@ int main(int argc, char** argv) {
                                 {"anchors", opt.num_anchors},
                                 {"block", cfg.block_size},
                                 {"recompute", o.str("recompute")},
+                                {"matmul", o.str("matmul")},
                                 {"attention", {{"group_blocks", opt.attention.group_blocks},
                                                {"key_pad", opt.attention.key_pad},
                                                {"kernel", to_string(opt.attention.kernel)}}},

@@ -22,6 +22,9 @@ enum class OnBadLine { Skip, Fail };
 enum class RunMode { Train, Synthetic };
 // Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
 enum class Recompute { None, Layers };
+// Precision of the drafter's decoder-layer matmuls: the compute dtype (bf16 on a GPU, fp32 on the
+// CPU), or FP8 with dynamic tensorwise scaling (src/model/fp8_linear.hpp).
+enum class Matmul { BF16, FP8 };
 // How hidden states travel from targets to drafters (hsring/transport.hpp): through the host ring,
 // device to device with CUDA IPC, or both.
 enum class TransportKind { Host, Peer, PeerAndHost };
@@ -31,6 +34,7 @@ const char* to_string(DType t);
 const char* to_string(HugePages h);
 const char* to_string(Restart r);
 const char* to_string(Recompute r);
+const char* to_string(Matmul m);
 const char* to_string(TransportKind k);
 
 // Where a worker runs: a GPU index or the CPU ("cpu" in TOML).
@@ -128,6 +132,7 @@ struct TrainConfig {
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
+    Matmul matmul = Matmul::BF16;  // fp8: the drafter layers' projections in FP8, forward and backward
     std::uint64_t checkpoint_every = 200;
     // Written on a thread of its own while training goes on (the step pauses only to copy the
     // state to host memory); false: the step waits until the checkpoint is on disk.

@@ -59,6 +59,14 @@ const char* to_string(Recompute r) {
     return "?";
 }
 
+const char* to_string(Matmul m) {
+    switch (m) {
+    case Matmul::BF16: return "bf16";
+    case Matmul::FP8: return "fp8";
+    }
+    return "?";
+}
+
 const char* to_string(TransportKind k) {
     switch (k) {
     case TransportKind::Host: return "host";
@@ -252,6 +260,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.number("loss_decay_gamma", t.loss_decay_gamma, 0.0, 1e9);
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
     s.choice("recompute", t.recompute, {{"none", Recompute::None}, {"layers", Recompute::Layers}});
+    s.choice("matmul", t.matmul, {{"bf16", Matmul::BF16}, {"fp8", Matmul::FP8}});
     s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
     s.boolean("checkpoint_background", t.checkpoint_background);
     s.integer("log_every", t.log_every, 1, 1u << 30);

@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "model/attention.hpp"
+#include "model/fp8_linear.hpp"
 #include "model/ops.hpp"
 #include "model/recompute.hpp"
 #include "model/safetensors.hpp"
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 
 namespace hsring::model {
 namespace {
@@ -29,6 +31,7 @@ struct LayerShared {
     BlockAttention plan;
     std::int64_t hq = 0, hkv = 0, d = 0;
     double eps = 0, scale = 0;
+    bool fp8 = false;  // the projections in FP8 (fp8_linear.hpp)
 };
 
 // One Qwen3 decoder layer on the block rows x [rows, H], given the fused context [T, H]: a
@@ -38,17 +41,30 @@ at::Tensor layer_forward(const at::Tensor& x, const at::Tensor& ctx, const std::
     HSRING_ASSERT(w.size() == kLayerWeights);
     const std::int64_t rows = x.size(0), t = ctx.size(0);
     at::Tensor h = rms_norm(x, w[InputNorm], s.eps);
-    // k/v projections serve the context rows and the block rows: cast once.
-    const at::Tensor wk = as_dtype_of(w[K], h), wv = as_dtype_of(w[V], h);
-    at::Tensor q = apply_rope(rms_norm(dense(h, w[Q]).view({rows, s.hq, s.d}), w[QNorm], s.eps), s.blk_rope);
-    at::Tensor k_blk = apply_rope(rms_norm(at::linear(h, wk).view({rows, s.hkv, s.d}), w[KNorm], s.eps), s.blk_rope);
-    at::Tensor v_blk = at::linear(h, wv).view({rows, s.hkv, s.d});
-    at::Tensor k_ctx = apply_rope(rms_norm(at::linear(ctx, wk).view({t, s.hkv, s.d}), w[KNorm], s.eps), s.ctx_rope);
-    at::Tensor v_ctx = at::linear(ctx, wv).view({t, s.hkv, s.d});
+    // Projections sharing an input run together: in FP8 the input is quantized once; in the
+    // compute dtype the k/v weights (context rows and block rows) are cast once.
+    auto project = [&s](const at::Tensor& in, const std::vector<at::Tensor>& ws) {
+        if (s.fp8) return fp8_linears(in, ws);
+        std::vector<at::Tensor> out;
+        for (const auto& wt : ws) out.push_back(dense(in, wt));
+        return out;
+    };
+    const at::Tensor wk = s.fp8 ? w[K] : as_dtype_of(w[K], h), wv = s.fp8 ? w[V] : as_dtype_of(w[V], h);
+    // take(): a raw projection dies with the expression that uses it, as a temporary would
+    // (what a forward without grad keeps alive stays as it was).
+    auto take = [](at::Tensor& p) { return std::exchange(p, at::Tensor()); };
+    auto qkv = project(h, {w[Q], wk, wv});
+    auto kv_ctx = project(ctx, {wk, wv});
+    at::Tensor q = apply_rope(rms_norm(take(qkv[0]).view({rows, s.hq, s.d}), w[QNorm], s.eps), s.blk_rope);
+    at::Tensor k_blk = apply_rope(rms_norm(take(qkv[1]).view({rows, s.hkv, s.d}), w[KNorm], s.eps), s.blk_rope);
+    at::Tensor v_blk = take(qkv[2]).view({rows, s.hkv, s.d});
+    at::Tensor k_ctx = apply_rope(rms_norm(take(kv_ctx[0]).view({t, s.hkv, s.d}), w[KNorm], s.eps), s.ctx_rope);
+    at::Tensor v_ctx = take(kv_ctx[1]).view({t, s.hkv, s.d});
     at::Tensor o = block_attention(q, k_ctx, v_ctx, k_blk, v_blk, s.plan, s.scale);
-    at::Tensor y = x + dense(o.reshape({rows, s.hq * s.d}), w[O]);
+    at::Tensor y = x + project(o.reshape({rows, s.hq * s.d}), {w[O]})[0];
     at::Tensor m = rms_norm(y, w[PostNorm], s.eps);
-    return y + dense(at::silu(dense(m, w[Gate])) * dense(m, w[Up]), w[Down]);
+    auto gate_up = project(m, {w[Gate], w[Up]});
+    return y + project(at::silu(take(gate_up[0])) * take(gate_up[1]), {w[Down]})[0];
 }
 
 } // namespace
@@ -149,6 +165,7 @@ at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
     shared->d = d;
     shared->eps = c.rms_norm_eps;
     shared->scale = 1.0 / std::sqrt(static_cast<double>(d));
+    shared->fp8 = in.fp8_matmul;
 
     at::Tensor x = in.block_embeds.to(dt);
     for (const auto& m : *layers) {

@@ -73,6 +73,10 @@ struct DFlashInputs {
     // and runs its forward again in backward. Same loss and gradients, less activation memory,
     // ~1/3 more layer compute.
     bool recompute_layers = false;
+    // The decoder layers' projections (q/k/v/o, gate/up/down; block and context rows) in FP8,
+    // forward and backward (fp8_linear.hpp). fc, attention, norms and the LM head stay in the
+    // compute dtype.
+    bool fp8_matmul = false;
 };
 
 class DFlashDrafterImpl : public torch::nn::Module {

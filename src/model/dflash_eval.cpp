@@ -50,9 +50,13 @@ DFlashEvalSums evaluate_dflash(DFlashDrafter& drafter, const TargetHead& head, c
                                at::Tensor* drafter_output) {
     check_dflash_batch(drafter, head, batch);
     at::NoGradGuard no_grad;
+    // Scored as inference runs the drafter: in the compute dtype, also for a run that trains with
+    // FP8 matmuls (so the held-out numbers of bf16 and fp8 runs compare).
+    DFlashLossOptions eval_options = options;
+    eval_options.fp8_matmul = false;
     at::Tensor out;
-    if (blocks.num_blocks() > 0) out = dflash_hidden(drafter, head, batch, blocks, options);
-    DFlashLossResult r = dflash_loss_of_output(out, head, blocks, options);
+    if (blocks.num_blocks() > 0) out = dflash_hidden(drafter, head, batch, blocks, eval_options);
+    DFlashLossResult r = dflash_loss_of_output(out, head, blocks, eval_options);
     if (drafter_output) *drafter_output = out;
     DFlashEvalSums s;
     s.loss_sum = r.loss_sum.item<double>();

@@ -24,6 +24,7 @@ at::Tensor dflash_hidden(DFlashDrafter& drafter, const TargetHead& head, const D
     in.compute_dtype = compute_dtype(options, batch.tokens.device());
     in.attention = options.attention;
     in.recompute_layers = options.recompute_layers;
+    in.fp8_matmul = options.fp8_matmul;
     return drafter->forward(in);
 }
 

@@ -32,6 +32,7 @@ struct DFlashLossOptions {
     int chunk = 4096;         // block slots per cross-entropy chunk
     BlockAttentionLayout attention;             // kernel calls of the block attention (attention.hpp)
     bool recompute_layers = false;              // [train] recompute = "layers": see DFlashInputs
+    bool fp8_matmul = false;                    // [train] matmul = "fp8": see DFlashInputs
     std::optional<at::ScalarType> compute_dtype;  // default: bf16 on CUDA, fp32 on CPU
 };
 

@@ -117,6 +117,9 @@ struct TorchDrafter::Impl {
         loss_opts.gamma = c.cfg.train.loss_decay_gamma;
         loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
         loss_opts.recompute_layers = c.cfg.train.recompute == Recompute::Layers;
+        // FP8 on the CPU is allowed: _scaled_mm emulates it there (slowly), which lets CPU runs and
+        // tests exercise the same numerics as a GPU's FP8 tensor cores.
+        loss_opts.fp8_matmul = c.cfg.train.matmul == Matmul::FP8;
         const RingGeometry& g = c.ring.geometry();
         for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
             buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},
@@ -150,7 +153,10 @@ struct TorchDrafter::Impl {
     void describe() const {
         std::int64_t n = 0;
         for (const auto& p : drafter->parameters()) n += p.numel();
-        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}", dcfg.num_layers, double(n) / 1e6, device.str());
+        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}, layer matmuls in {}", dcfg.num_layers,
+                  double(n) / 1e6, device.str(),
+                  loss_opts.fp8_matmul ? (device.is_cuda() ? "fp8" : "fp8 (emulated on the CPU)")
+                                       : c10::toString(model::default_compute_dtype(device)));
     }
 };
 

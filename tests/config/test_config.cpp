@@ -1,6 +1,7 @@
 // Config parsing: valid examples parse; every class of bad input names file, line, key and fix.
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
+#include "hsring/run_identity.hpp"
 #include "hsring/units.hpp"
 
 #include <doctest/doctest.h>
@@ -262,6 +263,23 @@ TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafte
     const std::string e = error_of(std::string(kMinimal) + "[train]\nrecompute = \"all\"\n");
     CHECK(e.find("t.toml:15") != std::string::npos);
     CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
+}
+
+TEST_CASE("[train] matmul: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.train.matmul == Matmul::BF16);
+    const Derived d = derive(c, preset_shape("tiny"));
+    CHECK(describe(c, d).find("matmul bf16") != std::string::npos);
+    const nlohmann::json bf16 = run_identity(c, d, 1, 2);
+    c = parse_config(std::string(kMinimal) + "[train]\nmatmul = \"fp8\"\n", "t.toml");
+    CHECK(c.train.matmul == Matmul::FP8);
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("matmul fp8") != std::string::npos);
+    // FP8 changes what is trained: machines that disagree are named at rendezvous.
+    const nlohmann::json fp8 = run_identity(c, derive(c, preset_shape("tiny")), 1, 2);
+    CHECK(identity_differences(fp8, bf16, 1) == "[train] matmul is \"fp8\" on machine 1, \"bf16\" on machine 0 (the master)");
+    const std::string e = error_of(std::string(kMinimal) + "[train]\nmatmul = \"fp16\"\n");
+    CHECK(e.find("t.toml:15") != std::string::npos);
+    CHECK(e.find("[train] matmul: \"fp16\" is not allowed: use one of \"bf16\", \"fp8\"") != std::string::npos);
 }
 
 TEST_CASE("[transport] kind: host by default; the peer kinds need GPUs everywhere and are shown by config check") {

@@ -1,7 +1,9 @@
 // GPU paths (exit 77 without a CUDA device unless HSRING_GPU_TESTS=required): the varlen flash
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
-// drafter step against the fp32 CPU step on the same weights and blocks.
+// drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
+// the tensor cores) against fp64 and the bf16 drafter step.
 #include "dflash_fixture.hpp"
+#include "model/fp8_linear.hpp"
 #include "model/target.hpp"
 #include "model_test_util.hpp"
 
@@ -130,6 +132,67 @@ TEST_CASE("recompute = layers on the GPU (bf16): the loss and gradients of keepi
         INFO("param " << i);
         const double cos = (kept[i] * re[i]).sum().item<double>() / (kept[i].norm() * re[i].norm()).item<double>();
         CHECK(cos > 0.9999);
+    }
+}
+
+TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B shapes: within e4m3/e5m2 rounding") {
+    test::require_gpu_or_skip();
+    // Rows not a multiple of 16 (padded inside); the tolerances of test_fp8.cpp.
+    for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4100, 4096, 12288},
+                                        {2050, 12288, 4096}, {100, 4096, 1024}}) {
+        INFO(rows << " x " << in << " -> " << out);
+        at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kCuda)).to(at::kBFloat16).requires_grad_(true);
+        at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).requires_grad_(true);
+        at::Tensor g = at::randn({rows, out}, at::TensorOptions().device(kCuda)).to(at::kBFloat16);
+        at::Tensor y = fp8_linear(x, w);
+        (y * g).sum().backward();
+        CHECK(hsring::test::dt(y.scalar_type()) == "BFloat16");
+        CHECK(hsring::test::dt(x.grad().scalar_type()) == "BFloat16");
+        CHECK(hsring::test::dt(w.grad().scalar_type()) == "Float");
+        const at::Tensor xd = x.detach().to(at::kDouble), wd = w.detach().to(at::kDouble), gd = g.to(at::kDouble);
+        const double ey = rel_err(y, at::linear(xd, wd)), edx = rel_err(x.grad(), gd.matmul(wd)),
+                     edw = rel_err(w.grad(), gd.t().matmul(xd));
+        MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
+        CHECK(ey < 0.06);
+        CHECK(edx < 0.09);
+        CHECK(edw < 0.09);
+    }
+}
+
+TEST_CASE("FP8 layer matmuls on the GPU: the tiny drafter's loss within 2% of bf16, gradients aligned") {
+    test::require_gpu_or_skip();
+    test::DFlashFixture cpu(at::kCPU, {300, 41, 180}, 16);
+    DFlashBatch batch{cpu.batch.hidden.to(kCuda), cpu.batch.tokens.to(kCuda), cpu.batch.loss_mask.to(kCuda),
+                      cpu.batch.cu_seqlens};
+    TargetHead head{cpu.head.embed.to(kCuda), cpu.head.lm_head.to(kCuda)};
+    auto d = cpu.drafter(9);
+    d->to(kCuda);
+    at::Generator g = cpu_generator(5);
+    auto blocks = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, 16, 511, 20, 7.0, g);
+    auto run = [&](bool fp8, bool recompute) {
+        DFlashLossOptions opt;
+        opt.chunk = 100;
+        opt.attention.group_blocks = 8;
+        opt.fp8_matmul = fp8;
+        opt.recompute_layers = recompute;
+        d->zero_grad();
+        auto r = dflash_loss_for_blocks(d, head, batch, blocks, opt);
+        r.loss.backward();
+        std::vector<at::Tensor> grads;
+        for (auto& p : d->parameters()) grads.push_back(p.grad().cpu().flatten().to(at::kDouble));
+        return std::make_pair(r.loss.item<double>(), grads);
+    };
+    const auto [loss16, g16] = run(false, false);
+    const auto [loss8, g8] = run(true, false);
+    const auto [loss8r, g8r] = run(true, true);
+    MESSAGE("loss bf16 " << loss16 << ", fp8 " << loss8 << ", fp8 + recompute " << loss8r);
+    CHECK(loss8 == doctest::Approx(loss16).epsilon(2e-2));
+    CHECK(loss8r == doctest::Approx(loss8).epsilon(1e-6));
+    for (std::size_t i = 0; i < g16.size(); ++i) {
+        INFO("param " << i);
+        CHECK(at::isfinite(g8[i]).all().item<bool>());
+        const double cos = (g16[i] * g8[i]).sum().item<double>() / (g16[i].norm() * g8[i].norm()).item<double>();
+        CHECK(cos > 0.95);
     }
 }
 

@@ -1,6 +1,7 @@
 // The real workers (LibTorch, CPU) around a ring and ledger, the test in the supervisor's place:
 // a tiny Qwen3 target and a 1-layer DFlash drafter; the loss falls, every sample is trained
-// exactly once, a SIGKILLed drafter resumes from its checkpoint, and the export loads back.
+// exactly once, a SIGKILLed drafter resumes from its checkpoint, and the export loads back; a CPU
+// drafter with [train] matmul = "fp8" trains too (FP8 emulated by _scaled_mm on the CPU).
 #include "hsring/train_log.hpp"
 #include "pipeline_fixture.hpp"
 #include "worker/checkpoint_store.hpp"
@@ -10,7 +11,9 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -61,5 +64,31 @@ TEST_CASE("real workers on CPU: loss falls, every sample once, drafter killed an
         last += l[l.size() - 1 - i] / 5;
     }
     MESSAGE("loss " << first << " -> " << last << " over " << l.size() << " steps");
+    CHECK(last < first);
+}
+
+TEST_CASE("real workers on CPU with [train] matmul = \"fp8\": emulated FP8, the loss falls, every sample once") {
+    test::SynthRun run(240, 1, "lr = 3e-3\nnum_anchors = 16\nwarmup_steps = 2\nmatmul = \"fp8\"\n", "train",
+                       "block_size = 4\n");
+    std::vector<test::WorkerProc> targets{run.start("target", 0), run.start("target", 1)};
+    test::WorkerProc drafter = run.start("drafter", 0);
+    int st = run.wait(drafter, 300);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+    for (auto& t : targets) CHECK(WIFEXITED(run.wait(t, 30)));
+    const std::uint64_t step = worker::CheckpointStore::read_latest(run.run_dir() / "checkpoints");
+    CHECK(verify_lineage(run.run_dir() / "train-log.0.txt", step, run.ledger().info()).ok());
+    std::ifstream log(run.run_dir() / "drafter.0.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK(text.find("layer matmuls in fp8 (emulated on the CPU)") != std::string::npos);
+    auto l = losses(run.run_dir() / "metrics.jsonl");
+    REQUIRE(l.size() > 10);
+    double first = 0, last = 0;
+    for (std::size_t i = 0; i < 5; ++i) {
+        first += l[i] / 5;
+        last += l[l.size() - 1 - i] / 5;
+    }
+    MESSAGE("loss " << first << " -> " << last << " over " << l.size() << " steps");
+    for (double x : l) CHECK(std::isfinite(x));
     CHECK(last < first);
 }
