@@ -6,7 +6,6 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
-#include <utility>
 #include <limits>
 
 namespace hsring::model {
@@ -161,62 +160,34 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     plan.kernel = layout.kernel;
     plan.kv_repeat = kv_repeat;
     plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
-    const auto cpu_long = at::TensorOptions().dtype(at::kLong);
-    const auto dev_long = cpu_long.device(device);
+    auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    // Gather rows of [context (T) | block rows (R) | zero row].
     const std::int64_t t = context_tokens, rows = static_cast<std::int64_t>(anchors.size()) * block_size;
-    std::vector<std::size_t> order(plan.groups.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        const auto &ga = plan.groups[a], &gb = plan.groups[b];
-        return std::pair(ga.rows, ga.key_len) < std::pair(gb.rows, gb.key_len);
-    });
-    std::vector<std::int64_t> key_index, row_index;
-    for (std::size_t i0 = 0; i0 < order.size();) {
-        const BlockGroup& first = plan.groups[order[i0]];
-        std::size_t i1 = i0;
-        // Per block row of the bucket: its anchor relative to its group's context start; per
-        // group: its context length. The mask is built from these on the device.
-        std::vector<std::int64_t> thr, ctx_len;
-        while (i1 < order.size() && plan.groups[order[i1]].rows == first.rows &&
-               plan.groups[order[i1]].key_len == first.key_len) {
-            const BlockGroup& g = plan.groups[order[i1]];
-            for (std::int64_t c = 0; c < g.ctx_len; ++c) key_index.push_back(g.ctx_begin + c);
-            for (std::int64_t r = 0; r < g.rows; ++r) key_index.push_back(t + g.row_begin + r);
-            for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) key_index.push_back(t + rows);
-            for (std::int64_t r = 0; r < g.rows; ++r) {
-                row_index.push_back(g.row_begin + r);
-                thr.push_back(anchors[static_cast<std::size_t>((g.row_begin + r) / block_size)] - g.ctx_begin);
-            }
-            ctx_len.push_back(g.ctx_len);
-            ++i1;
-        }
-        AttentionBucket bucket;
-        bucket.groups = static_cast<std::int64_t>(i1 - i0);
-        bucket.rows = first.rows;
-        bucket.key_len = first.key_len;
-        const std::int64_t n = bucket.groups, m = bucket.rows, k = bucket.key_len;
-        // Row r of a group (block r / B) sees context column c < its anchor and the columns of
-        // its own block among the group's block rows [ctx_len, ctx_len + rows).
-        at::Tensor a = at::tensor(thr, cpu_long).to(device).view({n, m, 1});
-        at::Tensor cl = at::tensor(ctx_len, cpu_long).to(device).view({n, 1, 1});
-        at::Tensor cols = at::arange(k, dev_long).view({1, 1, k});
-        at::Tensor blk = at::arange(m, dev_long).div(block_size, "floor").view({1, m, 1});
-        at::Tensor own = cols - cl;
-        at::Tensor visible = (cols < a) | ((own >= 0) & (own < m) & (own.div(block_size, "floor") == blk));
-        at::Tensor bias = at::zeros({n, m, k}, at::TensorOptions().device(device).dtype(dtype));
-        bias.masked_fill_(at::logical_not(visible), -std::numeric_limits<double>::infinity());
-        // Query rows are laid out [kv head][repeat][row] (see block_attention): repeat the mask.
-        bucket.bias = bias.repeat({1, kv_repeat, 1}).view({n, 1, kv_repeat * m, k});
-        plan.key_sizes.push_back(n * k);
-        plan.row_sizes.push_back(n * m);
-        plan.buckets.push_back(std::move(bucket));
-        i0 = i1;
+    std::vector<std::int64_t> index;
+    for (const auto& g : plan.groups) {
+        for (std::int64_t c = 0; c < g.ctx_len; ++c) index.push_back(g.ctx_begin + c);
+        for (std::int64_t r = 0; r < g.rows; ++r) index.push_back(t + g.row_begin + r);
+        for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index.push_back(t + rows);
+        plan.key_lens.push_back(g.key_len);
+        plan.row_counts.push_back(g.rows);
     }
-    std::vector<std::int64_t> inverse(row_index.size());
-    for (std::size_t k = 0; k < row_index.size(); ++k) inverse[static_cast<std::size_t>(row_index[k])] = static_cast<std::int64_t>(k);
-    plan.key_index = at::tensor(key_index, cpu_long).to(device);
-    plan.row_index = at::tensor(row_index, cpu_long).to(device);
-    plan.row_inverse = at::tensor(inverse, cpu_long).to(device);
+    plan.key_index = at::tensor(index, cpu_long).to(device);
+    for (auto& g : plan.groups) {
+        // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
+        const auto b0 = static_cast<std::ptrdiff_t>(g.row_begin / block_size);
+        std::vector<std::int64_t> local(anchors.begin() + b0, anchors.begin() + b0 + g.rows / block_size);
+        for (auto& a : local) a -= g.ctx_begin;
+        at::Tensor thr = at::tensor(local, cpu_long).to(device).repeat_interleave(block_size);  // [rows]
+        at::Tensor blk = at::arange(g.rows, cpu_long.device(device)).div(block_size, "floor");
+        at::Tensor cols = at::arange(g.key_len, cpu_long.device(device)).unsqueeze(0);
+        at::Tensor in_ctx = cols < thr.unsqueeze(1);
+        at::Tensor in_own = (cols >= g.ctx_len) & (cols < g.ctx_len + g.rows) &
+                            ((cols - g.ctx_len).div(block_size, "floor") == blk.unsqueeze(1));
+        at::Tensor bias = at::zeros({g.rows, g.key_len}, at::TensorOptions().device(device).dtype(dtype));
+        bias.masked_fill_(at::logical_not(in_ctx | in_own), -std::numeric_limits<double>::infinity());
+        // Query rows are laid out [kv head][repeat][row] (see block_attention): repeat the mask.
+        g.bias = bias.repeat({kv_repeat, 1}).view({1, 1, kv_repeat * g.rows, g.key_len});
+    }
     return plan;
 }
 
@@ -233,25 +204,24 @@ at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const a
                   k_ctx.size(0));
     auto gathered = [&](const at::Tensor& ctx, const at::Tensor& blk) {
         at::Tensor all = at::cat({ctx, blk, at::zeros({1, hkv, d}, blk.options())}, 0);
-        return all.index_select(0, plan.key_index).split_with_sizes(plan.key_sizes, 0);
+        return all.index_select(0, plan.key_index).split_with_sizes(plan.key_lens, 0);
     };
     const std::vector<at::Tensor> keys = gathered(k_ctx, k_blk), values = gathered(v_ctx, v_blk);
-    const std::vector<at::Tensor> queries = q.index_select(0, plan.row_index).split_with_sizes(plan.row_sizes, 0);
+    const std::vector<at::Tensor> queries = q.split_with_sizes(plan.row_counts, 0);
     std::vector<at::Tensor> outs;
-    outs.reserve(plan.buckets.size());
+    outs.reserve(plan.groups.size());
     // Backward runs the backward op the forward chose: the scope is needed in forward only.
     SdpaBackendScope backend(plan.kernel, q.is_cuda());
-    for (std::size_t i = 0; i < plan.buckets.size(); ++i) {
-        const auto& b = plan.buckets[i];
-        const std::int64_t n = b.groups, m = b.rows, k = b.key_len;
-        auto heads_first = [&](const at::Tensor& x) { return x.view({n, k, hkv, d}).permute({0, 2, 1, 3}); };
+    for (std::size_t i = 0; i < plan.groups.size(); ++i) {
+        const auto& g = plan.groups[i];
+        auto heads_first = [](const at::Tensor& x) { return x.permute({1, 0, 2}).unsqueeze(0); };  // [1, Hkv, len, D]
         // GQA without repeating K/V: the r query heads of one kv head become r x rows query rows.
-        at::Tensor qb = queries[i].view({n, m, hkv, r, d}).permute({0, 2, 3, 1, 4}).reshape({n, hkv, r * m, d});
-        at::Tensor o = at::scaled_dot_product_attention(qb, heads_first(keys[i]), heads_first(values[i]), b.bias, 0.0,
+        at::Tensor qg = queries[i].view({g.rows, hkv, r, d}).permute({1, 2, 0, 3}).reshape({1, hkv, r * g.rows, d});
+        at::Tensor o = at::scaled_dot_product_attention(qg, heads_first(keys[i]), heads_first(values[i]), g.bias, 0.0,
                                                         /*is_causal=*/false, scale);
-        outs.push_back(o.view({n, hkv, r, m, d}).permute({0, 3, 1, 2, 4}).reshape({n * m, hq, d}));
+        outs.push_back(o.view({hkv, r, g.rows, d}).permute({2, 0, 1, 3}).reshape({g.rows, hq, d}));
     }
-    return at::cat(outs, 0).index_select(0, plan.row_inverse);
+    return at::cat(outs, 0);
 }
 
 } // namespace hsring::model

@@ -61,29 +61,19 @@ struct BlockGroup {
     std::int64_t ctx_begin = 0, ctx_len = 0;
     std::int64_t row_begin = 0, rows = 0;
     std::int64_t key_len = 0;  // ctx_len + rows rounded up to a multiple of key_pad (few distinct shapes)
-};
-
-// Groups of one shape (rows, key_len), run as one batched SDPA call: with small groups the
-// per-call host cost, not the GPU, would bound the step (seen on the H200: 64 calls per layer
-// left the GPU idle 20 ms per step).
-struct AttentionBucket {
-    std::int64_t groups = 0, rows = 0, key_len = 0;
-    at::Tensor bias;  // [groups, 1, kv_repeat * rows, key_len], 0 = visible, -inf = masked
+    at::Tensor bias;           // [1, 1, kv_repeat * rows, key_len], 0 = visible, -inf = masked
 };
 
 struct BlockAttention {
     std::int64_t block_size = 0;
     AttentionKernel kernel = AttentionKernel::Auto;
     std::int64_t kv_repeat = 1;  // Hq / Hkv
-    std::int64_t context_tokens = 0;  // T: rows of k_ctx / v_ctx
     std::vector<BlockGroup> groups;
-    std::vector<AttentionBucket> buckets;
-    // Every group's keys in one gather, bucket after bucket: rows of [context (T) | block rows (R)
-    // | one zero row] (int64, on the device); key_sizes splits them per bucket.
+    std::int64_t context_tokens = 0;  // T: rows of k_ctx / v_ctx
+    // Every group's keys in one gather: rows of [context (T) | block rows (R) | one zero row]
+    // (int64, on the device), group after group; key_lens / row_counts split the result.
     at::Tensor key_index;
-    // Block rows in bucket order (row_index[k] = the block row at position k) and back.
-    at::Tensor row_index, row_inverse;
-    std::vector<std::int64_t> key_sizes, row_sizes;
+    std::vector<std::int64_t> key_lens, row_counts;
 };
 
 // The groups' geometry (no masks) for blocks given by their anchors (global token index) and
