@@ -8,7 +8,8 @@
 #      see src/model/attention.hpp), no eager baseline, each with the GEMM ratio of its own run
 #   3. a trace of the fastest layout
 # OUT_DIR/attention/: summary.txt (a line per run + the trace summaries), runs.jsonl (each run's
-# JSON result line), logs.tar.gz. About 3 minutes. ITERS (default 5) tunes the timed steps.
+# JSON result line), logs.tar.gz. About 3 minutes. ITERS (default 5) and WARMUP (default 2) tune
+# the steps; TRACE_DEFAULT=0 skips step 1.
 # CPU smoke run of the plumbing: DEVICE=cpu bench/gpu/attention_sweep.sh build /tmp/sweep
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,9 +23,9 @@ if [ "$device" = cpu ]; then
   shape=(--preset tiny --layers 2 --seq-len 128 --samples 2 --anchors 8 --block 4 --chunk 64 --iters 2 --warmup 1)
 else
   shape=(--preset qwen3-8b --layers 5 --seq-len 3072 --samples 2 --anchors 512 --block 16 --chunk 4096
-         --iters "${ITERS:-5}" --warmup 2)
+         --iters "${ITERS:-5}" --warmup "${WARMUP:-2}")
 fi
-layouts=${LAYOUTS:-"auto:256:256 auto:128:256 auto:64:256 auto:32:256 auto:64:128 efficient:64:64"}
+layouts=${LAYOUTS:-"auto:256:256 auto:128:256 auto:64:256 auto:32:256 auto:16:256 efficient:32:64"}
 say "$(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
 say "$(git log -1 --oneline 2>/dev/null)"
 
@@ -38,11 +39,13 @@ summarize_trace() {  # summarize_trace NAME TRACE
   fi
 }
 
-say "== 1. trace of the defaults (auto:256:256)"
+if [ "${TRACE_DEFAULT:-1}" = 1 ]; then
+say "== 1. trace of the defaults"
 timeout 150 "$bench" --device "$device" --no-eager --json "${shape[@]}" --trace "$work/default.trace.json" \
   > "$work/default.json" 2> "$work/default.log"
 say "   exit $?: $(grep -E '^drafter .*ms/step' "$work/default.log" | tail -n 1)"
 summarize_trace default "$work/default.trace.json"
+fi
 
 say "== 2. layouts (kernel:group_blocks:key_pad)"
 best=""; best_sps=0

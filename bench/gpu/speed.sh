@@ -7,6 +7,7 @@
 #                     baseline, the step's FLOPs, TFLOP/s and the ratio to a bf16 GEMM
 #                     [block rows x 4,096] x [4,096 x 12,288] timed in the same run
 #   recipe_recompute  the same with --recompute layers ([train] recompute = "layers"), no eager
+#   recipe_fp8        the same with --matmul fp8 ([train] matmul = "fp8"), no eager
 #   long16k           one 16,384-token sample, recompute none
 #   long16k_recompute one 16,384-token sample, recompute layers
 #   long32k, long32k_recompute   the same at 32,768 tokens (last: skipped when the budget is spent)
@@ -82,6 +83,7 @@ run() {
 
 run recipe 200 "${recipe[@]}" --phases
 run recipe_recompute 120 "${recipe[@]}" --phases --recompute layers --no-eager
+run recipe_fp8 90 "${recipe[@]}" --matmul fp8 --no-eager
 run long16k 120 "${long[@]}" --no-eager
 run long16k_recompute 120 "${long[@]}" --recompute layers --no-eager
 run long32k 90 "${longer[@]}" --no-eager

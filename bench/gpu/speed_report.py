@@ -12,6 +12,7 @@ import pathlib
 RUNS = [
     ("recipe", "recipe shape, eager baseline, phases"),
     ("recipe_recompute", "recipe shape, recompute layers"),
+    ("recipe_fp8", "recipe shape, [train] matmul = fp8"),
     ("long16k", "one 16,384-token sample"),
     ("long16k_recompute", "one 16,384-token sample, recompute layers"),
     ("long32k", "one 32,768-token sample"),

@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
     try {
         bench::Options o(argc, argv,
                          {{"preset", "qwen3-8b"}, {"layers", "5"}, {"seq-len", "3072"}, {"samples", "2"},
-                          {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "256"},
+                          {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "32"},
                           {"key-pad", "256"}, {"attention-kernel", "auto"}, {"trace", ""},
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},

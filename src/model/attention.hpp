@@ -46,7 +46,9 @@ at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, con
 //    fused attention. CPU always runs LibTorch's CPU path.
 enum class AttentionKernel { Auto, Efficient, CuDNN };
 struct BlockAttentionLayout {
-    std::int64_t group_blocks = 256;
+    // 32 x 256: the fastest on the H200 at the recipe shape (bench/gpu/attention_sweep.sh,
+    // BENCHMARKS.md): 256-block groups compute 2.8x the attention, 16-block groups are host-bound.
+    std::int64_t group_blocks = 32;
     std::int64_t key_pad = 256;
     AttentionKernel kernel = AttentionKernel::Auto;
 };

@@ -196,11 +196,10 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     x.keep = mb.blocks * (b - 1);
     // While the loss runs: the drafter output, its scored rows and their gradient (CE saves it).
     x.ce_rows = x.rows * m.h * e + 2 * x.keep * m.h * e;
-    // One chunk of logits in fp32 (chunked_cross_entropy) and, inside at::logsumexp, the fp32
-    // (logits - max) it exponentiates: 8 B per logit. (The compute-dtype twins before and after,
-    // 4 + 2 B, stay below that.)
+    // One chunk of logits and their softmax, both in the compute dtype (chunked_cross_entropy):
+    // 2 x e B per logit.
     x.chunk = std::min<u64>(cfg.train.loss_chunk, std::max<u64>(x.keep, 1));
-    x.logits = x.chunk * m.v * 8;
+    x.logits = x.chunk * m.v * 2 * e;
     x.grads = drafter_params(d.target, nl, d.layer_ids.size()) * 4;
     x.grads_now = grads_in_forward ? x.grads : 0;
 

@@ -107,15 +107,22 @@ TEST_CASE("sample shapes: expected anchors per attention group") {
     CHECK(s.keys == 256);
     CHECK(s.mask == 16 * 256);
 
-    // 3072 tokens all trained: 3071 valid positions, 512 anchors in 2 groups of 256 blocks x 16 =
-    // 4096 rows. Group 0: rank round(256 x 3072 / 513) - 1 = 1532 -> 1532 + 4096 -> 5632;
-    // group 1: rank round(512 x 3072 / 513) - 1 = 3065 -> 3065 + 4096 -> 7168.
+    // 3072 tokens all trained: 3071 valid positions, 512 anchors in 16 groups of 32 blocks x 16 =
+    // 512 rows. Group g: last anchor at rank round(32 (g + 1) x 3072 / 513) - 1, keys that + 512
+    // padded to 256: group 0 191 + 512 -> 768, group 7 1532 + 512 -> 2048, group 15 3065 + 512
+    // -> 3584; 35,840 keys over the 16 groups.
     std::vector<std::uint32_t> all(3071);
     for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
     const SampleShape q = sample_shape(3072, all, 512, 16);
+    std::uint64_t keys = 0;
+    for (std::uint64_t g = 0; g < 16; ++g) {
+        const auto rank = std::llround(double(32 * (g + 1)) * 3072.0 / 513.0) - 1;
+        keys += (std::uint64_t(rank) + 512 + 255) / 256 * 256;
+    }
+    CHECK(keys == 35840);
     CHECK(q.blocks == 512);
-    CHECK(q.keys == 5632 + 7168);
-    CHECK(q.mask == 4096ull * (5632 + 7168));
+    CHECK(q.keys == keys);
+    CHECK(q.mask == 512ull * keys);
 
     // Fewer valid positions than anchors: every one is an anchor.
     const SampleShape few = sample_shape(8, std::vector<std::uint32_t>{5, 6}, 512, 16);
@@ -158,32 +165,32 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     // rows r = 2560 x 16 = 40,960; context t = 15,360
     // per layer: r x (4H + 4Q + K + 4I = 82,944) x 2 = 6,794,772,480
     //          + t x K x 2 = 31,457,280 + r x (2 + 2 x 32 + 8) x 4 = 12,124,160 -> 6,838,353,920
-    // keys: 5 layers x 5 samples x 12,800 keys x 2 x 1024 x 2 B = 1,310,720,000
+    // keys: 5 layers x 5 samples x 35,840 keys (16 groups of 32 blocks) x 2 x 1024 x 2 B
+    //   = 3,670,016,000
     // shared: context 2 x t x H x 2 = 251,658,240; final-norm input r x H x 2 = 335,544,320;
     //   RoPE 2 x 128 x 2 x (t + r) = 28,835,840; block tensors r x 29 + t x 8 = 1,310,720;
-    //   mask 4 (GQA repeat) x 5 x 4096 x 12,800 x 2 B = 2,097,152,000 -> 2,714,501,120
-    // saved = 5 x 6,838,353,920 + 1,310,720,000 + 2,714,501,120 = 38,216,990,720
-    // at the loss: output rows r x H x 2 + 2 x scored rows (2560 x 15) x H x 2 = 964,689,920
-    CHECK(part(m, "activations").bytes == 38'216'990'720ull + 964'689'920ull);
-    // chunk 4096 positions x 151,936 x 8 B (fp32 logits + logsumexp's fp32 logits - max)
-    CHECK(part(m, "loss_chunk_logits").bytes == 4096ull * 151936 * 8);
-    // forward peak: gradients 4,194,505,728 + saved + 964,689,920 + logits 4,978,638,848
-    //   = 48,354,825,216 > backward peak: gradients + saved + scored-row gradient 314,572,800
-    //   + 3 x r x I x 2 + 2 x H x I x 4 = 3,422,552,064 -> 46,148,621,312
-    CHECK(part(m, "backward_transients").bytes == 0);
-    CHECK(m.peak_phase == "the forward's cross-entropy chunk");
+    //   mask 4 (GQA repeat) x 5 x 512 x 35,840 x 2 B = 734,003,200 -> 1,351,352,320
+    // saved = 5 x 6,838,353,920 + 3,670,016,000 + 1,351,352,320 = 39,213,137,920
+    // forward peak: gradients 4,194,505,728 + saved + output rows r x H x 2 + 2 x scored rows
+    //   (2560 x 15) x H x 2 = 964,689,920 + logits and softmax 4096 x 151,936 x 2 x 2 B
+    //   = 2,489,319,424 -> 46,861,652,992 < backward peak: gradients + saved + scored-row
+    //   gradient 314,572,800 + 3 x r x I x 2 + 2 x H x I x 4 = 3,422,552,064 -> 47,144,768,512
+    CHECK(part(m, "activations").bytes == 39'213'137'920ull + 314'572'800ull);
+    CHECK(part(m, "loss_chunk_logits").bytes == 0);
+    CHECK(part(m, "backward_transients").bytes == 3'422'552'064ull);
+    CHECK(m.peak_phase == "the backward of the last layer");
     // 2 x 5 layers x 16,384 x 4096 x 2 B
     CHECK(part(m, "inflight_slots").bytes == 1'342'177'280ull);
     CHECK(m.part("allreduce_buffers") == nullptr);
     // head 2,489,319,424 + master 4,194,505,728 + casts 2,097,252,864 + AdamW 8,389,011,456
-    // + gradients 4,194,505,728 + activations 39,181,680,640 + logits 4,978,638,848
+    // + gradients 4,194,505,728 + activations 39,527,710,720 + backward 3,422,552,064
     // + slots 1,342,177,280
-    CHECK(m.allocated() == 66'867'091'968ull);  // 62.27 GiB
+    CHECK(m.allocated() == 65'657'035'264ull);  // 61.15 GiB
 
     // Alone in its step (one micro-batch): no gradients at the forward's peak.
     const WorkerMemory first = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
     CHECK(part(first, "fp32_gradients").bytes == 0);
-    CHECK(first.allocated() == 66'867'091'968ull - p * 4);
+    CHECK(first.allocated() == 65'657'035'264ull - p * 4);
 }
 
 TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {
@@ -418,25 +425,25 @@ TEST_CASE("recompute = layers at the recipe shape, by hand") {
     CHECK(part(w, "fp32_gradients").bytes == 3'087'142'912ull);
     //   activations: layer 0's input 134,217,728
     //   + layer 0 recomputed: r x 82,944 x 2 = 2,717,908,992 + t x K x 2 = 12,582,912
-    //     + r x 74 x 4 = 4,849,664 + its keys 2 x 12,800 x 2 x 1024 x 2 = 104,857,600
-    //     + its output 134,217,728 -> 2,974,416,896
+    //     + r x 74 x 4 = 4,849,664 + its keys 2 x 35,840 x 2 x 1024 x 2 = 293,601,280
+    //     + its output 134,217,728 -> 3,163,160,576
     //   + context and pre-norm 2 x t x H x 2 = 100,663,296, RoPE 2 x 128 x 2 x (t + r)
-    //     = 11,534,336, block tensors r x 29 + t x 8 = 524,288, mask 4 x 2 x 4096 x 12,800 x 2
-    //     = 838,860,800 -> 951,582,720
+    //     = 11,534,336, block tensors r x 29 + t x 8 = 524,288, mask 4 x 2 x 512 x 35,840 x 2
+    //     = 293,601,280 -> 406,323,200
     //   + gradient flowing in 134,217,728 + d(context) over layers 1-4 t x H x 2 = 50,331,648
-    //   = 4,244,766,720
-    CHECK(part(w, "activations_recompute_layers").bytes == 4'244'766'720ull);
+    //   = 3,888,250,880
+    CHECK(part(w, "activations_recompute_layers").bytes == 3'888'250'880ull);
     //   MLP backward: 2 x r x I x 2 = 805,306,368 + down's fp32 gradient H x I x 4 = 201,326,592
     CHECK(part(w, "backward_transients").bytes == 1'006'632'960ull);
     CHECK(part(w, "loss_chunk_logits").bytes == 0);
-    // = 8,892,224,000 at layer 0, more than the forward's cross-entropy chunk (fc's casts
-    // 167,788,544 + every layer's input 5 x 134,217,728 + context, RoPE, mask 951,582,720 + the
-    // final norm's input 134,217,728 + output and scored rows 385,875,968 + logits 4,978,638,848
-    // = 7,289,192,448) and the last layer's backward (5 inputs, no gradients yet: 6,291,620,352).
+    // = 8,535,708,160 at layer 0, more than the forward's cross-entropy chunk (fc's casts
+    // 167,788,544 + every layer's input 5 x 134,217,728 + context, RoPE, mask 406,323,200 + the
+    // final norm's input 134,217,728 + output and scored rows 385,875,968 + logits and softmax
+    // 2,489,319,424 = 4,254,613,504) and the last layer's backward (5 inputs, no gradients yet).
     CHECK(w.peak_phase.find("layer 0") != std::string::npos);
     // + embedding and LM head 2,489,319,424, master weights 4,194,505,728, AdamW 8,389,011,456,
     // one slot 5 x 6144 x 4096 x 2 = 251,658,240
-    CHECK(w.allocated() == 8'892'224'000ull + 2'489'319'424ull + 4'194'505'728ull + 8'389'011'456ull + 251'658'240ull);
+    CHECK(w.allocated() == 8'535'708'160ull + 2'489'319'424ull + 4'194'505'728ull + 8'389'011'456ull + 251'658'240ull);
 }
 
 TEST_CASE("recompute = layers: a small loss chunk leaves the peak in a layer, never above recompute none") {
