@@ -1,5 +1,6 @@
 #include "model/attention.hpp"
 
+#include "hsring/attention_keys.hpp"
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
@@ -142,7 +143,7 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
         // Keys padded to a multiple of key_pad (not just the kernels' 16): anchors differ every
         // batch, and with a kernel that plans per shape every new shape costs a plan on first use
         // (seen on the H200: 2 s of a 3 s step with 32-block groups padded to 16).
-        g.key_len = (g.ctx_len + g.rows + pad - 1) / pad * pad;
+        g.key_len = padded_key_len(g.ctx_len + g.rows, pad);
         groups.push_back(std::move(g));
         b0 = b1;
     }
