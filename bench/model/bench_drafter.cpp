@@ -219,6 +219,35 @@ bool fp8_option(const std::string& v) {
     return v == "fp8";
 }
 
+// --anchors, --gamma, --chunk, the attention layout, --recompute, --matmul.
+hsring::model::DFlashLossOptions loss_options(const hsring::bench::Options& o) {
+    hsring::model::DFlashLossOptions opt;
+    opt.num_anchors = static_cast<int>(o.num("anchors"));
+    opt.gamma = o.real("gamma");
+    opt.chunk = static_cast<int>(o.num("chunk"));
+    opt.attention = attention_layout(o);
+    if (o.str("recompute") != "none" && o.str("recompute") != "layers")
+        hsring::fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
+    opt.recompute_layers = o.str("recompute") == "layers";
+    opt.fp8_matmul = fp8_option(o.str("matmul"));
+    return opt;
+}
+
+// What both result lines say of the shape trained.
+nlohmann::json shape_json(const hsring::bench::Options& o, const at::Device& dev, at::ScalarType compute,
+                          const hsring::model::DFlashConfig& cfg, std::int64_t samples, std::int64_t len,
+                          const hsring::model::DFlashLossOptions& opt) {
+    return {{"preset", o.str("preset")},
+            {"device", dev.str()},
+            {"compute_dtype", c10::toString(compute)},
+            {"layers", cfg.num_layers},
+            {"samples", samples},
+            {"seq_len", len},
+            {"anchors", opt.num_anchors},
+            {"block", cfg.block_size},
+            {"recompute", o.str("recompute")}};
+}
+
 // Mean of each tenth of `v` (each value alone when there are fewer than 10).
 std::vector<double> tenths(const std::vector<double>& v) {
     const std::size_t n = v.size(), parts = std::min<std::size_t>(10, n);
@@ -258,14 +287,7 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
     if (vocab_used < 2 || vocab_used > shape.vocab_size)
         fail("--compare-vocab must be in [2, {}] (the vocabulary), got {}", shape.vocab_size, vocab_used);
     const bench::MarkovBatches data(vocab_used, cfg.num_context_layers(), cfg.hidden_size, seed, dev, compute);
-    DFlashLossOptions opt;
-    opt.num_anchors = static_cast<int>(o.num("anchors"));
-    opt.gamma = o.real("gamma");
-    opt.chunk = static_cast<int>(o.num("chunk"));
-    opt.attention = attention_layout(o);
-    if (o.str("recompute") != "none" && o.str("recompute") != "layers")
-        fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
-    opt.recompute_layers = o.str("recompute") == "layers";
+    const DFlashLossOptions opt = loss_options(o);  // --matmul is ignored: both precisions run
 
     // {loss per step, seconds per step}
     auto train = [&](bool fp8) {
@@ -311,26 +333,20 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
     fmt::print(out, "compare-matmul {} x{} layers, {} samples x {} tokens, lr {}: max relative difference of the "
                     "tenths' means {:.4f} (tenth {}); {:.1f} ms/step bf16, {:.1f} ms/step fp8 (each step synchronised)\n",
                o.str("preset"), cfg.num_layers, samples, len, lr, max_rel, worst + 1, base_s * 1e3, fp8_s * 1e3);
-    if (json)
-        bench::print_json_result({{"mode", "compare_matmul"},
-                                  {"preset", o.str("preset")},
-                                  {"device", dev.str()},
-                                  {"compute_dtype", c10::toString(compute)},
-                                  {"layers", cfg.num_layers},
-                                  {"samples", samples},
-                                  {"seq_len", len},
-                                  {"anchors", opt.num_anchors},
-                                  {"block", cfg.block_size},
-                                  {"recompute", o.str("recompute")},
-                                  {"lr", lr},
-                                  {"seed", seed},
-                                  {"vocab_used", vocab_used},
-                                  {"steps", steps},
-                                  {"losses", {{"bf16", base}, {"fp8", fp8}}},
-                                  {"tenths", {{"bf16", base_t}, {"fp8", fp8_t}}},
-                                  {"max_rel_diff", max_rel},
-                                  {"max_rel_diff_tenth", worst + 1},
-                                  {"step_s", {{"bf16", base_s}, {"fp8", fp8_s}}}});
+    if (json) {
+        nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
+        j.update({{"mode", "compare_matmul"},
+                  {"lr", lr},
+                  {"seed", seed},
+                  {"vocab_used", vocab_used},
+                  {"steps", steps},
+                  {"losses", {{"bf16", base}, {"fp8", fp8}}},
+                  {"tenths", {{"bf16", base_t}, {"fp8", fp8_t}}},
+                  {"max_rel_diff", max_rel},
+                  {"max_rel_diff_tenth", worst + 1},
+                  {"step_s", {{"bf16", base_s}, {"fp8", fp8_s}}}});
+        bench::print_json_result(j);
+    }
     return 0;
 }
 
@@ -407,28 +423,25 @@ int main(int argc, char** argv) {
         batch.tokens = at::randint(shape.vocab_size, {total}, at::TensorOptions().dtype(at::kLong)).to(dev);
         batch.loss_mask = at::ones({total}, at::TensorOptions().device(dev));
         for (std::int64_t s = 0; s <= samples; ++s) batch.cu_seqlens.push_back(s * len);
-        DFlashLossOptions opt;
-        opt.num_anchors = static_cast<int>(o.num("anchors"));
-        opt.gamma = o.real("gamma");
-        opt.chunk = static_cast<int>(o.num("chunk"));
-        opt.attention = attention_layout(o);
-        if (o.str("recompute") != "none" && o.str("recompute") != "layers")
-            fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
-        opt.recompute_layers = o.str("recompute") == "layers";
-        opt.fp8_matmul = fp8_option(o.str("matmul"));
+        const DFlashLossOptions opt = loss_options(o);
         at::Generator gen = cpu_generator(seed);
+        // One training step (dflash_loss with its sampled blocks kept for the FLOP count).
+        auto train_step = [&] {
+            adam.zero_grad();
+            DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
+                                                  cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+            DFlashLossResult r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
+            r.loss.backward();
+            adam.step();
+            return std::make_pair(std::move(r), std::move(b));
+        };
         double loss = 0;
         std::int64_t blocks = 0;
         std::vector<DFlashBlocks> step_blocks;  // each step's blocks: its FLOP count
         bench::reset_peak_memory(dev.is_cuda());
         const double step = bench::seconds_per_iter(dev,
-            [&] {  // dflash_loss, with the sampled blocks kept for counting
-                adam.zero_grad();
-                DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
-                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
-                auto r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
-                r.loss.backward();
-                adam.step();
+            [&] {
+                auto [r, b] = train_step();
                 loss = r.loss.item<double>();
                 blocks = r.num_blocks;
                 step_blocks.push_back(std::move(b));
@@ -497,14 +510,7 @@ int main(int argc, char** argv) {
                          {"backward", t_bwd}, {"adamw", t_adam}};
         }
         if (!o.str("trace").empty()) {
-            bench::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] {
-                adam.zero_grad();
-                DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
-                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
-                auto r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
-                r.loss.backward();
-                adam.step();
-            });
+            bench::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] { train_step(); });
             fmt::print(out, "trace of 2 steps: {}\n", o.str("trace"));
         }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
@@ -525,34 +531,26 @@ int main(int argc, char** argv) {
         else
             fmt::print(out, "drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", samples / step);
         if (json) {
-            nlohmann::json j = {{"mode", "drafter"},
-                                {"preset", o.str("preset")},
-                                {"device", dev.str()},
-                                {"compute_dtype", c10::toString(compute)},
-                                {"layers", cfg.num_layers},
-                                {"samples", samples},
-                                {"seq_len", len},
-                                {"anchors", opt.num_anchors},
-                                {"block", cfg.block_size},
-                                {"recompute", o.str("recompute")},
-                                {"matmul", o.str("matmul")},
-                                {"attention", {{"group_blocks", opt.attention.group_blocks},
-                                               {"key_pad", opt.attention.key_pad},
-                                               {"kernel", to_string(opt.attention.kernel)}}},
-                                {"blocks", blocks},
-                                {"iters", iters},
-                                {"step_s", step},
-                                {"samples_per_s", samples / step},
-                                {"loss", loss},
-                                {"peak_allocated_bytes", peak_bytes},
-                                {"flops", {{"layers", flops.layers}, {"context_kv", flops.context_kv},
-                                           {"attention", flops.attention}, {"fc", flops.fc}, {"lm_head", flops.lm_head},
-                                           {"total", flops.total()}}},
-                                {"tflops_per_s", tflops},
-                                {"gemm", {{"m", gemm_m}, {"k", cfg.hidden_size}, {"n", cfg.intermediate_size},
-                                          {"dtype", c10::toString(compute)}, {"tflops_per_s", gemm}}},
-                                {"gemm_ratio", tflops / gemm},
-                                {"phases_ms", phases_ms}};
+            nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
+            j.update({{"mode", "drafter"},
+                      {"matmul", o.str("matmul")},
+                      {"attention", {{"group_blocks", opt.attention.group_blocks},
+                                     {"key_pad", opt.attention.key_pad},
+                                     {"kernel", to_string(opt.attention.kernel)}}},
+                      {"blocks", blocks},
+                      {"iters", iters},
+                      {"step_s", step},
+                      {"samples_per_s", samples / step},
+                      {"loss", loss},
+                      {"peak_allocated_bytes", peak_bytes},
+                      {"flops", {{"layers", flops.layers}, {"context_kv", flops.context_kv},
+                                 {"attention", flops.attention}, {"fc", flops.fc}, {"lm_head", flops.lm_head},
+                                 {"total", flops.total()}}},
+                      {"tflops_per_s", tflops},
+                      {"gemm", {{"m", gemm_m}, {"k", cfg.hidden_size}, {"n", cfg.intermediate_size},
+                                {"dtype", c10::toString(compute)}, {"tflops_per_s", gemm}}},
+                      {"gemm_ratio", tflops / gemm},
+                      {"phases_ms", phases_ms}});
             if (eager_step > 0)
                 j["eager"] = {{"step_s", eager_step}, {"samples_per_s", samples / eager_step},
                               {"peak_gib", eager->value("peak_gib", -1.0)}, {"note", eager->value("note", "")},

@@ -44,4 +44,23 @@ struct DFlashFixture {
     }
 };
 
+// One loss at caller-chosen blocks and the gradient it gives every drafter parameter: the
+// gradients are zeroed first, loss_sum is back-propagated, and each gradient is copied to the CPU
+// in fp64 (comparable across devices and runs).
+struct LossAndGrads {
+    double loss = 0, loss_sum = 0;
+    std::vector<at::Tensor> grads;
+};
+
+inline LossAndGrads loss_and_grads(model::DFlashDrafter& drafter, const model::TargetHead& head,
+                                   const model::DFlashBatch& batch, const model::DFlashBlocks& blocks,
+                                   const model::DFlashLossOptions& opt) {
+    drafter->zero_grad();
+    model::DFlashLossResult r = model::dflash_loss_for_blocks(drafter, head, batch, blocks, opt);
+    r.loss_sum.backward();
+    LossAndGrads out{r.loss.item<double>(), r.loss_sum.item<double>(), {}};
+    for (auto& p : drafter->parameters()) out.grads.push_back(p.grad().to(at::kCPU, at::kDouble));
+    return out;
+}
+
 } // namespace hsring::test

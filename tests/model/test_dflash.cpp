@@ -397,12 +397,8 @@ TEST_CASE("recompute = layers: the same output, loss and every parameter gradien
         opt.chunk = 7;
         opt.attention.group_blocks = 2;  // several attention groups per sequence
         opt.recompute_layers = recompute;
-        drafter->zero_grad();
-        auto r = dflash_loss_for_blocks(drafter, f.head, f.batch, blocks, opt);
-        r.loss_sum.backward();
-        std::vector<at::Tensor> grads;
-        for (auto& p : drafter->parameters()) grads.push_back(p.grad().clone());
-        return std::make_pair(r.loss_sum.item<double>(), grads);
+        const auto r = test::loss_and_grads(drafter, f.head, f.batch, blocks, opt);
+        return std::make_pair(r.loss_sum, r.grads);
     };
     const auto [loss_kept, grads_kept] = run(false);
     const auto [loss_recomputed, grads_recomputed] = run(true);
