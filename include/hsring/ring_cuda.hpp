@@ -31,7 +31,8 @@ public:
 
     // The registration of `ring`'s mapping in this process, made on first use and shared by every
     // writer and reader of it here (CUDA refuses the same pages twice:
-    // cudaErrorHostMemoryAlreadyRegistered); unregistered when the last one lets go.
+    // cudaErrorHostMemoryAlreadyRegistered), logged once when made; unregistered when the last
+    // one lets go.
     static std::shared_ptr<CudaRegistration> shared(const Ring& ring);
 
     double seconds() const { return seconds_; }  // how long registration took

@@ -67,6 +67,7 @@ std::shared_ptr<CudaRegistration> CudaRegistration::shared(const Ring& ring) {
     auto& weak = by_mapping[ring.payload_area().data()];
     if (auto r = weak.lock()) return r;
     auto r = std::make_shared<CudaRegistration>(ring);
+    log::info("ring registered with CUDA in {:.2f} s ({} chunk(s))", r->seconds(), r->chunks());
     weak = r;
     return r;
 }

@@ -65,7 +65,6 @@ HostSlotReader::HostSlotReader(Ring& ring, bool cuda) : ring_(ring), cuda_(cuda)
     if (!cuda_) return;
 #ifdef HSRING_HAVE_CUDA
     registration_ = CudaRegistration::shared(ring_);
-    log::info("ring registered with CUDA in {:.2f} s ({} chunk(s))", registration_->seconds(), registration_->chunks());
     stream_ = make_copy_stream();
 #else
     fail("a GPU drafter needs the CUDA runtime: this hsring was built without it");

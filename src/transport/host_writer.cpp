@@ -18,7 +18,6 @@ HostSlotWriter::HostSlotWriter(Ring& ring, bool cuda)
     if (!cuda_) return;
 #ifdef HSRING_HAVE_CUDA
     registration_ = CudaRegistration::shared(ring_);
-    log::info("ring registered with CUDA in {:.2f} s ({} chunk(s))", registration_->seconds(), registration_->chunks());
     stream_ = make_copy_stream();
     HSRING_CUDA(cudaEventCreateWithFlags(&layer_ready_, cudaEventDisableTiming));
 #else
