@@ -14,7 +14,6 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/attention"
-: > "$out/summary.txt"
 : > "$out/runs.jsonl"
 bench="$build/bench/model/hsring-bench-drafter"
 [ -x "$bench" ] || { say "FAIL: $bench is missing: build it first (ninja -C $build bench/model/hsring-bench-drafter)"; exit 1; }
@@ -26,8 +25,7 @@ else
          --iters "${ITERS:-5}" --warmup "${WARMUP:-2}")
 fi
 layouts=${LAYOUTS:-"auto:256:256 auto:128:256 auto:64:256 auto:32:256 auto:16:256 efficient:32:64"}
-say "$(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
-say "$(git log -1 --oneline 2>/dev/null)"
+say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
 
 summarize_trace() {  # summarize_trace NAME TRACE
   if [ -f "$2" ]; then

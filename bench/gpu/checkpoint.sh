@@ -14,9 +14,6 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
-: > "$out/summary.txt"
-say "$(date -u) $(nvidia-smi -L | tr '\n' ' ')"
-say "$(git log -1 --oneline 2>/dev/null)"
 gpus=$(nvidia-smi -L | wc -l)
 drafter=1
 [ "$gpus" -ge 2 ] || drafter=0

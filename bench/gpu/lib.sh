@@ -2,7 +2,8 @@
 #
 # session_init BUILD_DIR OUT_DIR: sets build, out, root (and cd there), py (python3 of the GPU
 # machine's torch venv when present), hs (hsring), work (OUT_DIR/work) and say() (echo + append
-# to OUT_DIR/summary.txt); keeps NVLink multicast off (the machine's GPUs are shared).
+# to OUT_DIR/summary.txt); keeps NVLink multicast off (the machine's GPUs are shared); starts
+# OUT_DIR/summary.txt with the date, the GPUs and the commit.
 session_init() {
   build=$(cd "${1:?usage: $0 BUILD_DIR OUT_DIR}" && pwd)
   mkdir -p "${2:?usage: $0 BUILD_DIR OUT_DIR}"
@@ -15,6 +16,9 @@ session_init() {
   hs="$build/src/cli/hsring"
   work="$out/work"
   mkdir -p "$work" runs
+  : > "$out/summary.txt"
+  say "$(date -u) $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
+  say "$(git log -1 --oneline 2>/dev/null)"
 }
 say() { echo "$*" | tee -a "$out/summary.txt"; }
 

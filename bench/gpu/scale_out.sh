@@ -13,9 +13,6 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
-: > "$out/summary.txt"
-say "$(date -u) $(nvidia-smi -L | tr '\n' ' ')"
-say "$(git log -1 --oneline 2>/dev/null)"
 
 say "== gradient sum over NCCL (2 ranks) = one rank's update"
 HSRING_GSYNC_NCCL=1 HSRING_SOURCE_ROOT="$root" timeout 300 "$build/tests/distributed/test_gradient_sync" > "$work/gsync.txt" 2>&1

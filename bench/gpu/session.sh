@@ -13,9 +13,6 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
-: > "$out/summary.txt"
-say "$(date -u) $(nvidia-smi -L | tr '\n' ' ')"
-say "$(git log -1 --oneline 2>/dev/null)"
 
 if [ "${SKIP_MODEL_BENCH:-0}" != 1 ]; then
   say "== hsring-bench target"

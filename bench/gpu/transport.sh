@@ -14,7 +14,6 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/transport"
-: > "$out/summary.txt"
 fail_count=0
 check() {  # check NAME RC: one PASS/FAIL line
   if [ "$2" = 0 ]; then say "   PASS $1"; else say "   FAIL $1 (exit $2)"; fail_count=$((fail_count + 1)); fi
@@ -29,8 +28,6 @@ for f in "$hs" "$build/bench/hsring-bench" "$build/tests/gpu/test_transport_cuda
   [ -x "$f" ] || { say "FAIL: $f is missing: build first (bin/gpu-build, or ninja -C $build)"; exit 1; }
 done
 tgpu=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
-say "$(date -u) $gpus GPU(s): $(nvidia-smi -L | head -n 2 | tr '\n' ' ')"
-say "$(git log -1 --oneline 2>/dev/null)"
 say "targets on GPU $tgpu, drafter on GPU 0"
 if [ "$gpus" -ge 2 ]; then say "p2p GPU0<->GPU1: $(nvidia-smi topo -p2p r 2>/dev/null | awk 'NR==2 {print $3}')"; fi
 
