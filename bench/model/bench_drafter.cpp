@@ -358,8 +358,9 @@ int main(int argc, char** argv) {
     try {
         bench::Options o(argc, argv,
                          {{"preset", "qwen3-8b"}, {"layers", "5"}, {"seq-len", "3072"}, {"samples", "2"},
-                          {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"}, {"group", "32"},
-                          {"key-pad", "256"}, {"attention-kernel", "auto"}, {"trace", ""},
+                          {"anchors", "512"}, {"block", "16"}, {"gamma", "7"}, {"chunk", "4096"},
+                          {"group", std::to_string(kAttentionGroupBlocks)}, {"key-pad", std::to_string(kAttentionKeyPad)},
+                          {"attention-kernel", "auto"}, {"trace", ""},
                           {"iters", "5"}, {"warmup", "2"}, {"no-eager", "false"}, {"phases", "false"},
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},

@@ -1,4 +1,7 @@
 #pragma once
+// The drafter's block attention in groups, shared by the drafter (src/model/attention.hpp) and the
+// planner (src/plan/workload.cpp), which must count the same shapes.
+//
 // How many keys one drafter attention call computes for a group whose context prefix and block
 // rows together hold `keys` keys: rounded up to a multiple of min_pad, and of one eighth of the
 // power of two at or below `keys` when that is larger. Every new key length is a new kernel shape
@@ -9,6 +12,13 @@
 #include <cstdint>
 
 namespace hsring {
+
+// The drafter's attention layout by default (model::BlockAttentionLayout; the planner assumes it):
+// 32 consecutive blocks of one sequence per call, keys padded to at least 256. 32 x 256 was the
+// fastest on the H200 at the recipe shape (bench/gpu/attention_sweep.sh, BENCHMARKS.md): 256-block
+// groups compute 2.8x the attention, 16-block groups are host-bound.
+inline constexpr std::int64_t kAttentionGroupBlocks = 32;
+inline constexpr std::int64_t kAttentionKeyPad = 256;
 
 inline std::int64_t padded_key_len(std::int64_t keys, std::int64_t min_pad) {
     if (keys <= 0) return 0;

@@ -1,6 +1,5 @@
 #include "model/attention.hpp"
 
-#include "hsring/attention_keys.hpp"
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
@@ -140,9 +139,9 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
         g.ctx_len = anchors[b1 - 1] - g.ctx_begin;
         g.row_begin = b0 * block_size;
         g.rows = (b1 - b0) * block_size;
-        // Keys padded to a multiple of key_pad (not just the kernels' 16): anchors differ every
-        // batch, and with a kernel that plans per shape every new shape costs a plan on first use
-        // (seen on the H200: 2 s of a 3 s step with 32-block groups padded to 16).
+        // Keys padded coarsely (not just to the kernels' 16): anchors differ every batch, and
+        // cuDNN plans per shape, every new one on first use (seen on the H200: 2 s of a 3 s step
+        // with 32-block groups padded to 16). padded_key_len says how.
         g.key_len = padded_key_len(g.ctx_len + g.rows, pad);
         groups.push_back(std::move(g));
         b0 = b1;

@@ -8,6 +8,8 @@
 //    the masked-out part of the context is never computed (see BlockAttention).
 // GQA everywhere: q [rows, Hq, D], k/v [rows, Hkv, D], Hq a multiple of Hkv (HF repeat_kv
 // order: query head h uses kv head h / (Hq/Hkv)).
+#include "hsring/attention_keys.hpp"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -46,10 +48,8 @@ at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, con
 //    fused attention. CPU always runs LibTorch's CPU path.
 enum class AttentionKernel { Auto, Efficient, CuDNN };
 struct BlockAttentionLayout {
-    // 32 x 256: the fastest on the H200 at the recipe shape (bench/gpu/attention_sweep.sh,
-    // BENCHMARKS.md): 256-block groups compute 2.8x the attention, 16-block groups are host-bound.
-    std::int64_t group_blocks = 32;
-    std::int64_t key_pad = 256;
+    std::int64_t group_blocks = kAttentionGroupBlocks;  // hsring/attention_keys.hpp says why
+    std::int64_t key_pad = kAttentionKeyPad;
     AttentionKernel kernel = AttentionKernel::Auto;
 };
 // "auto" | "efficient" | "cudnn"; throws hsring::Error naming `what` for anything else.

@@ -23,8 +23,9 @@ using torch::autograd::variable_list;
 //    -log p_max = -log1p(-rest) for p_max > 1/2 (rest = sum of the other p, fp32 sum of positive
 //    terms: relative error u), else -log p_max: absolute error <= u per token, no underflow
 //    (p_max >= 1/V) however unlikely the label;
-//  - gradient w * (p - onehot): the label entry p_y - 1 = -(the fp32 sum of the other p), so a confident row (p_y ~ 1) keeps its small gradient to relative u, as if the fp32
-//    difference had been rounded once; w is applied to the [chunk, H] result.
+//  - gradient w * (p - onehot): the label entry p_y - 1 = -(the fp32 sum of the other p), so a
+//    confident row (p_y ~ 1) keeps its small gradient to relative u, as if the fp32 difference
+//    had been rounded once; w is applied to the [chunk, H] result.
 std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                                           const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad) {
     const std::int64_t n = hidden.size(0);

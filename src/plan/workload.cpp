@@ -34,8 +34,9 @@ SampleShape sample_shape(std::uint32_t tokens, std::span<const std::uint32_t> va
         // Expected rank of the group's last anchor among the valid positions (order statistic).
         const double rank = std::round(static_cast<double>(b1) * static_cast<double>(v + 1) / static_cast<double>(n + 1)) - 1;
         const auto idx = static_cast<std::size_t>(std::clamp(rank, 0.0, static_cast<double>(v - 1)));
-        const auto key_len = static_cast<std::uint64_t>(
-            padded_key_len(static_cast<std::int64_t>(valid[idx] + rows), static_cast<std::int64_t>(kKeyPad)));
+        // The drafter worker keeps the default layout (hsring/attention_keys.hpp).
+        const auto key_len =
+            static_cast<std::uint64_t>(padded_key_len(static_cast<std::int64_t>(valid[idx] + rows), kAttentionKeyPad));
         s.keys += key_len;
         s.mask += rows * key_len;
     }

@@ -21,11 +21,6 @@
 
 namespace hsring::plan {
 
-// Blocks per attention call: DFlashLossOptions::attention.group_blocks (src/model/dflash_loss.hpp),
-// which the drafter worker leaves at its default. Keys are padded to multiples of 256
-// (plan_block_attention in src/model/attention.cpp).
-inline constexpr std::uint64_t kAttentionGroupBlocks = 32;
-inline constexpr std::uint64_t kKeyPad = 256;
 
 // One sample as the drafter trains it.
 struct SampleShape {
