@@ -93,8 +93,7 @@ def test_clean_and_killed_runs_train_every_sample_once_to_comparable_loss():
     try:
         r.start()
         r.wait_running(timeout=60)
-        st = r.wait_for(lambda s: r.worker(s, "target.0")["holds"]["writing"] > 0, "target.0 writing a slot",
-                        timeout=60, interval=0.05)
+        st = r.wait_for_fault_hold("target.0", "write", "writing", timeout=60)
         os.kill(r.worker(st, "target.0")["pid"], 9)
         r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and r.worker(s, "target.0")["state"] == "running",
                    "target.0 restarted", timeout=60)

@@ -181,6 +181,15 @@ stop_timeout_s = 20
             time.sleep(interval)
         raise TestFailure(f"timed out after {timeout} s waiting for {what}; last status: {last}")
 
+    def wait_for_fault_hold(self, name, point, state, timeout=30):
+        """The status once `name` sits in an HSRING_FAULT `hold` at `point` while holding a slot in
+        `state`. The fault's own log line says the hold began: a status alone can show a slot held
+        by an ordinary write or read that has ended by the time the test acts on it."""
+        marker = f"injected fault in {name} at pass"
+        return self.wait_for(lambda s: any(marker in l and f"point '{point}'" in l for l in list(self.lines)) and
+                             self.worker(s, name)["holds"][state] > 0,
+                             f"{name} held by HSRING_FAULT at '{point}' with a {state} slot", timeout)
+
     def wait_running(self, timeout=30):
         return self.wait_for(lambda s: all(w["state"] == "running" for w in s["workers"]), "every worker running",
                              timeout)

@@ -16,7 +16,8 @@ from harness import Run, check, main, process_gone
 
 def kill_while_holding(r, name, state, sig_by_cli):
     """Kills `name` (SIGKILL) once it holds a slot in `state` (it holds it until killed)."""
-    st = r.wait_for(lambda s: r.worker(s, name)["holds"][state] > 0, f"{name} holding a {state} slot", timeout=30)
+    point = {"writing": "write", "reading": "stage"}[state]
+    st = r.wait_for_fault_hold(name, point, state)
     if sig_by_cli:
         r.cli("kill", name)
     else:
