@@ -20,6 +20,7 @@
 #include "model/dflash_config.hpp"
 #include "model/dflash_flops.hpp"
 #include "model/dflash_loss.hpp"
+#include "model/fused_adamw.hpp"
 #include "model/tensor_init.hpp"
 #include "plan/workload.hpp"
 
@@ -51,6 +52,7 @@ int config_mode(const hsring::bench::Options& o) {
     torch::optim::AdamWOptions ao(cfg.train.lr);
     ao.betas({cfg.train.beta1, cfg.train.beta2}).eps(cfg.train.eps).weight_decay(cfg.train.weight_decay);
     torch::optim::AdamW adam(drafter->parameters(), ao);
+    FusedAdamW fused_adam(adam);
     DFlashLossOptions opt;
     opt.num_anchors = static_cast<int>(cfg.train.num_anchors);
     opt.gamma = cfg.train.loss_decay_gamma;
@@ -126,16 +128,9 @@ int config_mode(const hsring::bench::Options& o) {
         trained.push_back(s);
         return std::make_pair(static_cast<std::uint64_t>(T), data.samples());
     };
-    // TorchDrafter::optimizer_step: mean over the step's loss weight, clip, AdamW, zero_grad.
+    // TorchDrafter::optimizer_step: mean over the step's loss weight, clip, AdamW (fused), zero_grad.
     auto optimizer_step = [&] {
-        if (step_weight > 0) {
-            torch::NoGradGuard ng;
-            for (auto& p : drafter->parameters())
-                if (p.grad().defined()) p.grad().div_(step_weight);
-            const double clip = cfg.train.grad_clip;
-            torch::nn::utils::clip_grad_norm_(drafter->parameters(), clip > 0 ? clip : 1e30);
-            adam.step();
-        }
+        if (step_weight > 0) fused_adam.step(step_weight, cfg.train.grad_clip);
         adam.zero_grad();
         step_weight = 0;
         max_mbs = std::max(max_mbs, mbs_in_step);
@@ -217,6 +212,12 @@ hsring::model::BlockAttentionLayout attention_layout(const hsring::bench::Option
 bool fp8_option(const std::string& v) {
     if (v != "bf16" && v != "fp8") hsring::fail("--matmul must be bf16 or fp8, got '{}'", v);
     return v == "fp8";
+}
+
+// "fused" (model/fused_adamw.hpp, the worker's step) or "torch" (clip_grad_norm_ + AdamW::step).
+bool adamw_option(const std::string& v) {
+    if (v != "fused" && v != "torch") hsring::fail("--adamw must be fused or torch, got '{}'", v);
+    return v == "fused";
 }
 
 // --anchors, --gamma, --chunk, the attention layout, --recompute, --matmul.
@@ -306,8 +307,7 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
             DFlashLossResult r = dflash_loss(drafter, head, batch, run_opt, gen);
             adam.zero_grad();
             if (r.num_blocks > 0) r.loss.backward();
-            torch::nn::utils::clip_grad_norm_(drafter->parameters(), 1.0);
-            adam.step();
+            if (r.num_blocks > 0) FusedAdamW(adam).step(1.0, 1.0);
             losses.push_back(r.loss.item<double>());
         }
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
                           {"sample-tokens", "0"}, {"recompute", "none"}, {"matmul", "bf16"}, {"lr", "1e-4"},
-                          {"compare-matmul", "0"}, {"compare-vocab", "0"}});
+                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"adamw", "fused"}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
@@ -376,6 +376,8 @@ int main(int argc, char** argv) {
                          "is cut into SDPA calls and which kernel runs them (src/model/attention.hpp).\n"
                          "--trace FILE: a Kineto (Chrome) trace of 2 more steps; bench/gpu/trace_summary.py sums it.\n"
                          "--matmul fp8: the drafter layers' matmuls in FP8 ([train] matmul; bf16 = the compute dtype).\n"
+                         "--adamw fused|torch: the step's clip + AdamW as the worker runs it (one fused pass) or as\n"
+                         "clip_grad_norm_ + torch::optim::AdamW::step (its former step).\n"
                          "--compare-matmul N: train N steps twice from --seed on the same learnable batches, bf16 and\n"
                          "fp8 layer matmuls (AdamW --lr, grad clip 1): per-step losses, the mean loss per tenth of the\n"
                          "run and the largest relative difference of those means (no timing run, no eager); the\n"
@@ -418,6 +420,18 @@ int main(int argc, char** argv) {
         TargetHead head = load_target_head(shape, dev, compute, seed);
         DFlashDrafter drafter(cfg, seed, dev);
         torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(o.real("lr")).weight_decay(0.0));
+        // The worker's optimizer step: clip to norm 1 ([train] grad_clip's default), AdamW; fused
+        // (model/fused_adamw.hpp) or, --adamw torch, clip_grad_norm_ + torch::optim::AdamW::step.
+        FusedAdamW fused_adam(adam);
+        const bool fused = adamw_option(o.str("adamw"));
+        auto optimizer_step = [&] {
+            if (fused) {
+                fused_adam.step(1.0, 1.0);
+            } else {
+                torch::nn::utils::clip_grad_norm_(drafter->parameters(), 1.0);
+                adam.step();
+            }
+        };
         DFlashBatch batch;
         batch.hidden = at::randn({cfg.num_context_layers(), total, cfg.hidden_size},
                                  at::TensorOptions().device(dev).dtype(compute));
@@ -433,7 +447,7 @@ int main(int argc, char** argv) {
                                                   cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
             DFlashLossResult r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
             r.loss.backward();
-            adam.step();
+            optimizer_step();
             return std::make_pair(std::move(r), std::move(b));
         };
         double loss = 0;
@@ -496,7 +510,7 @@ int main(int argc, char** argv) {
                 r.loss.backward();
                 sync();
                 auto t4 = now();
-                adam.step();
+                optimizer_step();
                 sync();
                 auto t5 = now();
                 t_blocks += ms(t0, t1) / iters;
@@ -535,6 +549,7 @@ int main(int argc, char** argv) {
             nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
             j.update({{"mode", "drafter"},
                       {"matmul", o.str("matmul")},
+                      {"adamw", o.str("adamw")},
                       {"attention", {{"group_blocks", opt.attention.group_blocks},
                                      {"key_pad", opt.attention.key_pad},
                                      {"kernel", to_string(opt.attention.kernel)}}},

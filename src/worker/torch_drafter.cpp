@@ -9,12 +9,12 @@
 #include "model/dflash_eval.hpp"
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
+#include "model/fused_adamw.hpp"
 #include "model/target.hpp"
 #include "distributed/gradient_sync.hpp"
 #include "worker/torch_util.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 
@@ -88,7 +88,8 @@ struct TorchDrafter::Impl {
     model::DFlashConfig dcfg;
     model::TargetHead head;
     model::DFlashDrafter drafter{nullptr};
-    std::unique_ptr<torch::optim::AdamW> optimizer;
+    std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
+    std::unique_ptr<model::FusedAdamW> fused_step;
     std::shared_ptr<HostState> host_state;  // the last snapshot's buffers
     // The first snapshot's pinned buffers, allocated on a thread of their own from the start
     // (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the checkpoint).
@@ -106,10 +107,11 @@ struct TorchDrafter::Impl {
     std::unique_ptr<transport::SlotReader> reader;
 
     Impl(Context& c, distributed::Gang& gang_)
-        : ctx(c), gang(gang_), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
+        : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
           dcfg(model::dflash_config_for(c.derived.target, static_cast<int>(c.cfg.drafter.num_layers),
                                         static_cast<int>(c.cfg.drafter.block_size), c.derived.mask_token_id,
-                                        c.derived.layer_ids)) {
+                                        c.derived.layer_ids)),
+          gang(gang_) {
         if (!device.is_cuda()) configure_cpu_threads(c.cfg);
         const at::ScalarType compute = model::default_compute_dtype(device);
         head = model::load_target_head(c.derived.target, device, compute, c.cfg.run.seed);
@@ -142,6 +144,7 @@ struct TorchDrafter::Impl {
         torch::optim::AdamWOptions o(ctx.cfg.train.lr);
         o.betas({ctx.cfg.train.beta1, ctx.cfg.train.beta2}).eps(ctx.cfg.train.eps).weight_decay(ctx.cfg.train.weight_decay);
         optimizer = std::make_unique<torch::optim::AdamW>(drafter->parameters(), o);
+        fused_step = std::make_unique<model::FusedAdamW>(*optimizer);
         if (auto* c10d = dynamic_cast<distributed::C10dGang*>(&gang))
             sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->parameters());
     }
@@ -409,15 +412,11 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     for (auto& group : m.optimizer->param_groups())
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     if (weight_sum > 0) {
-        torch::NoGradGuard no_grad;
         // The gang's reducer averaged the ranks' sums: back to the sum, then the token-weighted mean
-        // over the whole global batch.
-        const double scale = (m.sync ? double(m.sync->world()) : 1.0) / weight_sum;
-        for (auto& p : m.drafter->parameters())
-            if (p.grad().defined()) p.grad().mul_(scale);
-        const double clip = m.ctx.cfg.train.grad_clip;
-        r.grad_norm = torch::nn::utils::clip_grad_norm_(m.drafter->parameters(), clip > 0 ? clip : 1e30);
-        m.optimizer->step();
+        // over the whole global batch; clipped; AdamW (one fused pass, fused_adamw.hpp).
+        const double divisor = weight_sum / (m.sync ? double(m.sync->world()) : 1.0);
+        const at::Tensor norm = m.fused_step->step(divisor, m.ctx.cfg.train.grad_clip);
+        if (norm.defined()) r.grad_norm = norm.item<double>();
     }
     m.optimizer->zero_grad();
     m.step_weight = 0;

@@ -1,7 +1,8 @@
 // GPU paths (exit 77 without a CUDA device unless HSRING_GPU_TESTS=required): the varlen flash
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
 // drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
-// the tensor cores) against fp64 and the bf16 drafter step.
+// the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's.
+#include "adamw_check.hpp"
 #include "dflash_fixture.hpp"
 #include "model/fp8_linear.hpp"
 #include "model/target.hpp"
@@ -186,6 +187,12 @@ TEST_CASE("FP8 layer matmuls on the GPU: the tiny drafter's loss within 2% of bf
         const double cos = (g16[i] * g8[i]).sum().item<double>() / (g16[i].norm() * g8[i].norm()).item<double>();
         CHECK(cos > 0.95);
     }
+}
+
+TEST_CASE("fused AdamW on the GPU (multi-tensor kernel, divisor and clip as its grad scale) equals divide + clip + AdamW") {
+    test::require_gpu_or_skip();
+    test::check_fused_adamw_matches_reference(kCuda, 40.0, 6);
+    test::check_fused_adamw_matches_reference(kCuda, 0.0, 3);
 }
 
 } // TEST_SUITE

@@ -1,0 +1,39 @@
+#pragma once
+// One optimizer step of the drafter: the gradients divided by the step's loss weight, clipped to
+// a global norm, then AdamW, in one pass over the fp32 state.
+//
+// torch::optim::AdamW::step runs ~9 elementwise kernels per parameter, and the divide and
+// clip_grad_norm_ before it two more passes: ~108 B of memory traffic per parameter (20.7 ms of a
+// 315 ms step at the recipe shape on an H200, 1.05 B parameters). ATen's fused multi-tensor AdamW
+// (what torch.optim.AdamW(fused=True) calls) reads param, grad and both moments once and writes
+// three of them: 28 B. The divide and the clip ride along as its grad_scale (the kernel divides
+// each gradient by it), so the only other pass is the norm (4 B), and nothing waits for the device.
+//
+// The state stays torch::optim::AdamW's (AdamWParamState per parameter, created as its step()
+// would): checkpoints (torch::save of the optimizer), snapshots and the gang's broadcast read and
+// write it as before, and the lr schedule sets its param group's lr.
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+namespace hsring::model {
+
+class FusedAdamW {
+public:
+    // `opt`: one param group (the drafter's), amsgrad off. Outlives this.
+    explicit FusedAdamW(torch::optim::AdamW& opt);
+
+    // Divides every gradient by `divisor`, scales them all down so that their global L2 norm is at
+    // most `clip` (clip <= 0: no clip; as clip_grad_norm_: by clip / (norm + 1e-6)), applies
+    // AdamW with the group's current options. The gradients are left scaled or not (the kernel
+    // may write them back): clear them (zero_grad) before the next backward. Parameters without a
+    // gradient are skipped (no step counted), as torch's AdamW does.
+    // Returns the norm after the division, before the clip: a 0-dim fp32 tensor on the
+    // parameters' device (reading it waits for the step). Undefined if no parameter had a gradient.
+    at::Tensor step(double divisor, double clip);
+
+private:
+    torch::optim::AdamW& opt_;
+    at::Tensor steps_;  // [parameters] fp32 on their device: each one's step count (the kernel's bias correction)
+};
+
+} // namespace hsring::model
