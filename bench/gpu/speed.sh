@@ -6,13 +6,15 @@
 #                     2 x 3,072-token samples, 512 anchors, block 16) with its PyTorch eager
 #                     baseline, the step's FLOPs, TFLOP/s and the ratio to a bf16 GEMM
 #                     [block rows x 4,096] x [4,096 x 12,288] timed in the same run
+#   recipe_adamw_torch the same with --adamw torch (the optimizer step before the fused one), no eager
 #   recipe_recompute  the same with --recompute layers ([train] recompute = "layers"), no eager
 #   recipe_fp8        the same with --matmul fp8 ([train] matmul = "fp8"), no eager
 #   long16k           one 16,384-token sample, recompute none
 #   long16k_recompute one 16,384-token sample, recompute layers
 #   long32k, long32k_recompute   the same at 32,768 tokens (last: skipped when the budget is spent)
-# OUT_DIR gets at most 8 files: speed.md (the table, phases, FLOP breakdown), speed.json (every
-# run's result line, exit code and seconds), and <run>.log (each run's text output, eager's too).
+# OUT_DIR gets 3 files (the device tool brings back at most 8): speed.md (the table, phases, FLOP
+# breakdown), speed.json (every run's result line, exit code and seconds), and logs.tar.gz
+# (<run>.log: each run's text output, eager's too).
 #
 # BUILD_DIR without build.ninja is configured as bin/gpu-build configures (after
 # `bin/gpu-build --prepare` here, carry .carry); only hsring-bench-drafter is built.
@@ -60,6 +62,7 @@ else
 fi
 common=(--device "$device" --python "$py" --json "${shape[@]}")
 
+mkdir -p "$out/logs"
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 echo "speed.sh: built in $((SECONDS - t_start)) s"
@@ -75,13 +78,14 @@ run() {
   [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (limit $limit s): hsring-bench-drafter ${common[*]} $*"
   local t0=$SECONDS
-  timeout "$limit" "$bench" "${common[@]}" "$@" > "$results/$name.json" 2> "$out/$name.log"
+  timeout "$limit" "$bench" "${common[@]}" "$@" > "$results/$name.json" 2> "$out/logs/$name.log"
   local rc=$?
   echo "   exit $rc after $((SECONDS - t0)) s"
   echo "{\"exit\": $rc, \"seconds\": $((SECONDS - t0)), \"limit_s\": $limit}" > "$results/$name.status"
 }
 
 run recipe 200 "${recipe[@]}" --phases
+run recipe_adamw_torch 90 "${recipe[@]}" --phases --adamw torch --no-eager
 run recipe_recompute 120 "${recipe[@]}" --phases --recompute layers --no-eager
 run recipe_fp8 90 "${recipe[@]}" --matmul fp8 --no-eager
 run long16k 120 "${long[@]}" --no-eager
@@ -94,5 +98,6 @@ commit=$(git -C "$root" log -1 --format='%h %s' 2>/dev/null || echo unknown)
 "$py" "$root/bench/gpu/speed_report.py" "$results" "$out" --machine "$machine" --commit "$commit" \
   --device "$device" --elapsed $((SECONDS - t_start))
 rc=$?
+tar czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 echo "speed.sh: $((SECONDS - t_start)) s in all; $out/speed.md, $out/speed.json"
 exit $rc

@@ -11,6 +11,7 @@ import pathlib
 
 RUNS = [
     ("recipe", "recipe shape, eager baseline, phases"),
+    ("recipe_adamw_torch", "recipe shape, the former optimizer step (clip_grad_norm_ + torch::optim::AdamW)"),
     ("recipe_recompute", "recipe shape, recompute layers"),
     ("recipe_fp8", "recipe shape, [train] matmul = fp8"),
     ("long16k", "one 16,384-token sample"),
@@ -69,7 +70,7 @@ def main():
     for name, what in RUNS:
         st, r = runs[name]["status"], runs[name]["result"]
         if r is None:
-            why = st.get("note") or f"exit {st.get('exit')} (see {name}.log)"
+            why = st.get("note") or f"exit {st.get('exit')} (see {name}.log in logs.tar.gz)"
             md.append(f"| {name}: {what} | — | — | {why} | | | | | | | | | |")
             continue
         e = r.get("eager")
