@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <torch/autograd.h>
 
 #include <algorithm>
 #include <limits>
@@ -161,17 +162,28 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     plan.kv_repeat = kv_repeat;
     plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
     auto cpu_long = at::TensorOptions().dtype(at::kLong);
-    // Gather rows of [context (T) | block rows (R) | zero row].
+    // Gather rows of [context (T) | block rows (R) | zero row]; then, in the same host -> device
+    // copy, each block row's place among the gathered rows.
     const std::int64_t t = context_tokens, rows = static_cast<std::int64_t>(anchors.size()) * block_size;
-    std::vector<std::int64_t> index;
+    std::vector<std::int64_t> index, row_pos;
     for (const auto& g : plan.groups) {
+        const auto first = static_cast<std::int64_t>(index.size());
+        plan.context_spans.insert(plan.context_spans.end(), {g.ctx_begin, g.ctx_len, first});
         for (std::int64_t c = 0; c < g.ctx_len; ++c) index.push_back(g.ctx_begin + c);
-        for (std::int64_t r = 0; r < g.rows; ++r) index.push_back(t + g.row_begin + r);
+        for (std::int64_t r = 0; r < g.rows; ++r) {
+            row_pos.push_back(static_cast<std::int64_t>(index.size()));
+            index.push_back(t + g.row_begin + r);
+        }
         for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index.push_back(t + rows);
         plan.key_lens.push_back(g.key_len);
         plan.row_counts.push_back(g.rows);
     }
-    plan.key_index = at::tensor(index, cpu_long).to(device);
+    HSRING_ASSERT(static_cast<std::int64_t>(row_pos.size()) == rows, "the groups cover every block row once");
+    const auto n = static_cast<std::int64_t>(index.size());
+    index.insert(index.end(), row_pos.begin(), row_pos.end());
+    const at::Tensor both = at::tensor(index, cpu_long).to(device);
+    plan.key_index = both.narrow(0, 0, n);
+    plan.block_row_pos = both.narrow(0, n, rows);
     for (auto& g : plan.groups) {
         // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
         const auto b0 = static_cast<std::ptrdiff_t>(g.row_begin / block_size);
@@ -191,6 +203,41 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     return plan;
 }
 
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Every group's [context prefix | own block rows | zero padding] keys (or values) in one gather.
+// Its backward without atomics: each block row was gathered once, so its gradient is gathered
+// back; a context row was gathered by every later group of its sequence, so those gradients are
+// summed group by group into an fp32 buffer (index_select's own backward, an index_add_ into a
+// zero tensor of the gradient's dtype, rounds each add to bf16 and accumulates in atomics: tens of
+// groups per context row at 16k-32k tokens).
+struct GatherKeysFunction : public torch::autograd::Function<GatherKeysFunction> {
+    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& kv_ctx, const at::Tensor& kv_blk,
+                              const BlockAttention& plan) {
+        ctx->saved_data["block_row_pos"] = plan.block_row_pos;
+        ctx->saved_data["context_spans"] = at::IntArrayRef(plan.context_spans);
+        ctx->saved_data["context_rows"] = kv_ctx.size(0);
+        const at::Tensor zero = at::zeros({1, kv_blk.size(1), kv_blk.size(2)}, kv_blk.options());
+        return at::cat({kv_ctx, kv_blk, zero}, 0).index_select(0, plan.key_index);
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list grads) {
+        const at::Tensor g = grads[0].contiguous();
+        const at::Tensor d_blk = g.index_select(0, ctx->saved_data["block_row_pos"].toTensor());
+        const std::vector<std::int64_t> spans = ctx->saved_data["context_spans"].toIntVector();
+        std::vector<std::int64_t> shape = g.sizes().vec();
+        shape[0] = ctx->saved_data["context_rows"].toInt();
+        at::Tensor acc = at::zeros(shape, g.options().dtype(at::kFloat));
+        for (std::size_t i = 0; i + 2 < spans.size(); i += 3)  // {begin, length, first gathered row}
+            if (spans[i + 1] > 0) acc.narrow(0, spans[i], spans[i + 1]).add_(g.narrow(0, spans[i + 2], spans[i + 1]));
+        return {acc.to(g.scalar_type()), d_blk, at::Tensor()};
+    }
+};
+
+} // namespace
+
 at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const at::Tensor& v_ctx,
                            const at::Tensor& k_blk, const at::Tensor& v_blk, const BlockAttention& plan,
                            double scale) {
@@ -198,13 +245,11 @@ at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k_ctx, const a
     HSRING_ASSERT(hq == hkv * r, "query heads {} != kv heads {} x {}", hq, hkv, r);
     if (plan.groups.empty()) return at::empty({0, hq, d}, q.options());
     // One gather builds every group's [context prefix | own blocks | zero padding] keys, one split
-    // hands them out as views: the backward is one scatter-add and one concatenation, where
-    // per-group narrow + cat would fill and add a full-size zero gradient per group.
+    // hands them out as views (GatherKeysFunction says how the gradient goes back).
     HSRING_ASSERT(k_ctx.size(0) == plan.context_tokens, "plan for {} context rows, got {}", plan.context_tokens,
                   k_ctx.size(0));
     auto gathered = [&](const at::Tensor& ctx, const at::Tensor& blk) {
-        at::Tensor all = at::cat({ctx, blk, at::zeros({1, hkv, d}, blk.options())}, 0);
-        return all.index_select(0, plan.key_index).split_with_sizes(plan.key_lens, 0);
+        return GatherKeysFunction::apply(ctx, blk, plan).split_with_sizes(plan.key_lens, 0);
     };
     const std::vector<at::Tensor> keys = gathered(k_ctx, k_blk), values = gathered(v_ctx, v_blk);
     const std::vector<at::Tensor> queries = q.split_with_sizes(plan.row_counts, 0);

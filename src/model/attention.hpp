@@ -76,6 +76,10 @@ struct BlockAttention {
     // (int64, on the device), group after group; key_lens / row_counts split the result.
     at::Tensor key_index;
     std::vector<std::int64_t> key_lens, row_counts;
+    // For the gather's backward: where each block row sits in the gathered rows ([R] int64, on
+    // the device), and per group {context begin, context length, first gathered row}.
+    at::Tensor block_row_pos;
+    std::vector<std::int64_t> context_spans;
 };
 
 // The groups' geometry (no masks) for blocks given by their anchors (global token index) and

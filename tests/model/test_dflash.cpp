@@ -269,6 +269,39 @@ TEST_CASE("block attention: output and every input gradient equal a dense masked
         }
 }
 
+TEST_CASE("block attention in bf16: context rows read by up to 63 groups get their summed gradient within 1% of fp64") {
+    // One 640-token sequence, a block every 10 tokens, one block per group: context row c is in
+    // the keys of every group anchored after it. Its key/value gradient is the sum of those
+    // groups' gradients (GatherKeysFunction's backward, group by group into fp32). Measured
+    // here: 0.49% / 0.42% (the bf16 attention's own rounding).
+    const std::int64_t b = 4, hq = 4, hkv = 2, d = 16, t = 640;
+    std::vector<std::int64_t> anchors, seq_begin;
+    for (std::int64_t a = 10; a + b <= t; a += 10) {
+        anchors.push_back(a);
+        seq_begin.push_back(0);
+    }
+    const std::int64_t rows = static_cast<std::int64_t>(anchors.size()) * b;
+    at::Generator rg = cpu_generator(9);
+    const at::Tensor q = at::randn({rows, hq, d}, rg), kc = at::randn({t, hkv, d}, rg), vc = at::randn({t, hkv, d}, rg),
+                     kb = at::randn({rows, hkv, d}, rg), vb = at::randn({rows, hkv, d}, rg),
+                     go = at::randn({rows, hq, d}, rg);
+    auto context_grads = [&](at::ScalarType dtype) {
+        std::vector<at::Tensor> in;
+        for (const auto& x : {q, kc, vc, kb, vb}) in.push_back(x.to(dtype).requires_grad_(true));
+        const BlockAttention plan = plan_block_attention(anchors, seq_begin, b, t,
+                                                         BlockAttentionLayout{.group_blocks = 1, .key_pad = 16},
+                                                         hq / hkv, at::kCPU, dtype);
+        block_attention(in[0], in[1], in[2], in[3], in[4], plan, 0.25).backward(go.to(dtype));
+        return std::make_pair(in[1].grad().to(at::kDouble), in[2].grad().to(at::kDouble));
+    };
+    const auto [dk_ref, dv_ref] = context_grads(at::kDouble);
+    const auto [dk, dv] = context_grads(at::kBFloat16);
+    auto rel = [](const at::Tensor& x, const at::Tensor& ref) { return ((x - ref).norm() / ref.norm()).item<double>(); };
+    MESSAGE("bf16 context-key gradient error " << rel(dk, dk_ref) << ", value " << rel(dv, dv_ref));
+    CHECK(rel(dk, dk_ref) < 0.01);
+    CHECK(rel(dv, dv_ref) < 0.01);
+}
+
 TEST_CASE("gradients reach the drafter's parameters only") {
     DFlashFixture f;
     auto drafter = f.drafter();
