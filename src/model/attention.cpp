@@ -162,10 +162,12 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     plan.kv_repeat = kv_repeat;
     plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
     auto cpu_long = at::TensorOptions().dtype(at::kLong);
-    // Gather rows of [context (T) | block rows (R) | zero row]; then, in the same host -> device
-    // copy, each block row's place among the gathered rows.
+    // One host -> device copy (a pageable copy waits for the device: once, not per group) of:
+    // the gather's rows of [context (T) | block rows (R) | zero row]; each block row's place among
+    // the gathered rows; and per mask row (kv_repeat x R: query rows are laid out [kv head]
+    // [repeat][row], see block_attention) the key columns it sees: [0, ctx) and [own, own + B).
     const std::int64_t t = context_tokens, rows = static_cast<std::int64_t>(anchors.size()) * block_size;
-    std::vector<std::int64_t> index, row_pos;
+    std::vector<std::int64_t> index, row_pos, ctx_end, own_begin;
     for (const auto& g : plan.groups) {
         const auto first = static_cast<std::int64_t>(index.size());
         plan.context_spans.insert(plan.context_spans.end(), {g.ctx_begin, g.ctx_len, first});
@@ -177,28 +179,35 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
         for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index.push_back(t + rows);
         plan.key_lens.push_back(g.key_len);
         plan.row_counts.push_back(g.rows);
+        // Row r of the group (block j = row_begin / B + r / B) sees context columns before its
+        // anchor and the columns of its own block.
+        for (std::int64_t rep = 0; rep < kv_repeat; ++rep)
+            for (std::int64_t r = 0; r < g.rows; ++r) {
+                ctx_end.push_back(anchors[static_cast<std::size_t>((g.row_begin + r) / block_size)] - g.ctx_begin);
+                own_begin.push_back(g.ctx_len + r / block_size * block_size);
+            }
     }
     HSRING_ASSERT(static_cast<std::int64_t>(row_pos.size()) == rows, "the groups cover every block row once");
-    const auto n = static_cast<std::int64_t>(index.size());
-    index.insert(index.end(), row_pos.begin(), row_pos.end());
-    const at::Tensor both = at::tensor(index, cpu_long).to(device);
-    plan.key_index = both.narrow(0, 0, n);
-    plan.block_row_pos = both.narrow(0, n, rows);
+    const auto n = static_cast<std::int64_t>(index.size()), mask_rows = static_cast<std::int64_t>(ctx_end.size());
+    std::vector<std::int64_t> host = std::move(index);
+    for (const auto* v : {&row_pos, &ctx_end, &own_begin}) host.insert(host.end(), v->begin(), v->end());
+    const at::Tensor all = at::tensor(host, cpu_long).to(device);
+    plan.key_index = all.narrow(0, 0, n);
+    plan.block_row_pos = all.narrow(0, n, rows);
+    const at::Tensor ctx_end_d = all.narrow(0, n + rows, mask_rows), own_begin_d = all.narrow(0, n + rows + mask_rows, mask_rows);
+    std::int64_t max_key_len = 0, mask_row = 0;
+    for (const auto& g : plan.groups) max_key_len = std::max(max_key_len, g.key_len);
+    const at::Tensor columns = at::arange(max_key_len, cpu_long.device(device));
     for (auto& g : plan.groups) {
-        // Row r (block j = r / B) sees context column c < anchor_j and block columns of block j.
-        const auto b0 = static_cast<std::ptrdiff_t>(g.row_begin / block_size);
-        std::vector<std::int64_t> local(anchors.begin() + b0, anchors.begin() + b0 + g.rows / block_size);
-        for (auto& a : local) a -= g.ctx_begin;
-        at::Tensor thr = at::tensor(local, cpu_long).to(device).repeat_interleave(block_size);  // [rows]
-        at::Tensor blk = at::arange(g.rows, cpu_long.device(device)).div(block_size, "floor");
-        at::Tensor cols = at::arange(g.key_len, cpu_long.device(device)).unsqueeze(0);
-        at::Tensor in_ctx = cols < thr.unsqueeze(1);
-        at::Tensor in_own = (cols >= g.ctx_len) & (cols < g.ctx_len + g.rows) &
-                            ((cols - g.ctx_len).div(block_size, "floor") == blk.unsqueeze(1));
-        at::Tensor bias = at::zeros({g.rows, g.key_len}, at::TensorOptions().device(device).dtype(dtype));
-        bias.masked_fill_(at::logical_not(in_ctx | in_own), -std::numeric_limits<double>::infinity());
-        // Query rows are laid out [kv head][repeat][row] (see block_attention): repeat the mask.
-        g.bias = bias.repeat({kv_repeat, 1}).view({1, 1, kv_repeat * g.rows, g.key_len});
+        const std::int64_t m = kv_repeat * g.rows;
+        const at::Tensor cols = columns.narrow(0, 0, g.key_len).unsqueeze(0);
+        const at::Tensor end = ctx_end_d.narrow(0, mask_row, m).unsqueeze(1);
+        const at::Tensor own = own_begin_d.narrow(0, mask_row, m).unsqueeze(1);
+        mask_row += m;
+        const at::Tensor hidden = (cols >= end) & ((cols < own) | (cols >= own + block_size));
+        g.bias = at::zeros({m, g.key_len}, at::TensorOptions().device(device).dtype(dtype))
+                     .masked_fill_(hidden, -std::numeric_limits<double>::infinity())
+                     .view({1, 1, m, g.key_len});
     }
     return plan;
 }
