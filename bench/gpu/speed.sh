@@ -18,6 +18,8 @@
 #
 # BUILD_DIR without build.ninja is configured as bin/gpu-build configures (after
 # `bin/gpu-build --prepare` here, carry .carry); only hsring-bench-drafter is built.
+# WARMUP (4) and ITERS (8): the recipe runs' warm-up and timed steps; LONG_WARMUP (12): the long
+# samples' warm-up steps.
 # CPU smoke run of the script itself (tiny shapes, checks the plumbing, measures nothing):
 #   DEVICE=cpu bench/gpu/speed.sh build /tmp/speed-out
 set -uo pipefail
@@ -55,10 +57,12 @@ if [ "$device" = cpu ]; then  # tiny shapes: the script's plumbing only
   long=(--seq-len 512 --samples 1)
   longer=(--seq-len 1024 --samples 1)
 else
-  shape=(--preset qwen3-8b --layers 5 --anchors 512 --block 16 --chunk 4096 --iters 5 --warmup 2)
+  # Warm-up steps: each new attention key length meets a cuDNN plan on first use; a recipe step
+  # has met nearly all of them after 4 steps, a 16k-32k-token sample after ~12.
+  shape=(--preset qwen3-8b --layers 5 --anchors 512 --block 16 --chunk 4096 --iters "${ITERS:-8}" --warmup "${WARMUP:-4}")
   recipe=(--seq-len 3072 --samples 2)
-  long=(--seq-len 16384 --samples 1)
-  longer=(--seq-len 32768 --samples 1)
+  long=(--seq-len 16384 --samples 1 --warmup "${LONG_WARMUP:-12}")
+  longer=(--seq-len 32768 --samples 1 --warmup "${LONG_WARMUP:-12}")
 fi
 common=(--device "$device" --python "$py" --json "${shape[@]}")
 

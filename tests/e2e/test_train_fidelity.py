@@ -130,6 +130,8 @@ def test_lr_follows_the_schedule_a_step_is_a_slot_and_a_resumed_run_keeps_the_lr
         total = check_schedule(rows)
         commits = int(re.search(r"ring: (\d+) commits", clean.output()).group(1))
         check(all(r["slots"] == 1 for r in rows), "tokens_per_step = 0: one slot per step")
+        check(all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows),
+              "every step reports its gradient norm (before the clip)")
         check(rows[-1]["step"] == commits, f"{rows[-1]['step']} optimizer steps for {commits} slots")
         print(f"clean: {commits} slots -> {rows[-1]['step']} steps, {total} tokens, lr {rows[0]['lr']:.2e} -> "
               f"{rows[-1]['lr']:.2e}", flush=True)
