@@ -31,7 +31,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$1
 mkdir -p "$2"
 out=$(cd "$2" && pwd)
-for d in /opt/torch/.venv/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
+for d in /opt/torch/.venv/bin ${CUDA_HOME:-/usr/local/cuda}/bin; do [ -d "$d" ] && export PATH="$d:$PATH"; done
 py=${HSRING_PYTHON:-$(command -v python3)}
 [ -x "$root/.venv/bin/python" ] && [ -z "${HSRING_PYTHON:-}" ] && [ ! -d /opt/torch/.venv ] && py="$root/.venv/bin/python"
 device=${DEVICE:-cuda}
@@ -42,7 +42,7 @@ cd "$root"
 if [ ! -f "$build/build.ninja" ]; then
   torch_prefix=$("$py" -c 'import torch,os;print(os.path.dirname(torch.__file__))')
   meson setup "$build" --buildtype=release -Dtorch_prefix="$torch_prefix" \
-    -Dcuda=enabled -Dtorch_cuda=enabled -Dgpu_tests=enabled > "$out/build.log" 2>&1 ||
+    -Dcuda=enabled -Dtorch_cuda=enabled -Dkernels=enabled -Dgpu_tests=enabled > "$out/build.log" 2>&1 ||
     { echo "speed.sh: meson setup failed (see $out/build.log)" >&2; exit 1; }
 fi
 build=$(cd "$build" && pwd)
