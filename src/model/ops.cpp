@@ -1,6 +1,7 @@
 #include "model/ops.hpp"
 
 #include "hsring/error.hpp"
+#include "model/fused_rope.hpp"
 
 #include <ATen/ATen.h>
 
@@ -56,6 +57,10 @@ RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, 
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
+    return fused_rope_applies(x, rope) ? fused_rope(x, rope) : apply_rope_aten(x, rope);
+}
+
+at::Tensor apply_rope_aten(const at::Tensor& x, const RopeTables& rope) {
     const std::int64_t half = x.size(-1) / 2;
     at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
     at::Tensor rotated = at::cat({-x2, x1}, -1);

@@ -34,7 +34,12 @@ struct RopeTables {
 // Tables for integer positions [T] (any device; inv_freq is moved there).
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
 
-// x [T, heads, head_dim] rotated by its row's position: x*cos + rotate_half(x)*sin.
+// x [T, heads, head_dim] rotated by its row's position: x*cos + rotate_half(x)*sin. On the GPU
+// one fused kernel each way (fused_rope.hpp: fp32 math, one rounding), elsewhere apply_rope_aten.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
+
+// The same as ATen ops, rounding after each as transformers does (the CPU path, and the
+// reference the GPU tests hold the fused kernel to).
+at::Tensor apply_rope_aten(const at::Tensor& x, const RopeTables& rope);
 
 } // namespace hsring::model

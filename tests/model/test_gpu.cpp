@@ -1,10 +1,13 @@
 // GPU paths (exit 77 without a CUDA device unless HSRING_GPU_TESTS=required): the varlen flash
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
 // drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
-// the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's.
+// the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's,
+// the fused RoPE kernel against fp64 and the ATen composition.
 #include "adamw_check.hpp"
 #include "dflash_fixture.hpp"
 #include "model/fp8_linear.hpp"
+#include "model/fused_rope.hpp"
+#include "model/ops.hpp"
 #include "model/target.hpp"
 #include "model_test_util.hpp"
 
@@ -193,6 +196,54 @@ TEST_CASE("fused AdamW on the GPU (multi-tensor kernel, divisor and clip as its 
     test::require_gpu_or_skip();
     test::check_fused_adamw_matches_reference(kCuda, 40.0, 6);
     test::check_fused_adamw_matches_reference(kCuda, 0.0, 3);
+}
+
+TEST_CASE("fused RoPE on the GPU equals the ATen composition, forward and backward, in every layout") {
+    test::require_gpu_or_skip();
+#if HSRING_HAVE_KERNELS
+    struct Case {
+        std::int64_t rows, heads, d;
+        bool strided, misaligned;  // x a head slice of a wider tensor / starting one element late
+    };
+    const Case cases[] = {{3072, 32, 128, false, false}, {513, 8, 128, true, false}, {77, 4, 64, false, true},
+                          {40, 3, 12, false, false}, {1, 1, 2, false, false}};
+    at::Tensor inv = rope_inv_freq(128, 1e6, {});
+    for (const auto& c : cases)
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+            INFO(c.rows << " x " << c.heads << " x " << c.d << " strided " << c.strided << " misaligned "
+                        << c.misaligned << " " << c10::toString(dt));
+            at::Tensor positions = at::randint(40000, {c.rows}, at::TensorOptions().dtype(at::kLong)).to(kCuda);
+            const RopeTables tab = rope_tables(inv.narrow(0, 0, c.d / 2).to(kCuda), positions, dt);
+            const auto f = at::TensorOptions().device(kCuda);
+            at::Tensor big = at::randn({c.rows, c.heads + (c.strided ? 5 : 0), c.d + (c.misaligned ? 1 : 0)}, f).to(dt);
+            at::Tensor x = big.narrow(1, c.strided ? 2 : 0, c.heads).narrow(2, c.misaligned ? 1 : 0, c.d);
+            REQUIRE(fused_rope_applies(x, tab));
+            at::Tensor g = at::randn({c.rows, c.heads, c.d}, f).to(dt);
+            at::Tensor xf = x.detach().clone().requires_grad_(true), xa = x.detach().to(at::kDouble).requires_grad_(true);
+            at::Tensor y = apply_rope(xf, tab);  // the fused kernel
+            const RopeTables tab64{tab.cos.to(at::kDouble), tab.sin.to(at::kDouble)};
+            at::Tensor ref = apply_rope_aten(xa, tab64);
+            (y * g).sum().backward();
+            (ref * g.to(at::kDouble)).sum().backward();
+            CHECK(hsring::test::dt(y.scalar_type()) == hsring::test::dt(dt));
+            CHECK(hsring::test::dt(xf.grad().scalar_type()) == hsring::test::dt(dt));
+            // fp32 math, one rounding to the dtype: within that dtype's rounding of the fp64 result.
+            const double tol = dt == at::kFloat ? 1e-6 : dt == at::kHalf ? 2e-3 : 1e-2;
+            CHECK(rel_err(y, ref) < tol);
+            CHECK(rel_err(xf.grad(), xa.grad()) < tol);
+            // And never further from fp64 than ATen's own composition in the same dtype.
+            at::Tensor xb = x.detach().clone().requires_grad_(true);
+            at::Tensor yb = apply_rope_aten(xb, tab);
+            (yb * g).sum().backward();
+            CHECK(rel_err(y, ref) <= rel_err(yb, ref) * 1.01 + 1e-7);
+            CHECK(rel_err(xf.grad(), xa.grad()) <= rel_err(xb.grad(), xa.grad()) * 1.01 + 1e-7);
+        }
+#else
+    MESSAGE("this build has no src/kernels (no nvcc): apply_rope runs the ATen composition on the GPU");
+    CHECK_FALSE(fused_rope_applies(at::zeros({4, 2, 8}, at::TensorOptions().device(kCuda)),
+                                   RopeTables{at::ones({4, 8}, at::TensorOptions().device(kCuda)),
+                                              at::zeros({4, 8}, at::TensorOptions().device(kCuda))}));
+#endif
 }
 
 } // TEST_SUITE
