@@ -1,15 +1,60 @@
 #include "model/chunked_ce.hpp"
 
 #include "hsring/error.hpp"
+#include "model/kernel_call.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#if HSRING_KERNELS_ON
+#include "kernels/cross_entropy_rows.hpp"
+
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 namespace hsring::model {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Whether a chunk's logits go through the cross_entropy_rows kernel (src/kernels): a GPU build
+// with the kernels, CUDA tensors of a dtype they take.
+bool fused_rows(const at::Tensor& hidden) {
+#if HSRING_KERNELS_ON
+    return hidden.is_cuda() && kernel_call::supported(hidden.scalar_type());
+#else
+    (void)hidden;
+    return false;
+#endif
+}
+
+// The kernel on one chunk: per-row -log p_label into row_loss (fp32), argmax == label into
+// correct (bool), and with write_grad the logits overwritten by softmax - onehot.
+void cross_entropy_rows(at::Tensor& logits, const at::Tensor& labels, at::Tensor& row_loss, at::Tensor& correct,
+                        bool write_grad) {
+#if HSRING_KERNELS_ON
+    HSRING_ASSERT(logits.dim() == 2 && logits.stride(1) == 1 && labels.is_contiguous() &&
+                  labels.scalar_type() == at::kLong && row_loss.is_contiguous() && correct.is_contiguous() &&
+                  correct.scalar_type() == at::kBool);
+    const c10::cuda::CUDAGuard guard(logits.device());
+    kernels::CrossEntropyRowsArgs a;
+    a.logits = logits.data_ptr();
+    a.rows = logits.size(0);
+    a.vocab = logits.size(1);
+    a.row_stride = logits.stride(0);
+    a.labels = labels.data_ptr<std::int64_t>();
+    a.loss = row_loss.data_ptr<float>();
+    a.correct = reinterpret_cast<std::uint8_t*>(correct.data_ptr<bool>());
+    a.write_grad = write_grad;
+    a.dtype = kernel_call::dtype(logits.scalar_type());
+    a.stream = kernel_call::stream(logits);
+    kernel_call::check(kernels::cross_entropy_rows(a), "cross-entropy kernel on {} [{} x {}]", logits.device().str(),
+                       a.rows, a.vocab);
+#else
+    (void)logits, (void)labels, (void)row_loss, (void)correct, (void)write_grad;
+    HSRING_ASSERT(false, "cross_entropy_rows without src/kernels");
+#endif
+}
 
 // One pass over the rows, `chunk` at a time: loss sum and argmax hits, and d(loss)/d(hidden)
 // into `grad` when given (training); without it, half the LM-head matmuls (evaluation).
@@ -26,17 +71,33 @@ using torch::autograd::variable_list;
 //  - gradient w * (p - onehot): the label entry p_y - 1 = -(the fp32 sum of the other p), so a
 //    confident row (p_y ~ 1) keeps its small gradient to relative u, as if the fp32 difference
 //    had been rounded once; w is applied to the [chunk, H] result.
+// On the GPU (fused_rows) the cross_entropy_rows kernel does all of that in two reads of the
+// logits and one write (src/kernels/cross_entropy_rows.hpp), with the loss from fp32 sums of
+// unrounded exponentials.
 std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
                                           const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad) {
     const std::int64_t n = hidden.size(0);
     const at::Tensor w_head = lm_head.scalar_type() == hidden.scalar_type() ? lm_head : lm_head.to(hidden.scalar_type());
     at::Tensor correct = at::empty({n}, hidden.options().dtype(at::kBool));
     at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
+    const bool fused = fused_rows(hidden);
+    const at::Tensor labels64 = labels.to(at::kLong).contiguous();
     for (std::int64_t s = 0; s < n; s += chunk) {
         const std::int64_t c = std::min(chunk, n - s);
-        at::Tensor y = labels.narrow(0, s, c).unsqueeze(1);
+        at::Tensor y = labels64.narrow(0, s, c).unsqueeze(1);
         at::Tensor w = weights.narrow(0, s, c).to(at::kFloat).unsqueeze(1);
         at::Tensor logits = at::matmul(hidden.narrow(0, s, c), w_head.t());  // [c, V], compute dtype
+        if (fused) {
+            at::Tensor row_loss = at::empty({c}, hidden.options().dtype(at::kFloat));
+            at::Tensor hit = correct.narrow(0, s, c);
+            cross_entropy_rows(logits, labels64.narrow(0, s, c), row_loss, hit, grad != nullptr);
+            loss.add_((row_loss * w.squeeze(1)).sum());
+            if (!grad) continue;
+            at::Tensor g = grad->narrow(0, s, c);
+            at::mm_out(g, logits, w_head);  // logits now hold softmax - onehot
+            g.mul_(w);
+            continue;
+        }
         auto [x_max, arg_max] = logits.max(1, /*keepdim=*/true);
         correct.narrow(0, s, c).copy_(arg_max.squeeze(1) == y.squeeze(1));
         const at::Tensor gap = x_max.to(at::kFloat) - logits.gather(1, y).to(at::kFloat);  // x_max - x_y >= 0

@@ -2,9 +2,10 @@
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
 // drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
 // the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's,
-// the fused RoPE kernel against fp64 and the ATen composition.
+// the fused RoPE and cross-entropy kernels against fp64.
 #include "adamw_check.hpp"
 #include "dflash_fixture.hpp"
+#include "model/chunked_ce.hpp"
 #include "model/fp8_linear.hpp"
 #include "model/fused_rope.hpp"
 #include "model/ops.hpp"
@@ -244,6 +245,55 @@ TEST_CASE("fused RoPE on the GPU equals the ATen composition, forward and backwa
                                    RopeTables{at::ones({4, 8}, at::TensorOptions().device(kCuda)),
                                               at::zeros({4, 8}, at::TensorOptions().device(kCuda))}));
 #endif
+}
+
+TEST_CASE("chunked cross-entropy on the GPU (the cross_entropy_rows kernel): loss, accuracy and gradient against fp64") {
+    test::require_gpu_or_skip();
+    // As the CPU bf16 test: rows 0-3 confident (p_label ~ 1), where 1 - p rounded near 1 would
+    // lose the gradient. Vocab 300 takes the kernel's scalar path, 4,096 and 151,936 its 16-byte one.
+    for (const auto& [n, hdim, v] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{24, 64, 300}, {40, 64, 4096},
+                                     {50, 4096, 151936}})
+        for (at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
+            INFO(n << " rows, hidden " << hdim << ", vocab " << v << ", " << c10::toString(dt));
+            at::Generator rg = cpu_generator(21);
+            at::Tensor w = (at::randn({v, hdim}, rg) * (0.5 / std::sqrt(hdim / 64.0))).to(dt);
+            at::Tensor y = at::randint(v, {n}, rg, at::kLong), wt = at::rand({n}, rg) + 0.5;
+            at::Tensor h32 = at::randn({n, hdim}, rg) * (0.3 / std::sqrt(hdim / 64.0));
+            for (std::int64_t i = 0; i < 4; ++i) h32[i] = w[y[i].item<std::int64_t>()].to(at::kFloat) * 1.5;
+            at::Tensor h = h32.to(dt).to(kCuda).requires_grad_(true);
+            const at::Tensor wg = w.to(kCuda), yg = y.to(kCuda), wtg = wt.to(kCuda);
+            // One chunk: the kernel sees exactly the logits this GEMM gives, so the reference starts
+            // from them.
+            auto c = chunked_cross_entropy(h, wg, yg, wtg, 1000);
+            c.loss_sum.backward();
+            const at::Tensor logits = at::matmul(h.detach(), wg.t()).to(at::kCPU, at::kDouble);
+            const at::Tensor logp = at::log_softmax(logits, 1);
+            const at::Tensor wd = wt.to(at::kDouble);
+            const double ref = (-logp.gather(1, y.unsqueeze(1)).squeeze(1) * wd).sum().item<double>();
+            at::Tensor p = logp.exp();
+            p.scatter_(1, y.unsqueeze(1), 0.0);
+            p.scatter_(1, y.unsqueeze(1), -p.sum(1, true));
+            const at::Tensor gref = (p * wd.unsqueeze(1)).matmul(w.to(at::kDouble));
+            CHECK(c.loss_sum.item<double>() == doctest::Approx(ref).epsilon(1e-5));
+            REQUIRE(logp.narrow(0, 0, 4).gather(1, y.narrow(0, 0, 4).unsqueeze(1)).exp().min().item<double>() > 0.99);
+            const at::Tensor got = h.grad().to(at::kCPU, at::kDouble);
+            const at::Tensor rel = (got - gref).norm(2, 1) / gref.norm(2, 1);
+            INFO("relative row errors " << rel);
+            CHECK(rel.max().item<double>() < (dt == at::kFloat ? 1e-4 : 1e-2));
+            // Accuracy: a hit exactly where the label holds the row's max (the first one on ties).
+            const at::Tensor correct = c.correct.cpu();
+            const at::Tensor label_is_max = logits.gather(1, y.unsqueeze(1)).squeeze(1) == std::get<0>(logits.max(1));
+            const at::Tensor cols = at::arange(v, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+            const at::Tensor first_max =
+                std::get<0>(at::where(logits == std::get<0>(logits.max(1, true)), cols, v).min(1));
+            CHECK(at::equal(correct, label_is_max & (first_max == y)));
+            CHECK(correct.narrow(0, 0, 4).all().item<bool>());
+            // Evaluation (no gradient): the same loss and hits.
+            at::NoGradGuard no_grad;
+            auto e = chunked_cross_entropy(h.detach(), wg, yg, wtg, 1000);
+            CHECK(e.loss_sum.item<double>() == doctest::Approx(c.loss_sum.item<double>()).epsilon(1e-6));
+            CHECK(at::equal(e.correct.cpu(), correct));
+        }
 }
 
 } // TEST_SUITE
