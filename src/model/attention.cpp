@@ -1,6 +1,7 @@
 #include "model/attention.hpp"
 
 #include "hsring/error.hpp"
+#include "model/kernel_call.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -8,6 +9,11 @@
 
 #include <algorithm>
 #include <limits>
+#if HSRING_KERNELS_ON
+#include "kernels/block_attention_bias.hpp"
+
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 namespace hsring::model {
 
@@ -150,6 +156,49 @@ std::vector<BlockGroup> block_groups(const std::vector<std::int64_t>& anchors,
     return groups;
 }
 
+namespace {
+
+// Every group's bias in one kernel launch (src/kernels/block_attention_bias.hpp) when the build
+// has the kernels and the plan is for a GPU; false = build them with ATen ops instead.
+bool block_attention_bias_kernel(const at::Tensor& group_desc, const at::Tensor& ctx_end, const at::Tensor& own_begin,
+                                 BlockAttention& plan, std::int64_t bias_elems, std::int64_t max_bias,
+                                 at::ScalarType dtype) {
+#if HSRING_KERNELS_ON
+    if (!group_desc.is_cuda() || !kernel_call::supported(dtype)) return false;
+    const c10::cuda::CUDAGuard guard(group_desc.device());
+    const auto kdt = kernel_call::dtype(dtype);
+    const std::int64_t vec = kernels::block_bias_vector_width(kdt);
+    bool vectorized = true;
+    for (const auto& g : plan.groups) vectorized = vectorized && g.key_len % vec == 0;
+    at::Tensor flat = at::empty({bias_elems}, group_desc.options().dtype(dtype));
+    kernels::BlockBiasArgs a;
+    a.out = flat.data_ptr();
+    a.groups = group_desc.data_ptr<std::int64_t>();
+    a.num_groups = static_cast<std::int64_t>(plan.groups.size());
+    a.max_elements = max_bias;
+    a.ctx_end = ctx_end.data_ptr<std::int64_t>();
+    a.own_begin = own_begin.data_ptr<std::int64_t>();
+    a.block_size = plan.block_size;
+    a.vectorized = vectorized;  // offsets are sums of rows x key_len: multiples of vec when key_len is
+    a.dtype = kdt;
+    a.stream = kernel_call::stream(flat);
+    kernel_call::check(kernels::block_attention_bias(a), "block attention mask kernel ({} groups, {} elements)",
+                       a.num_groups, bias_elems);
+    std::int64_t off = 0;
+    for (auto& g : plan.groups) {
+        const std::int64_t m = plan.kv_repeat * g.rows;
+        g.bias = flat.narrow(0, off, m * g.key_len).view({1, 1, m, g.key_len});
+        off += m * g.key_len;
+    }
+    return true;
+#else
+    (void)group_desc, (void)ctx_end, (void)own_begin, (void)plan, (void)bias_elems, (void)max_bias, (void)dtype;
+    return false;
+#endif
+}
+
+} // namespace
+
 BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
                                     const std::vector<std::int64_t>& seq_begin_of_block, std::int64_t block_size,
                                     std::int64_t context_tokens, const BlockAttentionLayout& layout,
@@ -161,40 +210,64 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     plan.kernel = layout.kernel;
     plan.kv_repeat = kv_repeat;
     plan.groups = block_groups(anchors, seq_begin_of_block, block_size, layout);
-    auto cpu_long = at::TensorOptions().dtype(at::kLong);
-    // One host -> device copy (a pageable copy waits for the device: once, not per group) of:
-    // the gather's rows of [context (T) | block rows (R) | zero row]; each block row's place among
-    // the gathered rows; and per mask row (kv_repeat x R: query rows are laid out [kv head]
-    // [repeat][row], see block_attention) the key columns it sees: [0, ctx) and [own, own + B).
+    // One host buffer, written in place and copied to the device once (pinned and asynchronous
+    // on a GPU: the host goes on to queue the layers), holding:
+    //   key index    the gather's rows of [context (T) | block rows (R) | zero row], group after group
+    //   row places   each block row's place among the gathered rows
+    //   ctx_end      per mask row (kv_repeat x R: query rows are laid out [kv head][repeat][row], see
+    //   own_begin    block_attention) the key columns it sees: [0, ctx_end) and [own, own + B)
+    //   groups       per group {bias offset, first mask row, mask rows, key_len} (the bias kernel's)
+    // (Vectors and at::tensor() took ~4 ms of host time per recipe step while the GPU waited.)
     const std::int64_t t = context_tokens, rows = static_cast<std::int64_t>(anchors.size()) * block_size;
-    std::vector<std::int64_t> index, row_pos, ctx_end, own_begin;
-    for (const auto& g : plan.groups) {
-        const auto first = static_cast<std::int64_t>(index.size());
-        plan.context_spans.insert(plan.context_spans.end(), {g.ctx_begin, g.ctx_len, first});
-        for (std::int64_t c = 0; c < g.ctx_len; ++c) index.push_back(g.ctx_begin + c);
+    const auto num_groups = static_cast<std::int64_t>(plan.groups.size());
+    std::int64_t n = 0;
+    for (const auto& g : plan.groups) n += g.key_len;
+    const std::int64_t mask_rows = kv_repeat * rows;
+    const std::int64_t total = n + rows + 2 * mask_rows + 4 * num_groups;
+    const bool cuda = device.is_cuda();
+    auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    at::Tensor host = at::empty({total}, cuda ? cpu_long.pinned_memory(true) : cpu_long);
+    std::int64_t* const index = host.data_ptr<std::int64_t>();
+    std::int64_t* const row_pos = index + n;
+    std::int64_t* const ctx_end = row_pos + rows;
+    std::int64_t* const own_begin = ctx_end + mask_rows;
+    std::int64_t* const group_desc = own_begin + mask_rows;
+    std::int64_t k = 0, rp = 0, mr = 0, bias_elems = 0, max_bias = 0;
+    for (std::size_t gi = 0; gi < plan.groups.size(); ++gi) {
+        const auto& g = plan.groups[gi];
+        plan.context_spans.insert(plan.context_spans.end(), {g.ctx_begin, g.ctx_len, k});
+        for (std::int64_t c = 0; c < g.ctx_len; ++c) index[k++] = g.ctx_begin + c;
         for (std::int64_t r = 0; r < g.rows; ++r) {
-            row_pos.push_back(static_cast<std::int64_t>(index.size()));
-            index.push_back(t + g.row_begin + r);
+            row_pos[rp++] = k;
+            index[k++] = t + g.row_begin + r;
         }
-        for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index.push_back(t + rows);
+        for (std::int64_t p = g.ctx_len + g.rows; p < g.key_len; ++p) index[k++] = t + rows;
         plan.key_lens.push_back(g.key_len);
         plan.row_counts.push_back(g.rows);
+        const std::int64_t m = kv_repeat * g.rows;
+        std::int64_t* desc = group_desc + 4 * gi;
+        desc[0] = bias_elems;
+        desc[1] = mr;
+        desc[2] = m;
+        desc[3] = g.key_len;
+        bias_elems += m * g.key_len;
+        max_bias = std::max(max_bias, m * g.key_len);
         // Row r of the group (block j = row_begin / B + r / B) sees context columns before its
         // anchor and the columns of its own block.
         for (std::int64_t rep = 0; rep < kv_repeat; ++rep)
-            for (std::int64_t r = 0; r < g.rows; ++r) {
-                ctx_end.push_back(anchors[static_cast<std::size_t>((g.row_begin + r) / block_size)] - g.ctx_begin);
-                own_begin.push_back(g.ctx_len + r / block_size * block_size);
+            for (std::int64_t r = 0; r < g.rows; ++r, ++mr) {
+                ctx_end[mr] = anchors[static_cast<std::size_t>((g.row_begin + r) / block_size)] - g.ctx_begin;
+                own_begin[mr] = g.ctx_len + r / block_size * block_size;
             }
     }
-    HSRING_ASSERT(static_cast<std::int64_t>(row_pos.size()) == rows, "the groups cover every block row once");
-    const auto n = static_cast<std::int64_t>(index.size()), mask_rows = static_cast<std::int64_t>(ctx_end.size());
-    std::vector<std::int64_t> host = std::move(index);
-    for (const auto* v : {&row_pos, &ctx_end, &own_begin}) host.insert(host.end(), v->begin(), v->end());
-    const at::Tensor all = at::tensor(host, cpu_long).to(device);
+    HSRING_ASSERT(k == n && rp == rows && mr == mask_rows, "the groups cover every key and block row once");
+    const at::Tensor all = cuda ? host.to(device, /*non_blocking=*/true) : host;
     plan.key_index = all.narrow(0, 0, n);
     plan.block_row_pos = all.narrow(0, n, rows);
     const at::Tensor ctx_end_d = all.narrow(0, n + rows, mask_rows), own_begin_d = all.narrow(0, n + rows + mask_rows, mask_rows);
+    if (block_attention_bias_kernel(all.narrow(0, n + rows + 2 * mask_rows, 4 * num_groups), ctx_end_d, own_begin_d,
+                                    plan, bias_elems, max_bias, dtype))
+        return plan;
     std::int64_t max_key_len = 0, mask_row = 0;
     for (const auto& g : plan.groups) max_key_len = std::max(max_key_len, g.key_len);
     const at::Tensor columns = at::arange(max_key_len, cpu_long.device(device));

@@ -15,6 +15,9 @@
 #include "worker/torch_util.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#ifdef HSRING_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 

@@ -2,9 +2,11 @@
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
 // drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
 // the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's,
-// the fused RoPE and cross-entropy kernels against fp64.
+// the fused RoPE and cross-entropy kernels against fp64, the block attention's masks built on the
+// GPU against the CPU's.
 #include "adamw_check.hpp"
 #include "dflash_fixture.hpp"
+#include "model/attention.hpp"
 #include "model/chunked_ce.hpp"
 #include "model/fp8_linear.hpp"
 #include "model/fused_rope.hpp"
@@ -295,6 +297,39 @@ TEST_CASE("chunked cross-entropy on the GPU (the cross_entropy_rows kernel): los
             auto e = chunked_cross_entropy(h.detach(), wg, yg, wtg, 1000);
             CHECK(e.loss_sum.item<double>() == doctest::Approx(c.loss_sum.item<double>()).epsilon(1e-6));
             CHECK(at::equal(e.correct.cpu(), correct));
+        }
+}
+
+TEST_CASE("block attention plan on the GPU: the same masks, key gather and row places as on the CPU") {
+    test::require_gpu_or_skip();
+    // Two sequences (3,072 and 1,000 tokens), anchors sorted per sequence; layouts with groups of
+    // 1 to 64 blocks and keys padded to 16 (odd key lengths take the scalar path in fp32) or 256.
+    at::Generator rg = cpu_generator(4);
+    std::vector<std::int64_t> anchors, seq_begin;
+    for (const auto& [begin, len, count] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{0, 3072, 300}, {3072, 1000, 37}}) {
+        at::Tensor a = std::get<0>(at::sort(at::randint(len - 16, {count}, rg, at::kLong)));
+        for (std::int64_t i = 0; i < count; ++i) {
+            anchors.push_back(begin + a[i].item<std::int64_t>());
+            seq_begin.push_back(begin);
+        }
+    }
+    for (const auto& [group, pad] : {std::pair<std::int64_t, std::int64_t>{32, 256}, {1, 16}, {64, 16}, {7, 256}})
+        for (at::ScalarType dt : {at::kBFloat16, at::kFloat}) {
+            INFO("groups of " << group << " blocks, keys padded to " << pad << ", " << c10::toString(dt));
+            BlockAttentionLayout layout;
+            layout.group_blocks = group;
+            layout.key_pad = pad;
+            const auto cpu = plan_block_attention(anchors, seq_begin, 16, 4072, layout, 4, at::kCPU, dt);
+            const auto gpu = plan_block_attention(anchors, seq_begin, 16, 4072, layout, 4, kCuda, dt);
+            REQUIRE(gpu.groups.size() == cpu.groups.size());
+            CHECK(at::equal(gpu.key_index.cpu(), cpu.key_index));
+            CHECK(at::equal(gpu.block_row_pos.cpu(), cpu.block_row_pos));
+            CHECK(gpu.context_spans == cpu.context_spans);
+            for (std::size_t i = 0; i < cpu.groups.size(); ++i) {
+                INFO("group " << i);
+                CHECK(gpu.groups[i].bias.sizes() == cpu.groups[i].bias.sizes());
+                CHECK(at::equal(gpu.groups[i].bias.cpu(), cpu.groups[i].bias));
+            }
         }
 }
 
