@@ -55,9 +55,9 @@ struct Plan {
 };
 
 // What [train] recompute = "layers" costs, said with the suggestion (BENCHMARKS.md, one H200:
-// 4.93 -> 4.01 samples/s at 2 x 3,072 tokens, 2.93 -> 2.14 at 16,384, 2.16 -> 1.74 at 32,768).
+// 6.79 -> 5.52 samples/s at 2 x 3,072 tokens, 4.04 -> 3.23 at 16,384, 2.99 -> 2.44 at 32,768).
 inline constexpr const char* kRecomputeCost =
-    " (costs throughput: each layer's forward runs again in backward, ~18-27% fewer samples/s measured on an H200)";
+    " (costs throughput: each layer's forward runs again in backward, ~18-20% fewer samples/s measured on an H200)";
 
 struct Suggestion {
     std::string knob;     // "[train] micro_batch_tokens"
