@@ -60,23 +60,13 @@ template <typename T> int launch(const BlockBiasArgs& a) {
 } // namespace
 
 int block_bias_vector_width(Dtype dtype) {
-    switch (dtype) {
-    case Dtype::Float32: return kVec16<float>;
-    case Dtype::Float16: return kVec16<__half>;
-    case Dtype::BFloat16: return kVec16<__nv_bfloat16>;
-    }
-    return 1;
+    return with_element_type(dtype, [](auto t) { return kVec16<decltype(t)>; });
 }
 
 int block_attention_bias(const BlockBiasArgs& a) {
     if (a.num_groups < 0 || a.block_size <= 0) return static_cast<int>(cudaErrorInvalidValue);
     if (a.vectorized && !aligned16(a.out)) return static_cast<int>(cudaErrorInvalidValue);
-    switch (a.dtype) {
-    case Dtype::Float32: return launch<float>(a);
-    case Dtype::Float16: return launch<__half>(a);
-    case Dtype::BFloat16: return launch<__nv_bfloat16>(a);
-    }
-    return static_cast<int>(cudaErrorInvalidValue);
+    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
 }
 
 } // namespace hsring::kernels

@@ -141,12 +141,7 @@ template <typename T> int launch(const CrossEntropyRowsArgs& a) {
 
 int cross_entropy_rows(const CrossEntropyRowsArgs& a) {
     if (a.rows < 0 || a.vocab <= 0 || a.row_stride < a.vocab) return static_cast<int>(cudaErrorInvalidValue);
-    switch (a.dtype) {
-    case Dtype::Float32: return launch<float>(a);
-    case Dtype::Float16: return launch<__half>(a);
-    case Dtype::BFloat16: return launch<__nv_bfloat16>(a);
-    }
-    return static_cast<int>(cudaErrorInvalidValue);
+    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
 }
 
 } // namespace hsring::kernels

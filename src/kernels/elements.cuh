@@ -1,8 +1,11 @@
 #pragma once
 // Device helpers the kernels share: fp32 math on any element type, and packs of VEC elements
 // loaded and stored as one access (16 bytes when VEC * sizeof(T) is).
+#include "kernels/kernel_types.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -24,5 +27,16 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
 template <typename T> constexpr int kVec16 = 16 / sizeof(T);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// f(T{}) with the element type T of `dtype` (float, __half or __nv_bfloat16): a launcher's one
+// switch over the kernels' dtypes.
+template <typename F> int with_element_type(Dtype dtype, F&& f) {
+    switch (dtype) {
+    case Dtype::Float32: return f(float{});
+    case Dtype::Float16: return f(__half{});
+    case Dtype::BFloat16: return f(__nv_bfloat16{});
+    }
+    return static_cast<int>(cudaErrorInvalidValue);
+}
 
 } // namespace hsring::kernels

@@ -79,12 +79,7 @@ template <typename T> int launch(const RopeArgs& a) {
 
 int rope(const RopeArgs& a) {
     if (a.head_dim % 2 != 0 || a.rows < 0 || a.heads < 0) return static_cast<int>(cudaErrorInvalidValue);
-    switch (a.dtype) {
-    case Dtype::Float32: return launch<float>(a);
-    case Dtype::Float16: return launch<__half>(a);
-    case Dtype::BFloat16: return launch<__nv_bfloat16>(a);
-    }
-    return static_cast<int>(cudaErrorInvalidValue);
+    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
 }
 
 } // namespace hsring::kernels
