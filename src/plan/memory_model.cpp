@@ -196,8 +196,10 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     x.keep = mb.blocks * (b - 1);
     // While the loss runs: the drafter output, its scored rows and their gradient (CE saves it).
     x.ce_rows = x.rows * m.h * e + 2 * x.keep * m.h * e;
-    // One chunk of logits and their softmax, both in the compute dtype (chunked_cross_entropy):
-    // 2 x e B per logit.
+    // One chunk of logits and their softmax, both in the compute dtype (chunked_cross_entropy's
+    // ATen path): 2 x e B per logit. On a GPU with src/kernels the softmax is written over the
+    // logits (e B per logit): the plan stays an upper bound there, by one chunk x vocab x e (the
+    // H200 peaks it is tested against were measured before that kernel).
     x.chunk = std::min<u64>(cfg.train.loss_chunk, std::max<u64>(x.keep, 1));
     x.logits = x.chunk * m.v * 2 * e;
     x.grads = drafter_params(d.target, nl, d.layer_ids.size()) * 4;
@@ -370,8 +372,8 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     }
     const bool chunk = x.peak == DrafterPeak::LossChunk;
     w.parts.push_back({"loss_chunk_logits", chunk ? x.logits : 0,
-                       chunk ? fmt::format("{} positions x {} vocab x 8 B: fp32 logits + logsumexp's fp32 "
-                                           "(logits - max)", num(x.chunk), num(m.v))
+                       chunk ? fmt::format("{} positions x {} vocab x {} B: the logits and their softmax in the "
+                                           "compute dtype", num(x.chunk), num(m.v), 2 * e)
                              : std::string(x.forward ? "freed before the layer's forward" : "freed before the backward peak")});
     std::string bwd_how = "below the forward's peak";
     u64 bwd_bytes = 0;
