@@ -1,11 +1,10 @@
 #include "model/fused_rope.hpp"
 
 #include "hsring/error.hpp"
+#include "model/kernel_call.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
-
-#include "model/kernel_call.hpp"
 #if HSRING_KERNELS_ON
 #include "kernels/rope.hpp"
 
