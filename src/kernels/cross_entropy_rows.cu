@@ -58,22 +58,23 @@ __device__ __forceinline__ void fold(Partial& p, const Pack<T, VEC>& v, long lon
     p.s += add;
 }
 
-__device__ Partial block_reduce(Partial p, Partial* shared) {
+// The warp's partials combined into lane 0's.
+__device__ __forceinline__ Partial warp_reduce(Partial p) {
     for (int off = 16; off > 0; off >>= 1) {
         Partial o{__shfl_down_sync(0xffffffffu, p.m, off), __shfl_down_sync(0xffffffffu, p.arg, off),
                   __shfl_down_sync(0xffffffffu, p.s, off)};
         p = combine(p, o);
     }
+    return p;
+}
+
+__device__ Partial block_reduce(Partial p, Partial* shared) {
+    p = warp_reduce(p);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) shared[warp] = p;
     __syncthreads();
     if (warp == 0) {
-        p = lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : Partial{-INFINITY, 0, 0.f};
-        for (int off = 16; off > 0; off >>= 1) {
-            Partial o{__shfl_down_sync(0xffffffffu, p.m, off), __shfl_down_sync(0xffffffffu, p.arg, off),
-                      __shfl_down_sync(0xffffffffu, p.s, off)};
-            p = combine(p, o);
-        }
+        p = warp_reduce(lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : Partial{-INFINITY, 0, 0.f});
         if (lane == 0) shared[0] = p;
     }
     __syncthreads();

@@ -160,9 +160,11 @@ namespace {
 
 // Every group's bias in one kernel launch (src/kernels/block_attention_bias.hpp) when the build
 // has the kernels and the plan is for a GPU; false = build them with ATen ops instead.
-bool block_attention_bias_kernel(const at::Tensor& group_desc, const at::Tensor& ctx_end, const at::Tensor& own_begin,
-                                 BlockAttention& plan, std::int64_t bias_elems, std::int64_t max_bias,
-                                 at::ScalarType dtype) {
+// host_desc: the groups' {bias offset, first mask row, mask rows, key_len}, as group_desc holds
+// them on the device; the views into the one bias buffer are cut where they say.
+bool block_attention_bias_kernel(const std::int64_t* host_desc, const at::Tensor& group_desc, const at::Tensor& ctx_end,
+                                 const at::Tensor& own_begin, BlockAttention& plan, std::int64_t bias_elems,
+                                 std::int64_t max_bias, at::ScalarType dtype) {
 #if HSRING_KERNELS_ON
     if (!group_desc.is_cuda() || !kernel_call::supported(dtype)) return false;
     const c10::cuda::CUDAGuard guard(group_desc.device());
@@ -184,15 +186,13 @@ bool block_attention_bias_kernel(const at::Tensor& group_desc, const at::Tensor&
     a.stream = kernel_call::stream(flat);
     kernel_call::check(kernels::block_attention_bias(a), "block attention mask kernel ({} groups, {} elements)",
                        a.num_groups, bias_elems);
-    std::int64_t off = 0;
-    for (auto& g : plan.groups) {
-        const std::int64_t m = plan.kv_repeat * g.rows;
-        g.bias = flat.narrow(0, off, m * g.key_len).view({1, 1, m, g.key_len});
-        off += m * g.key_len;
+    for (std::size_t gi = 0; gi < plan.groups.size(); ++gi) {
+        const std::int64_t* d = host_desc + 4 * gi;
+        plan.groups[gi].bias = flat.narrow(0, d[0], d[2] * d[3]).view({1, 1, d[2], d[3]});
     }
     return true;
 #else
-    (void)group_desc, (void)ctx_end, (void)own_begin, (void)plan, (void)bias_elems, (void)max_bias, (void)dtype;
+    (void)host_desc, (void)group_desc, (void)ctx_end, (void)own_begin, (void)plan, (void)bias_elems, (void)max_bias, (void)dtype;
     return false;
 #endif
 }
@@ -265,8 +265,8 @@ BlockAttention plan_block_attention(const std::vector<std::int64_t>& anchors,
     plan.key_index = all.narrow(0, 0, n);
     plan.block_row_pos = all.narrow(0, n, rows);
     const at::Tensor ctx_end_d = all.narrow(0, n + rows, mask_rows), own_begin_d = all.narrow(0, n + rows + mask_rows, mask_rows);
-    if (block_attention_bias_kernel(all.narrow(0, n + rows + 2 * mask_rows, 4 * num_groups), ctx_end_d, own_begin_d,
-                                    plan, bias_elems, max_bias, dtype))
+    if (block_attention_bias_kernel(group_desc, all.narrow(0, n + rows + 2 * mask_rows, 4 * num_groups), ctx_end_d,
+                                    own_begin_d, plan, bias_elems, max_bias, dtype))
         return plan;
     std::int64_t max_key_len = 0, mask_row = 0;
     for (const auto& g : plan.groups) max_key_len = std::max(max_key_len, g.key_len);
