@@ -1,6 +1,7 @@
 // The rendezvous of the drafter gang (see rendezvous.hpp).
 #include "distributed/rendezvous.hpp"
 
+#include "distributed/error_text.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/run_identity.hpp"
@@ -75,10 +76,10 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
             if (p.is_master())
                 fail("drafter rank 0 cannot serve the rendezvous on port {} ([distributed] master_port): {}. Is "
                      "another run using that port? Pick another master_port (the same on every machine)",
-                     o.master_port, e.what());
+                     o.master_port, error_text(e));
             fail("cannot reach the master {} within {:g} s ([distributed] timeout_s): is `hsring run` running on "
                  "machine 0 (node rank 0), and are [distributed] master_addr and master_port (or MASTER_ADDR, "
-                 "MASTER_PORT) the same on every machine? ({})", where, seconds(o.timeout), e.what());
+                 "MASTER_PORT) the same on every machine? ({})", where, seconds(o.timeout), error_text(e));
         }
         if (p.is_master()) {
             r.round = r.store->add("hsring/round", 1);
@@ -106,8 +107,8 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
             // The server went away (an old rank 0 that was still exiting): connect again.
             if (Clock::now() > deadline)
                 fail("lost the master {} during the rendezvous and it did not come back within {:g} s: {}", where,
-                     seconds(o.timeout), e.what());
-            log::info("the rendezvous store at {} went away ({}); connecting again", where, e.what());
+                     seconds(o.timeout), error_text(e));
+            log::info("the rendezvous store at {} went away ({}); connecting again", where, error_text(e));
             std::this_thread::sleep_for(milliseconds(500));
         }
     }
@@ -173,7 +174,7 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
         } catch (const Error&) {
             throw;
         } catch (const std::exception& e) {
-            fail("lost the master {} during the rendezvous (its drafter rank 0 stopped): {}", where, e.what());
+            fail("lost the master {} during the rendezvous (its drafter rank 0 stopped): {}", where, error_text(e));
         }
     }
     r.store->setTimeout(o.timeout);

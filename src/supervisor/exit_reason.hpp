@@ -2,7 +2,9 @@
 // Why a worker process ended, from its wait status, in words for logs and status.
 #include "hsring/worker_contract.hpp"
 
+#include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace hsring::supervisor {
 
@@ -25,5 +27,14 @@ struct ExitReason {
 
 // "SIGKILL" (or "signal 42" for one without a name).
 std::string signal_name(int sig);
+
+// What a worker that stopped the run said: the message of the last error line (hsring's log
+// format "HH:MM:SS.mmm NAME E message") its log holds since the worker's last start, else
+// `fallback` (its last stderr line). A library may print more after hsring's error (torch's
+// warnings at exit, the frames of a C++ backtrace): the error line is the one a person needs.
+std::string last_error_message(const std::filesystem::path& worker_log, std::string_view worker,
+                               std::string_view fallback);
+// The same over the log's text (the part that matters: its end).
+std::string last_error_message_in(std::string_view log_text, std::string_view worker, std::string_view fallback);
 
 } // namespace hsring::supervisor

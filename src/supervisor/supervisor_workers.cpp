@@ -120,7 +120,8 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
     }
     if (reason.fatal()) {
         w.state = WorkerState::Failed;
-        const std::string& line = w.output.last_stderr_line();
+        const std::string line =
+            last_error_message(files_.worker_log(w.spec.name), w.spec.name, w.output.last_stderr_line());
         begin_stop(Phase::Stopping, kFatalExitCode,
                    fmt::format("{} stopped the run with a user error (exit code 3): {}", w.spec.name,
                                line.empty() ? "(it printed no message; see " + files_.worker_log(w.spec.name).string() + ")" : line));

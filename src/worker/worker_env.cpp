@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string_view>
 
 namespace hsring::worker {
 namespace {
@@ -106,17 +107,63 @@ void setup_process(const WorkerEnv& env) {
 
 void mark_started() { g_started = true; }
 
+namespace {
+
+// c10 (LibTorch) exceptions carry their C++ backtrace in what(): a line "Exception raised from
+// ... (most recent call first):" and one "frame #N: ..." line per frame, often in the middle of
+// our own message ("...: {e.what()})"). The supervisor repeats a worker's last stderr line, which
+// was then a frame or a lone ")". The message is written as one line with the frames cut out;
+// for a failure that is not the user's they go to the log just before it.
+struct SplitMessage {
+    std::string text;       // one line
+    std::string backtrace;  // the frames, or ""
+};
+
+SplitMessage split_message(std::string_view what) {
+    SplitMessage m;
+    bool in_frames = false;
+    std::size_t start = 0;
+    while (start <= what.size()) {
+        std::size_t end = what.find('\n', start);
+        if (end == std::string_view::npos) end = what.size();
+        const std::string_view line = what.substr(start, end - start);
+        start = end + 1;
+        if (line.starts_with("Exception raised from ")) in_frames = true;
+        else if (in_frames && !line.starts_with("frame #")) in_frames = false;
+        if (in_frames) {
+            m.backtrace += std::string(line) + "\n";
+            continue;
+        }
+        std::string_view rest = line;
+        while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+        if (rest.empty()) continue;
+        // What closes our own message after an embedded one (")", ")."): glued on.
+        const bool closing = rest.find_first_not_of(").]") == std::string_view::npos;
+        if (!m.text.empty() && !closing) m.text += "; ";
+        m.text += rest;
+    }
+    return m;
+}
+
+void report(const std::string& prefix, const std::exception& e, bool with_backtrace) {
+    const SplitMessage m = split_message(e.what());
+    if (with_backtrace && !m.backtrace.empty()) log::warn("where it failed (C++ backtrace):\n{}", m.backtrace);
+    log::error("{}{}", prefix, m.text);
+}
+
+} // namespace
+
 int run_guarded(const char* program, int (*body)(int, char**), int argc, char** argv) {
     try {
         return body(argc, argv);
     } catch (const UserError& e) {
-        log::error("{}", e.what());
+        report("", e, false);
         return kExitUserError;
     } catch (const Error& e) {
-        log::error("{}", e.what());
+        report("", e, g_started);
         return g_started ? kExitFailure : kExitUserError;
     } catch (const std::exception& e) {
-        log::error("{} failed: {}", program, e.what());
+        report(fmt::format("{} failed: ", program), e, true);
         return kExitFailure;
     }
 }

@@ -243,8 +243,16 @@ def r_restarted(run, status):
     return d["restarts"] >= 1 and d["state"] == "running"
 
 
+def stop_line(out):
+    """The supervisor's own line for a worker's user error (it repeats the worker's message)."""
+    m = re.search(r"^.*drafter\.\d stopped the run with a user error \(exit code 3\): (.*)$", out, re.M)
+    return m.group(1) if m else None
+
+
 def test_bad_gang_input_is_one_clear_message():
-    # A machine 1 whose master never comes: a user error within timeout_s (first start).
+    # A machine 1 whose master_port is wrong (nobody serves it): a user error within timeout_s
+    # (first start), and the supervisor repeats the worker's message, not the last line of a
+    # c10d backtrace (it said ")").
     port = free_port()
     lone = Run("gu", targets='["cpu"]', samples=50, epochs=1, tail=distributed(port, 2, 1, timeout_s=3))
     try:
@@ -252,7 +260,17 @@ def test_bad_gang_input_is_one_clear_message():
         lone.start()
         lone.expect_exit(3, timeout=60)
         check(time.time() - t0 < 30, "the error comes within the timeout")
-        check(re.search(r"cannot reach the master 127\.0\.0\.1:\d+ within 3 s", lone.output()), lone.output())
+        out = lone.output()
+        check(re.search(r"cannot reach the master 127\.0\.0\.1:\d+ within 3 s", out), out)
+        line = stop_line(out)
+        check(line and line.startswith(f"cannot reach the master 127.0.0.1:{port} within 3 s ([distributed] timeout_s)"),
+              f"the supervisor's line names the master and the key: {line!r}\n{out}")
+        with open(os.path.join(lone.run_dir, "logs", "drafter.0.log")) as f:
+            log = f.read()
+        # (torch's TCPStore logs its own retries, with backtraces, above it.)
+        lines = log.rstrip("\n").split("\n")
+        check(" drafter.0 E cannot reach the master" in lines[-2] and lines[-1].startswith("--- hsring: drafter.0"),
+              "the worker's error is its last line, one line without a C++ backtrace:\n" + log)
     finally:
         lone.cleanup()
     # Machines whose configs differ: the master names the key and both stop with exit 3.

@@ -115,6 +115,28 @@ TEST_CASE("exit reasons in words") {
     CHECK(signal_name(SIGTERM) == "SIGTERM");
 }
 
+TEST_CASE("the message of a worker that stopped the run is its last error line since its last start") {
+    // A wrong master_port: the worker's one-line error, then what libraries print at exit (the
+    // supervisor used to repeat that last stderr line: a lone ")" of a c10d backtrace).
+    const std::string log =
+        "--- hsring: drafter.0 started: pid 11, incarnation 0, cpu (gang)\n"
+        "08:00:00.001 drafter.0 E an older incarnation's error\n"
+        "--- hsring: drafter.0 started: pid 12, incarnation 1, cpu (gang)\n"
+        "08:00:01.000 drafter.0 I joining the gang\n"
+        "[W socket.cpp:752] The client socket has timed out after 3000ms\n"
+        "08:00:04.002 drafter.0 E cannot reach the master 127.0.0.1:29769 within 3 s ([distributed] timeout_s)\n"
+        ")\n"
+        "--- hsring: drafter.0 exited with code 3\n";
+    CHECK(last_error_message_in(log, "drafter.0", ")") ==
+          "cannot reach the master 127.0.0.1:29769 within 3 s ([distributed] timeout_s)");
+    // Another worker's lines and an incarnation without an error line: the fallback.
+    CHECK(last_error_message_in(log, "drafter.1", "fallback") == "fallback");
+    CHECK(last_error_message_in("--- hsring: drafter.0 started: pid 13\nplain text\n", "drafter.0", "plain text") ==
+          "plain text");
+    // A log that is not there: the fallback.
+    CHECK(last_error_message("/nonexistent/hsring/drafter.0.log", "drafter.0", "the last line") == "the last line");
+}
+
 TEST_CASE("pipe output is split into lines, a torn last line is flushed, a huge line is cut") {
     int fds[2];
     REQUIRE(::pipe2(fds, O_NONBLOCK) == 0);
