@@ -11,6 +11,7 @@
 #endif
 
 #include <cstdlib>
+#include <string>
 
 namespace hsring::distributed {
 
@@ -42,13 +43,17 @@ std::unique_ptr<C10dGang> C10dGang::join(const GangOptions& o) {
     const GangPlace& p = ro.place;
     Rendezvous rz = rendezvous(ro);
     const int rank = static_cast<int>(p.global_rank()), world = static_cast<int>(p.world());
+    const std::chrono::milliseconds timeout = o.collective_timeout.value_or(ro.timeout);
     auto pg = c10::make_intrusive<c10d::ProcessGroup>(rz.group_store, rank, world);
     at::Device device(at::kCPU);
     const char* backend_name = "gloo";
     if (o.cuda) {
 #ifdef USE_C10D_NCCL
+        // Read by the constructor: CPU-blocking waits that throw at the timeout, no watchdog that
+        // would abort the process first (see c10d_gang.hpp). Ours, whatever the environment says.
+        ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 1);
         auto opts = c10d::ProcessGroupNCCL::Options::create();
-        opts->timeout = ro.timeout;
+        opts->timeout = timeout;
         auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(rz.group_store, rank, world, opts);
         pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
         pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
@@ -59,13 +64,13 @@ std::unique_ptr<C10dGang> C10dGang::join(const GangOptions& o) {
              "with -Dtorch_cuda=enabled on a machine with a GPU");
 #endif
     } else {
-        auto opts = c10d::ProcessGroupGloo::Options::create(ro.timeout);
+        auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
         opts->devices.push_back(gloo_device(ro.master_addr));
         auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(rz.group_store, rank, world, opts);
         pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
         pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     }
-    std::unique_ptr<C10dGang> gang(new C10dGang(p, std::move(rz), std::move(pg), device, ro.timeout));
+    std::unique_ptr<C10dGang> gang(new C10dGang(p, std::move(rz), std::move(pg), device, timeout));
     // A first collective: every rank is connected before rank 0 declares the round formed.
     double one = 1;
     gang->allreduce_sum({&one, 1});
@@ -85,7 +90,7 @@ void C10dGang::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
         throw GangBroken(fmt::format("the drafter gang broke during {} (a peer rank died, hung past [distributed] "
                                      "timeout_s = {:g} s, or its machine is gone; the supervisors restart the gang "
                                      "from the last checkpoint): {}", what,
-                                     static_cast<double>(timeout_.count()) / 1000.0, e.what()));
+                                     static_cast<double>(timeout_.count()) / 1000.0, error_text(e)));
     }
 }
 
@@ -101,7 +106,7 @@ void C10dGang::allreduce(std::span<double> values, c10d::ReduceOp op) {
         throw;
     } catch (const std::exception& e) {
         throw GangBroken(fmt::format("the drafter gang broke during an all-reduce (a peer rank died or its machine is "
-                                     "gone): {}", e.what()));
+                                     "gone): {}", error_text(e)));
     }
     if (device_.is_cuda()) host.copy_(t[0].cpu());
 }
