@@ -222,7 +222,10 @@ std::string format_measurement(const Measurement& m) {
         for (std::uint64_t i = m.best->targets; i < m.gpus; ++i) d += (d.empty() ? "" : ", ") + std::to_string(i);
         s += fmt::format("recommended: [topology] targets = [{}], drafters = [{}]: {:.2f} trained samples/s expected{}\n", t,
                          d, m.best->samples_per_s,
-                         m.best->drafters > 1 ? " (several drafters need the data-parallel drafter support)" : "");
+                         m.best->drafters > 1 ? fmt::format(" (a gang of {} data-parallel drafter ranks; each added rank "
+                                                                 "counted at {:g}x, not measured on GPUs yet)",
+                                                                 m.best->drafters, kDrafterScaling)
+                                              : std::string());
     }
     return s;
 }

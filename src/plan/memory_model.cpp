@@ -305,10 +305,16 @@ std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place plac
     return drafter_batch(cfg, d, place, mb, grads_in_forward).peak_bytes;
 }
 
+std::uint64_t gang_world(const Config& cfg) {
+    return static_cast<std::uint64_t>(cfg.distributed.nnodes) * cfg.topology.drafters.size();
+}
+
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
-                            const MicroBatch& mb, bool grads_in_forward, std::size_t n_drafters) {
+                            const MicroBatch& mb, bool grads_in_forward, std::uint64_t world) {
     const ModelShape& s = d.target;
     const Dims m(s);
+    const bool gang = world > 1;
+    grads_in_forward = grads_in_forward || gang;
     const DrafterBatch x = drafter_batch(cfg, d, place, mb, grads_in_forward);
     const u64 e = x.e, ring_e = dtype_bytes(cfg.ring.dtype);
     const u64 n_ctx = d.layer_ids.size(), nl = cfg.drafter.num_layers;
@@ -334,7 +340,11 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
                  : fmt::format("fc and norms ({} parameters) x {} B, saved (recompute frees the layers' casts)",
                                num(n_ctx * m.h * m.h + 2 * m.h), e)});
     w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
-    if (grads_in_forward)
+    if (gang)
+        w.parts.push_back({"fp32_gradients", x.grads,
+                           fmt::format("{} parameters x 4 B: the gang's gradient buckets, allocated at start (the "
+                                       "gradients are views of them, reduced in place)", num(p))});
+    else if (grads_in_forward)
         w.parts.push_back({"fp32_gradients", x.grads,
                            fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))});
     else if (x.layer_grads)
@@ -390,10 +400,40 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     w.parts.push_back({"inflight_slots", slots,
                        fmt::format("[drafter] inflight_slots = {} x {} layers x {} tokens x {} x {} B",
                                    cfg.drafter.inflight_slots, n_ctx, num(cfg.ring.slot_tokens), m.h, ring_e)});
-    if (n_drafters > 1)
-        w.parts.push_back({"allreduce_buffers", p * 2 + kNcclBytes,
-                           fmt::format("{} data-parallel drafters (assumed): bf16 gradient copy {} + NCCL {}",
-                                       n_drafters, gib(p * 2), gib(kNcclBytes))});
+    const u64 nccl = gang && !place.is_cpu() ? kNcclBytes : 0;
+    if (gang)
+        w.parts.push_back({"allreduce_buffers", nccl,
+                           nccl ? fmt::format("rank of a gang of {}: NCCL's own buffers (stated); the gradients are "
+                                              "reduced in place in their buckets (fp32_gradients)", world)
+                                : fmt::format("rank of a gang of {}: Gloo reduces the gradients in place in their "
+                                              "buckets (fp32_gradients)", world)});
+    if (gang) {
+        // The reducer rebuilds its buckets once, at the end of the first reduced backward
+        // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
+        // over. Activations, casts and logits are freed by then; it is the peak only when the
+        // gradients outweigh them (fp32 compute on a CPU, tiny activations).
+        const u64 rebuild = w.part("embedding_and_lm_head")->bytes + p * 4 + 2 * p * 4 + 2 * x.grads + slots + nccl;
+        if (rebuild > w.allocated()) {
+            WorkerMemory r{name, place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
+            for (const Part& part : w.parts) {
+                Part q = part;
+                if (q.name == "fp32_gradients") {
+                    r.parts.push_back(q);
+                    r.parts.push_back({"rebuilt_gradient_buckets", x.grads,
+                                       fmt::format("{} parameters x 4 B: the new buckets, beside the old ones while the "
+                                                   "gradients move over", num(p))});
+                    continue;
+                }
+                if (q.name != "embedding_and_lm_head" && q.name != "fp32_master_weights" && q.name != "adamw_state" &&
+                    q.name != "inflight_slots" && q.name != "allreduce_buffers") {
+                    q.bytes = 0;
+                    q.how = "freed after the backward";
+                }
+                r.parts.push_back(q);
+            }
+            w = std::move(r);
+        }
+    }
     add_overheads(w);
     return w;
 }

@@ -24,8 +24,9 @@ inline constexpr double kAllocatorSlack = 0.05;
 inline constexpr std::uint64_t kWorkerHostBytes = 2 * GiB;
 // The same for a CPU worker (LibTorch without the CUDA runtime).
 inline constexpr std::uint64_t kCpuWorkerHostBytes = 512 * MiB;
-// Data-parallel drafters (assumed until they land): a bf16 copy of the gradients for the
-// all-reduce (the shape FACTS.md measured with NCCL) plus NCCL's own buffers.
+// A drafter gang (data-parallel ranks, src/distributed/gradient_sync.hpp): the gradients are
+// views of the reducer's fp32 buckets, reduced in place, so a rank holds one fp32 copy of them
+// for the whole run (counted as fp32_gradients); besides, NCCL's own buffers (stated, GPU only).
 inline constexpr std::uint64_t kNcclBytes = 256 * MiB;
 
 struct Part {
@@ -58,11 +59,15 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
 std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
                                  bool grads_in_forward);
 
+// Drafter ranks in the gang: [distributed] nnodes x the drafters per machine.
+std::uint64_t gang_world(const Config& cfg);
+
 // A drafter worker training micro-batch `mb` (its worst). grads_in_forward: a step holds several
-// micro-batches, so fp32 gradients exist while later ones run forward. n_drafters > 1 adds the
-// data-parallel all-reduce buffers.
+// micro-batches, so fp32 gradients exist while later ones run forward (always true in a gang:
+// its gradients live in the reducer's buckets from the start). world > 1: a rank of a gang of
+// that many (NCCL buffers; the one-time bucket rebuild after the first step when it is the peak).
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
-                            const MicroBatch& mb, bool grads_in_forward, std::size_t n_drafters);
+                            const MicroBatch& mb, bool grads_in_forward, std::uint64_t world);
 
 struct HostMemory {
     std::vector<Part> parts;

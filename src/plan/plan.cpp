@@ -83,7 +83,9 @@ Plan Planner::plan(const Config& cfg) const {
     p.samples = source_.describe();
     p.workload = make_workload(shapes(cfg, d), source_.is_synthetic(), cfg, d);
     p.target_tokens = cfg.ring.slot_tokens;
-    const bool grads_in_forward = p.workload.micro_batches_per_step > 1;
+    // A gang's gradients live in the reducer's buckets all the time (memory_model.hpp).
+    const std::uint64_t world = gang_world(cfg);
+    const bool grads_in_forward = p.workload.micro_batches_per_step > 1 || world > 1;
 
     // The drafter's worst micro-batch over epoch 0 (all drafters see the same kind of slots).
     const Place drafter_place = cfg.topology.drafters.empty() ? Place{} : cfg.topology.drafters.front();
@@ -102,7 +104,7 @@ Plan Planner::plan(const Config& cfg) const {
     for (const auto& [name, place] : worker_places(cfg)) {
         WorkerMemory w = name.starts_with("target")
                              ? target_memory(cfg, d, name, place, p.target_tokens)
-                             : drafter_memory(cfg, d, name, place, p.worst, grads_in_forward, cfg.topology.drafters.size());
+                             : drafter_memory(cfg, d, name, place, p.worst, grads_in_forward, world);
         if (place.is_cpu()) {
             p.cpu_workers.push_back(std::move(w));
             continue;

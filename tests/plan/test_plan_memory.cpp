@@ -256,7 +256,7 @@ TEST_CASE("a GPU shared by three targets sums them") {
     CHECK(j["host"]["huge_pages"].get<std::uint64_t>() == p.host.memory.huge_pages);
 }
 
-TEST_CASE("several data-parallel drafters: one plan per GPU, each with all-reduce buffers") {
+TEST_CASE("several data-parallel drafters: one plan per GPU, each with its gradient buckets and NCCL's buffers") {
     // The config parser still allows one drafter; the planner takes any number (structs).
     Config c = qwen();
     c.topology.targets = {Place{0}, Place{1}};
@@ -271,8 +271,10 @@ TEST_CASE("several data-parallel drafters: one plan per GPU, each with all-reduc
         REQUIRE(gp);
         REQUIRE(gp->workers.size() == 1);
         CHECK(gp->workers[0].name == "drafter." + std::to_string(g - 2));
-        // bf16 gradient copy + NCCL
-        CHECK(part(gp->workers[0], "allreduce_buffers").bytes == pd * 2 + 256 * MiB);
+        // The gradients are views of the reducer's fp32 buckets (one copy, resident all the time:
+        // also at the forward's peak of a one-micro-batch step); besides, NCCL's own buffers.
+        CHECK(part(gp->workers[0], "fp32_gradients").bytes == pd * 4);
+        CHECK(part(gp->workers[0], "allreduce_buffers").bytes == 256 * MiB);
         if (!first) first = gp->predicted();
         CHECK(gp->predicted() == first);
     }
@@ -633,4 +635,54 @@ TEST_CASE("a peer transport's exported buffers are part of each GPU target's mem
     CHECK(peer.allocated() == host.allocated() + 3 * payload);
     // CPU targets have no peer buffers (peer kinds need GPUs; config check refuses them there).
     for (const auto& p : target_memory(c, d, "target.0", Place{}, 16384).parts) CHECK(p.name != "peer_buffers");
+}
+
+TEST_CASE("a gang rank holds one fp32 copy of its gradients all the time, whichever way the gang is spread") {
+    // Before the gradients were bucket views the reducer held a second fp32 copy (the buckets)
+    // beside .grad: ~2 GiB more at Qwen3-8B dims than the plan said (it assumed a bf16 copy).
+    const std::uint64_t pd = 1'048'626'432ull;
+    const Planner solo_planner(qwen(), SampleSource::synthetic(3072), machine(96 * GiB));
+    const WorkerMemory solo = solo_planner.plan().gpu(1)->workers[0];
+    CHECK(part(solo, "fp32_gradients").bytes == 0);  // one micro-batch per step: freed by zero_grad
+    CHECK(solo.part("allreduce_buffers") == nullptr);
+
+    Config two = qwen();
+    two.topology.drafters = {Place{1}, Place{2}};
+    const Planner two_planner(two, SampleSource::synthetic(3072), machine(96 * GiB));
+    const WorkerMemory rank = two_planner.plan().gpu(1)->workers[0];
+    CHECK(part(rank, "fp32_gradients").bytes == pd * 4);
+    CHECK(part(rank, "allreduce_buffers").bytes == 256 * MiB);
+    CHECK(rank.allocated() == solo.allocated() + pd * 4 + 256 * MiB);
+    CHECK(rank.peak_phase == solo.peak_phase);  // the rebuild's moment is far below it on a GPU
+
+    // One drafter on each of two machines is a gang too ([distributed] nnodes).
+    Config machines = qwen("[distributed]\nnnodes = 2\n");
+    const Planner machines_planner(machines, SampleSource::synthetic(3072), machine(96 * GiB));
+    const WorkerMemory m1 = machines_planner.plan().gpu(1)->workers[0];
+    CHECK(m1.allocated() == rank.allocated());
+    CHECK(gang_world(machines) == 2);
+    CHECK(gang_world(two) == 2);
+    CHECK(gang_world(qwen()) == 1);
+}
+
+TEST_CASE("a gang rank whose bucket rebuild outweighs its micro-batch peaks there") {
+    // fp32 on the CPU (no casts) with one 16-token sample: old + new buckets at the end of the first
+    // reduced backward are more than the micro-batch's activations.
+    Config c = qwen();
+    c.topology.drafters = {Place{}, Place{}};
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    MicroBatch mb;
+    mb.tokens = 16;
+    mb.samples = 1;
+    mb.blocks = 1;
+    mb.keys = 16;
+    mb.mask = 16 * 16;
+    const WorkerMemory m = drafter_memory(c, d, "drafter.0", Place{}, mb, false, 2);
+    const std::uint64_t p = 1'048'626'432ull;
+    CHECK(m.peak_phase == "the gang's bucket rebuild after its first reduced backward (once)");
+    CHECK(part(m, "fp32_gradients").bytes == p * 4);
+    CHECK(part(m, "rebuilt_gradient_buckets").bytes == p * 4);
+    CHECK(part(m, "allreduce_buffers").bytes == 0);  // Gloo on the CPU
+    CHECK(part(m, "activations").bytes == 0);
+    CHECK(m.allocated() == part(m, "embedding_and_lm_head").bytes + p * 4 * 5 + part(m, "inflight_slots").bytes);
 }
