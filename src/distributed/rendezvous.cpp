@@ -23,6 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+constexpr milliseconds kPoll{50};
+constexpr const char* kEvicted = "evicted:";
+
 std::string key(std::int64_t round, const std::string& k) { return fmt::format("hsring/r{}/{}", round, k); }
 
 std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -40,6 +43,25 @@ std::string host_name() {
 
 double seconds(milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
 
+// Unique per process start (a pid can be reused), and readable in the duplicate-rank message.
+std::string claim_token() {
+    return fmt::format("pid {} on {} (at {})", ::getpid(), host_name(), Clock::now().time_since_epoch().count());
+}
+
+// A round that is closed (rank 0 wrote "ok"), formed or refused belongs to a gang that is gone
+// or complete: a rank arriving now waits for the next round.
+bool closed(c10d::Store& s, std::int64_t round) {
+    return s.check({key(round, "ok")}) || s.check({key(round, "formed")}) || s.check({key(round, "error")});
+}
+
+// Rank 0 refused the round: pass its message on.
+void throw_if_refused(c10d::Store& s, std::int64_t round) {
+    if (!s.check({key(round, "error")})) return;
+    const std::string msg = text(s.get(key(round, "error")));
+    s.add(key(round, "error_seen"), 1);
+    fail("the master refused the rendezvous: {}", msg);
+}
+
 // Rank 0 refuses the round: the message goes into the store, and rank 0 waits (a little) until
 // every rank that joined has read it before it exits and takes the store with it.
 [[noreturn]] void refuse(c10d::Store& store, std::int64_t round, std::uint32_t joined, const std::string& msg) {
@@ -47,10 +69,49 @@ double seconds(milliseconds t) { return static_cast<double>(t.count()) / 1000.0;
     const auto until = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < until) {
         if (store.add(key(round, "error_seen"), 0) >= static_cast<std::int64_t>(joined)) break;
-        std::this_thread::sleep_for(milliseconds(50));
+        std::this_thread::sleep_for(kPoll);
     }
     fail("{}", msg);
 }
+
+std::string duplicate(const GangPlace& p, std::uint32_t rank, const std::string& holder) {
+    return fmt::format("drafter rank {} (machine {}, local rank {}) joined the rendezvous twice: two machines have the "
+                       "same node rank {} ([distributed] node_rank, NODE_RANK or --node-rank must differ per machine); "
+                       "the other one is {}", rank, p.node_rank, p.local_rank, p.node_rank, holder);
+}
+
+// Makes global rank `rank` of the round ours. A claim whose holder's keep-alive stands still for
+// kKeepAliveTimeout is a dead process's (killed after it claimed): it is taken over. A holder
+// that keeps beating is alive: a second machine with the same node rank, a user error.
+void claim(c10d::Store& s, std::int64_t round, const GangPlace& p, const std::string& token, milliseconds evict_after) {
+    const std::uint32_t rank = p.global_rank();
+    const std::string ck = key(round, fmt::format("claim/{}", rank)), beat = key(round, fmt::format("beat/{}", rank));
+    for (;;) {
+        std::string held = text(s.compareSet(ck, std::vector<std::uint8_t>{}, bytes(token)));
+        if (held.starts_with(kEvicted)) held = text(s.compareSet(ck, bytes(held), bytes(token)));
+        if (held == token) return;
+        if (held.starts_with(kEvicted)) continue;  // evicted again meanwhile: try again
+        const std::int64_t beat0 = s.add(beat, 0);
+        const auto until = Clock::now() + evict_after;
+        bool moved = false, changed_hands = false;
+        while (!moved && !changed_hands && Clock::now() < until) {
+            std::this_thread::sleep_for(kPoll);
+            throw_if_refused(s, round);
+            moved = s.add(beat, 0) != beat0 || closed(s, round);
+            changed_hands = text(s.get(ck)) != held;
+        }
+        if (changed_hands) continue;
+        if (moved) fail("{}", duplicate(p, rank, held));
+        log::warn("drafter rank {} of rendezvous round {} was claimed by {}, which gave no sign of life for {:g} s (it "
+                  "died after claiming): taking its place", rank, round, held, seconds(evict_after));
+        s.compareSet(ck, bytes(held), bytes(kEvicted + held));
+    }
+}
+
+struct Joined {
+    std::string token;  // the claim the rank's identity was published under
+    nlohmann::json id;
+};
 
 } // namespace
 
@@ -60,6 +121,7 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
     const GangPlace& p = o.place;
     const Clock::time_point deadline = Clock::now() + o.timeout;
     const std::string where = fmt::format("{}:{}", o.master_addr, o.master_port);
+    const std::string token = claim_token();
     Rendezvous r;
 
     // Connect (rank 0 serves). A store whose server died under us is dropped and connected again.
@@ -83,18 +145,17 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
         }
         if (p.is_master()) {
             r.round = r.store->add("hsring/round", 1);
+            // First thing in the round: the others compare themselves with it before they claim.
+            const nlohmann::json me = {{"identity", o.identity}, {"node_rank", 0}, {"local_rank", 0},
+                                       {"host", host_name()}, {"pid", ::getpid()}, {"token", token}};
+            r.store->set(key(r.round, "id/0"), bytes(me.dump()));
             break;
         }
         try {
             r.store->setTimeout(left(deadline));
-            bool joined = false;
-            while (!joined) {
+            for (;;) {
                 r.round = std::stoll(text(r.store->get("hsring/round")));
-                // A formed or failed round belongs to a gang that is gone: wait for the next one.
-                if (!r.store->check({key(r.round, "formed")}) && !r.store->check({key(r.round, "error")})) {
-                    joined = true;
-                    break;
-                }
+                if (!closed(*r.store, r.round)) break;
                 if (Clock::now() > deadline)
                     fail("the master {} did not start a new rendezvous within {:g} s ([distributed] timeout_s): its "
                          "drafter rank 0 is still in an earlier gang", where, seconds(o.timeout));
@@ -113,42 +174,75 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
         }
     }
 
-    // Claim our global rank in this round, then publish who we are.
     const std::uint32_t rank = p.global_rank(), world = p.world();
-    if (r.store->add(key(r.round, fmt::format("claim/{}", rank)), 1) > 1)
-        fail("drafter rank {} (machine {}, local rank {}) joined the rendezvous twice: two machines have the same "
-             "node rank {} ([distributed] node_rank, NODE_RANK or --node-rank must differ per machine)", rank,
-             p.node_rank, p.local_rank, p.node_rank);
-    const nlohmann::json me = {{"identity", o.identity}, {"node_rank", p.node_rank}, {"local_rank", p.local_rank},
-                               {"host", host_name()}, {"pid", ::getpid()}};
-    r.store->set(key(r.round, fmt::format("id/{}", rank)), bytes(me.dump()));
-
+    const std::string disagree = key(r.round, "disagree");
     if (p.is_master()) {
-        std::vector<std::string> ids;
-        for (std::uint32_t k = 1; k < world; ++k) ids.push_back(key(r.round, fmt::format("id/{}", k)));
-        while (!ids.empty() && !r.store->check(ids)) {
-            if (Clock::now() > deadline) {
-                std::string missing;
-                for (std::uint32_t k = 1; k < world; ++k) {
-                    if (r.store->check({key(r.round, fmt::format("id/{}", k))})) continue;
-                    const GangPlace q = GangPlace::of(k, p.nnodes, p.local_world);
-                    missing += fmt::format("{}rank {} (machine {}, drafter.{})", missing.empty() ? "" : ", ", k,
-                                           q.node_rank, q.local_rank);
+        // Wait until every rank joined under a claim it still holds and is alive, or one of them
+        // found that its machine disagrees with this one.
+        std::vector<Joined> joined(world);
+        for (;;) {
+            if (r.store->check({disagree})) {
+                std::uint32_t n = 0;
+                for (std::uint32_t k = 1; k < world; ++k) n += r.store->check({key(r.round, fmt::format("id/{}", k))});
+                refuse(*r.store, r.round, n, text(r.store->get(disagree)));
+            }
+            std::string missing;
+            std::uint32_t present = 0;
+            for (std::uint32_t k = 1; k < world; ++k) {
+                const std::string idk = key(r.round, fmt::format("id/{}", k));
+                bool ok = r.store->check({idk});
+                if (ok) {
+                    joined[k].id = nlohmann::json::parse(text(r.store->get(idk)));
+                    joined[k].token = joined[k].id.value("token", "");
+                    ok = text(r.store->get(key(r.round, fmt::format("claim/{}", k)))) == joined[k].token;
                 }
-                std::uint32_t joined = 0;
-                for (std::uint32_t k = 1; k < world; ++k) joined += r.store->check({key(r.round, fmt::format("id/{}", k))});
-                refuse(*r.store, r.round, joined,
+                present += ok;
+                if (ok) continue;
+                const GangPlace q = GangPlace::of(k, p.nnodes, p.local_world);
+                missing += fmt::format("{}rank {} (machine {}, drafter.{})", missing.empty() ? "" : ", ", k,
+                                       q.node_rank, q.local_rank);
+            }
+            if (missing.empty()) {
+                // Alive: each one's keep-alive moves (they beat every kPoll while they wait for
+                // "ok"). One that stands still died after it joined: evicted, and waited for again.
+                std::vector<std::int64_t> beat0(world);
+                for (std::uint32_t k = 1; k < world; ++k) beat0[k] = r.store->add(key(r.round, fmt::format("beat/{}", k)), 0);
+                std::vector<bool> alive(world, false);
+                const auto until = Clock::now() + o.keep_alive_timeout;
+                for (bool all = world == 1; !all && Clock::now() < until;) {
+                    std::this_thread::sleep_for(kPoll);
+                    all = true;
+                    for (std::uint32_t k = 1; k < world; ++k) {
+                        if (!alive[k]) alive[k] = r.store->add(key(r.round, fmt::format("beat/{}", k)), 0) != beat0[k];
+                        all = all && alive[k];
+                    }
+                }
+                bool evicted = false;
+                for (std::uint32_t k = 1; k < world; ++k) {
+                    if (alive[k]) continue;
+                    log::warn("drafter rank {} ({} pid {}) joined rendezvous round {} but gave no sign of life for {:g} "
+                              "s: it died; waiting for it to join again", k, joined[k].id.value("host", "?"),
+                              joined[k].id.value("pid", 0), r.round, seconds(o.keep_alive_timeout));
+                    r.store->compareSet(key(r.round, fmt::format("claim/{}", k)), bytes(joined[k].token),
+                                        bytes(kEvicted + joined[k].token));
+                    evicted = true;
+                }
+                if (!evicted) break;
+                continue;
+            }
+            if (Clock::now() > deadline)
+                refuse(*r.store, r.round, present,
                        fmt::format("drafter ranks did not join within {:g} s ([distributed] timeout_s): {}. Is `hsring "
                                    "run` running on those machines with the same config and master {}?",
                                    seconds(o.timeout), missing, where));
-            }
-            std::this_thread::sleep_for(milliseconds(50));
+            std::this_thread::sleep_for(kPoll);
         }
+        // Every joiner compared itself with us already; this catches a joiner of another
+        // version that did not.
         std::string diffs;
         for (std::uint32_t k = 1; k < world; ++k) {
-            const auto other = nlohmann::json::parse(text(r.store->get(key(r.round, fmt::format("id/{}", k)))));
-            const std::uint32_t node = other.value("node_rank", 0u);
-            const std::string d = identity_differences(other["identity"], o.identity, node);
+            const std::uint32_t node = joined[k].id.value("node_rank", 0u);
+            const std::string d = identity_differences(joined[k].id["identity"], o.identity, node);
             if (!d.empty() && diffs.find(fmt::format("on machine {},", node)) == std::string::npos)
                 diffs += (diffs.empty() ? "" : "; ") + d;
         }
@@ -159,17 +253,45 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
         r.store->set(key(r.round, "ok"), bytes("1"));
     } else {
         try {
+            // Compare with the master before claiming: machines that disagree on the number of
+            // machines or of drafters per machine also disagree on what the global ranks are.
+            const std::string master_id = key(r.round, "id/0");
+            while (!r.store->check({master_id})) {
+                throw_if_refused(*r.store, r.round);
+                if (Clock::now() > deadline)
+                    fail("the master {} did not publish its settings within {:g} s ([distributed] timeout_s)", where,
+                         seconds(o.timeout));
+                std::this_thread::sleep_for(kPoll);
+            }
+            const auto master = nlohmann::json::parse(text(r.store->get(master_id)));
+            if (const std::string d = identity_differences(o.identity, master["identity"], p.node_rank); !d.empty()) {
+                const std::string msg = fmt::format("the machines of this run do not agree: {}. Use the same config and "
+                                                    "data on every machine", d);
+                r.store->set(disagree, bytes(msg));  // rank 0 refuses the round with it
+                fail("{}", msg);
+            }
+            claim(*r.store, r.round, p, token, o.keep_alive_timeout);
+            const nlohmann::json me = {{"identity", o.identity}, {"node_rank", p.node_rank},
+                                       {"local_rank", p.local_rank}, {"host", host_name()}, {"pid", ::getpid()},
+                                       {"token", token}};
+            const std::string beat = key(r.round, fmt::format("beat/{}", rank));
+            const std::string ck = key(r.round, fmt::format("claim/{}", rank));
+            r.store->add(beat, 1);
+            r.store->set(key(r.round, fmt::format("id/{}", rank)), bytes(me.dump()));
             for (;;) {
-                if (r.store->check({key(r.round, "error")})) {
-                    const std::string msg = text(r.store->get(key(r.round, "error")));
-                    r.store->add(key(r.round, "error_seen"), 1);
-                    fail("the master refused the rendezvous: {}", msg);
-                }
+                throw_if_refused(*r.store, r.round);
                 if (r.store->check({key(r.round, "ok")})) break;
+                r.store->add(beat, 1);  // the keep-alive rank 0 checks before it closes the round
+                // Stalled long enough to be taken for dead: take the claim back (unless someone
+                // else holds it now: then that one is a second machine with our node rank).
+                if (const std::string held = text(r.store->get(ck)); held != token) {
+                    if (held != kEvicted + token) fail("{}", duplicate(p, rank, held));
+                    claim(*r.store, r.round, p, token, o.keep_alive_timeout);
+                }
                 if (Clock::now() > deadline)
                     fail("the master {} did not complete the rendezvous within {:g} s ([distributed] timeout_s): are "
                          "all {} machines running `hsring run`?", where, seconds(o.timeout), p.nnodes);
-                std::this_thread::sleep_for(milliseconds(50));
+                std::this_thread::sleep_for(kPoll);
             }
         } catch (const Error&) {
             throw;

@@ -4,14 +4,22 @@
 // connect (retrying until [distributed] timeout_s).
 //
 // The store outlives no process but rank 0, and a gang is restarted as a whole after any rank
-// died, so every (re)start is a new *round* in the store:
-//   rank 0      round = add("hsring/round", 1); publish its identity; wait until every rank of
-//               the world published one; compare (a difference is a user error naming the key
-//               and the machine); write "ok" (or "error" with the message)
-//   rank k > 0  read the current round; a round that is already formed (or failed) belongs to
-//               an earlier gang: wait for a newer one; claim global rank k in it (a rank claimed
-//               twice = two machines with the same node rank); publish the identity; wait for
-//               "ok" or "error"
+// died, so every (re)start is a new *round* in the store (torchelastic's rendezvous has the same
+// shape: rounds, keep-alives, a closed state):
+//   rank 0      round = add("hsring/round", 1); publish its identity (id/0); wait until every
+//               rank of the world joined under a claim it still holds and beats (a rank whose
+//               keep-alive stands still for keep_alive_timeout died after joining: its claim is
+//               evicted and its place waited for again); write "ok" (closed) or "error" (the
+//               message: a rank that does not join in time, machines that disagree)
+//   rank k > 0  read the current round; a closed, formed or failed round belongs to an earlier
+//               gang: wait for a newer one; compare its identity with rank 0's before anything
+//               else (machines that disagree on the number of machines or drafters per machine
+//               would compute different global ranks): a difference names the key and both
+//               values, rank 0 refuses the round with it; claim global rank k (compare-and-set
+//               of a token unique to the process); a claim held by a process whose keep-alive
+//               stands still for keep_alive_timeout is a dead one's: taken over; one that keeps
+//               beating is a second live machine with the same node rank: a user error; publish
+//               the identity; beat while waiting for "ok" or "error"
 //   all         create the process group under the prefix "hsring/r<round>/pg", a first
 //               collective, then rank 0 marks the round formed.
 // A rank that does not join within the timeout is named in the error (its machine and rank).
@@ -34,6 +42,9 @@ struct RendezvousOptions {
     std::uint16_t master_port = 0;
     std::chrono::milliseconds timeout{600000};
     nlohmann::json identity;   // hsring::run_identity(): compared with the master's
+    // A claimant whose keep-alive does not move for this long is taken for dead (it beats every
+    // 50 ms while it waits in the rendezvous).
+    std::chrono::milliseconds keep_alive_timeout{3000};
 };
 
 struct Rendezvous {
@@ -44,7 +55,8 @@ struct Rendezvous {
 };
 
 // Throws hsring::Error: unreachable master, ranks missing after the timeout, identities that
-// differ (the message names every differing key), a rank claimed twice.
+// differ (the message names every differing key and both values), a rank claimed by two live
+// processes (two machines with the same node rank).
 Rendezvous rendezvous(const RendezvousOptions& options);
 
 // For gangs that tests and benchmarks start on one host (hsring/free_port.hpp).

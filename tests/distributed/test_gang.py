@@ -273,7 +273,8 @@ def test_bad_gang_input_is_one_clear_message():
               "the worker's error is its last line, one line without a C++ backtrace:\n" + log)
     finally:
         lone.cleanup()
-    # Machines whose configs differ: the master names the key and both stop with exit 3.
+    # Machines whose configs differ: machine 1 compares itself with the master before it claims
+    # a rank, names the key, and both stop with exit 3.
     port = free_port()
     runs = machines("gc", port, samples=50, epochs=1, timeout_s=30)
     try:
@@ -282,8 +283,25 @@ def test_bad_gang_input_is_one_clear_message():
             r.start()
         for r in runs:
             r.expect_exit(3, timeout=60)
-        check("[data] epochs is 2 on machine 1, 1 on machine 0 (the master)" in runs[0].output(), runs[0].output())
-        check("the master refused the rendezvous" in runs[1].output(), runs[1].output())
+        want = "[data] epochs is 2 on machine 1, 1 on machine 0 (the master)"
+        for r in runs:
+            check(want in (stop_line(r.output()) or ""), r.output())
+    finally:
+        for r in runs:
+            r.cleanup()
+    # One drafter per machine on machine 0, two on machine 1: they would compute different global
+    # ranks (a "duplicate node rank" or a rank that never comes); the message names the key.
+    port = free_port()
+    runs = machines("gw", port, samples=50, epochs=1, timeout_s=5)
+    try:
+        runs[1].write_config(targets='["cpu"]', drafters='["cpu", "cpu"]', epochs=1)
+        for r in runs:
+            r.start()
+        for r in runs:
+            r.expect_exit(3, timeout=60)
+        want = "[topology] drafters (count) is 2 on machine 1, 1 on machine 0 (the master)"
+        for r in runs:
+            check(want in (stop_line(r.output()) or ""), r.output())
     finally:
         for r in runs:
             r.cleanup()
@@ -326,6 +344,38 @@ def test_bad_gang_input_is_one_clear_message():
         r.cleanup()
 
 
+def test_two_machines_with_one_node_rank_one_is_refused():
+    # Machines 0 and 1 of three, and a second machine 1, before machine 2 comes: the round cannot
+    # close, so whichever of the two machines 1 claims rank 1 second finds the first one's claim
+    # alive (its keep-alive moves), exits 3, and its supervisor says why. Then machine 2 comes and
+    # the gang of the first machine 1 trains the run to the end.
+    port = free_port()
+    runs = machines("gn", port, nnodes=3, samples=60, epochs=1, timeout_s=30)
+    twin = Run("gn1b", targets='["cpu"]', drafters='["cpu"]', samples=60, epochs=1, step_ms=30,
+               tail=distributed(port, 3, 1, 30))
+    try:
+        for r in runs[:2] + [twin]:
+            r.start()
+        end = time.time() + 60
+        ended = None
+        while ended is None and time.time() < end:
+            ended = next((r for r in (runs[1], twin) if r.proc.poll() is not None), None)
+            time.sleep(0.1)
+        check(ended is not None, "one of the two machines 1 stops:\n" + runs[1].output() + twin.output())
+        ended.expect_exit(3)
+        line = stop_line(ended.output()) or ""
+        check("two machines have the same node rank 1 ([distributed] node_rank, NODE_RANK or --node-rank must "
+              "differ per machine)" in line, ended.output())
+        other = twin if ended is runs[1] else runs[1]
+        check(other.proc.poll() is None, "the machine that came first stays in the rendezvous")
+        runs[2].start()
+        for r in (runs[0], other, runs[2]):
+            r.expect_exit(0, timeout=120)
+    finally:
+        for r in runs + [twin]:
+            r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_two_drafter_ranks_on_one_machine_train_every_sample_once,
           test_sigkill_of_one_rank_restarts_the_gang_and_loses_nothing,
@@ -333,4 +383,5 @@ if __name__ == "__main__":
           test_a_machine_that_dies_stops_the_other_with_a_message_and_both_resume_together,
           test_held_out_evaluation_spans_every_machine_and_trains_nothing,
           test_stop_and_restart_on_one_machine_act_on_the_whole_run,
-          test_bad_gang_input_is_one_clear_message])
+          test_bad_gang_input_is_one_clear_message,
+          test_two_machines_with_one_node_rank_one_is_refused])
