@@ -29,5 +29,8 @@ struct Injected : std::runtime_error {
 void set_process_name(const std::string& name);
 // A fault point (see above).
 void point(const char* name);
+// A point where the caller can make numbers non-finite (target `hidden`, drafter `grad`): true on
+// the pass where a fault with action `nan` fires there (other actions act as at point()).
+bool poison(const char* name);
 
 } // namespace hsring::fault

@@ -16,7 +16,7 @@ namespace hsring::fault {
 
 namespace {
 
-enum class Action { Throw, Kill, Hold, Int };
+enum class Action { Throw, Kill, Hold, Int, Nan };
 
 struct Fault {
     std::string who, point;
@@ -66,7 +66,8 @@ void parse_locked() {
             else if (a == "kill") x.action = Action::Kill;
             else if (a == "hold") x.action = Action::Hold;
             else if (a == "int") x.action = Action::Int;
-            else fail("HSRING_FAULT: '{}': unknown action '{}' (throw, kill, hold, int)", item, a);
+            else if (a == "nan") x.action = Action::Nan;
+            else fail("HSRING_FAULT: '{}': unknown action '{}' (throw, kill, hold, int, nan)", item, a);
             if (matches(x.who, g_name)) g_faults.push_back(x);
         }
     }
@@ -83,21 +84,23 @@ void set_process_name(const std::string& name) {
     g_any.store(true, std::memory_order_relaxed);
 }
 
-void point(const char* name) {
-    if (!g_any.load(std::memory_order_relaxed)) return;
-    Action action;
-    std::string what;
-    {
-        std::lock_guard lock(g_mutex);
-        if (!g_parsed) parse_locked();
-        Fault* hit = nullptr;
-        for (Fault& f : g_faults)
-            if (f.point == name && ++f.seen == f.n) hit = &f;
-        if (!hit) return;
-        action = hit->action;
-        what = fmt::format("HSRING_FAULT {}:{}:{}: injected fault in {} at pass {} of point '{}'", hit->who, hit->point,
-                           hit->n, g_name.empty() ? "this process" : g_name, hit->n, name);
-    }
+namespace {
+// Counts a pass of `name`; true when a fault fires here (its action and message out).
+bool hit_at(const char* name, Action& action, std::string& what) {
+    if (!g_any.load(std::memory_order_relaxed)) return false;
+    std::lock_guard lock(g_mutex);
+    if (!g_parsed) parse_locked();
+    Fault* hit = nullptr;
+    for (Fault& f : g_faults)
+        if (f.point == name && ++f.seen == f.n) hit = &f;
+    if (!hit) return false;
+    action = hit->action;
+    what = fmt::format("HSRING_FAULT {}:{}:{}: injected fault in {} at pass {} of point '{}'", hit->who, hit->point,
+                       hit->n, g_name.empty() ? "this process" : g_name, hit->n, name);
+    return true;
+}
+
+void act(Action action, const std::string& what) {
     log::warn("{}", what);
     switch (action) {
     case Action::Throw: throw Injected(what);
@@ -105,7 +108,23 @@ void point(const char* name) {
     case Action::Hold:
         for (;;) ::pause();
     case Action::Int: ::kill(::getpid(), SIGINT); break;
+    case Action::Nan: break;  // poison() tells its caller
     }
+}
+} // namespace
+
+void point(const char* name) {
+    Action action;
+    std::string what;
+    if (hit_at(name, action, what)) act(action, what);
+}
+
+bool poison(const char* name) {
+    Action action;
+    std::string what;
+    if (!hit_at(name, action, what)) return false;
+    act(action, what);
+    return action == Action::Nan;
 }
 
 } // namespace hsring::fault
