@@ -139,6 +139,9 @@ struct TrainConfig {
     bool checkpoint_background = true;
     std::uint32_t log_every = 1;
     std::uint64_t eval_every = 0;     // steps between held-out evaluations (needs [data] eval_path); 0 = at the end only
+    // Optimizer steps in a row with a non-finite loss or gradient norm (each skipped: nothing
+    // changes) after which the run stops as diverged, its last good checkpoint kept.
+    std::uint32_t max_nonfinite_steps = 3;
 };
 
 struct SupervisorConfig {

@@ -265,6 +265,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.boolean("checkpoint_background", t.checkpoint_background);
     s.integer("log_every", t.log_every, 1, 1u << 30);
     s.integer("eval_every", t.eval_every, 0, kU64Max);
+    s.integer("max_nonfinite_steps", t.max_nonfinite_steps, 1, 1u << 30);
     s.finish();
 }
 
