@@ -16,6 +16,11 @@ def main() -> int:
             line = line.strip()
             if line:
                 r = json.loads(line)
+                if "resume" in r:
+                    # A drafter resumed from the checkpoint of this step: rows of later steps
+                    # written before were rolled back (their weights died with the drafter).
+                    rows = [x for x in rows if x["step"] <= r["resume"]["step"]]
+                    continue
                 # Held-out evaluations are lines of their own ({"step": s, "eval": {...}}).
                 (evals if "eval" in r else rows).append(r)
     if not rows:

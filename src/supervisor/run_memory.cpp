@@ -60,7 +60,7 @@ CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
 // "" when the ledger's trained marks are what the checkpoint holds (DESIGN.md invariant 8), else
 // what differs. CONSUMED after the checkpoint's step is fine: the drafter's recover() re-issues it.
 std::string disagreement(const Ledger& l, const CheckpointContents& c) {
-    constexpr std::uint64_t kNone = ~std::uint64_t{0};
+    constexpr std::uint64_t kNone = ~std::uint64_t{0}, kRejected = kNone - 1;
     const std::uint64_t total = l.total(), step = c.step.value_or(0);
     std::vector<std::uint64_t> expect(total, kNone);
     std::uint64_t beyond = 0, doubled = 0;
@@ -70,15 +70,20 @@ std::string disagreement(const Ledger& l, const CheckpointContents& c) {
             continue;
         }
         if (expect[t.pos] != kNone) ++doubled;
-        expect[t.pos] = (std::uint64_t{t.rank} << 48) | t.step;
+        expect[t.pos] = t.rejected ? kRejected : (std::uint64_t{t.rank} << 48) | t.step;
     }
     std::uint64_t extra = 0, missing = 0, other = 0;
     for (std::uint64_t p = 0; p < total; ++p) {
         const Ledger::EntryView v = l.view(p);
         const std::uint64_t key = (std::uint64_t{v.rank} << 48) | v.step;
         switch (v.state) {
+        case EntryState::Rejected:
+            // Final: the checkpoint may or may not have seen its slot yet.
+            if (expect[p] != kNone && expect[p] != kRejected) ++other;
+            break;
         case EntryState::Durable:
             if (expect[p] == kNone) ++extra;
+            else if (expect[p] == kRejected) ++other;
             else if (expect[p] != key) ++other;
             break;
         case EntryState::Consumed:
@@ -97,7 +102,8 @@ std::string disagreement(const Ledger& l, const CheckpointContents& c) {
     add(extra, "sample passes are marked trained in the ledger but are not in the checkpoint's weights (was "
                "checkpoints/latest removed or set back?)");
     add(missing, "sample passes in the checkpoint's weights are not marked trained in the ledger");
-    add(other, "sample passes are marked trained by another drafter rank or into another step than the train logs say");
+    add(other, "sample passes are marked trained by another drafter rank, into another step, or rejected, other than "
+               "the train logs say");
     add(doubled, "positions appear twice in the checkpoint's train records");
     add(beyond, "train records name positions beyond this ledger");
     return why;
@@ -109,7 +115,10 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     const std::string at = ck.step ? fmt::format("the checkpoint of step {}", *ck.step) : std::string("no checkpoint");
     if (Ledger::exists(name)) {
         Ledger attached = Ledger::attach(name, &plan.info, &plan.tag);
-        const std::string why = disagreement(attached, ck);
+        // The same data, layout and settings make the same plan; anything else is another run's.
+        const std::string why = attached.plan() != plan.plan_first
+                                    ? std::string("it holds another packing plan than this run's data and settings make")
+                                    : disagreement(attached, ck);
         if (why.empty()) {
             created = false;
             return attached;
@@ -123,7 +132,7 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
         Ledger::remove(name);
     }
     created = true;
-    Ledger ledger = Ledger::create(name, plan.info, plan.tag, ck.trained);
+    Ledger ledger = Ledger::create(name, plan.info, plan.plan_first, plan.tag, ck.trained);
     marked = ck.trained.size();
     if (ck.step)
         say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
@@ -185,7 +194,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     std::uint64_t marked = 0;
     Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
     // No worker is attached yet: undo what a process killed between an entry's CAS and its
-    // bookkeeping left (a counter off by one, a PENDING entry below the low-water mark).
+    // bookkeeping left (a PENDING plan slot above the low-water mark).
     if (!ledger_created) ledger.repair();
 
     // The evaluation board goes with the ring like the status board: a new ring's slots hold no

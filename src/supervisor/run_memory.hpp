@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hsring::supervisor {
 
@@ -39,6 +40,9 @@ struct RunMemoryPlan {
     RingGeometry geometry;
     HugePages huge_pages = HugePages::Auto;
     LedgerInfo info;
+    // The packer's plan of this machine's share (hsring/slot_plan.hpp): a new ledger is made with
+    // it, an attached one must hold the same.
+    std::vector<std::uint64_t> plan_first;
     bool fresh = false;
     RunFiles files;
     std::uint32_t drafters = 1;  // local drafter ranks: their train logs seed a new ledger

@@ -7,6 +7,7 @@
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
 #include "hsring/safe_file.hpp"
+#include "hsring/slot_plan.hpp"
 #include "supervisor/previous_run.hpp"
 
 #include <fcntl.h>
@@ -89,6 +90,10 @@ void Supervisor::load_config_and_data() {
     samples_ = ds.size();
     fingerprint_ = ds.fingerprint();
     tokens_per_epoch_ = ds.total_tokens();
+    // The packer's plan of this machine's share: fixed before anything runs (DESIGN.md invariant 10).
+    const DistributedConfig& dist = cfg_.distributed;
+    plan_first_ = plan_slots(ds, cfg_.run.seed, cfg_.data.shuffle, dist.nnodes, dist.node_rank, cfg_.data.epochs,
+                             cfg_.ring.slot_tokens, derived_.max_samples_per_slot);
     console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
     if (!cfg_.data.eval_path.empty()) {
         // The held-out set: checked here (FILE:LINE errors before anything starts), evaluated
@@ -138,7 +143,9 @@ void Supervisor::open_memory() {
     plan.huge_pages = cfg_.ring.huge_pages;
     const DistributedConfig& dist = cfg_.distributed;
     plan.info = LedgerInfo{fingerprint_, data::shard_size(samples_, dist.nnodes, dist.node_rank), cfg_.data.epochs,
-                           cfg_.run.seed, cfg_.data.shuffle, samples_, dist.nnodes, dist.node_rank, tokens_per_epoch_};
+                           cfg_.run.seed, cfg_.data.shuffle, samples_, dist.nnodes, dist.node_rank, tokens_per_epoch_,
+                           static_cast<std::uint32_t>(cfg_.topology.drafters.size())};
+    plan.plan_first = plan_first_;
     if (plan.info.samples == 0)
         fail("the data set {} has {} samples, fewer than the {} machines of the run ([distributed] nnodes): machine "
              "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);

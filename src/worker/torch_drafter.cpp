@@ -2,6 +2,7 @@
 
 #include "data/splitmix.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
 #include "model/dflash_config.hpp"
@@ -22,6 +23,8 @@
 #include <torch/serialize.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <deque>
 #include <future>
 #include <fstream>
@@ -32,6 +35,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 std::uint64_t mix64(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Nothing non-finite is checkpointed or exported (DESIGN.md invariant 10): the first tensor of
+// `named` that holds a NaN or inf, checked on its device (one small read per tensor).
+void require_finite(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::string& what) {
+    for (const auto& [name, t] : named) {
+        if (!t.defined() || at::isfinite(t).all().item<bool>()) continue;
+        throw NonFiniteState(fmt::format("{}: {} holds non-finite values (NaN or inf); nothing is written. The last "
+                                         "good checkpoint is kept", what, name));
+    }
+}
 
 // The drafter's fp32 parameters and AdamW state in host memory (pinned on a GPU, so the device
 // copies run at PCIe speed). The next snapshot reuses the buffers once no writer holds them.
@@ -198,6 +211,12 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         m.make_optimizer();
     }
     m.drafter->train();
+    if (checkpoint) {
+        // A checkpoint with NaN weights (written by an older hsring) is never trained on.
+        std::vector<std::pair<std::string, at::Tensor>> named;
+        for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+        require_finite(named, fmt::format("the checkpoint {}", checkpoint->string()));
+    }
     m.describe();
     if (m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background) {
         // Master only (restore): pinned host buffers for the weights and both AdamW moments.
@@ -341,6 +360,9 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
     m.synced = false;
+    // Every number that crossed the process boundary is checked (its targets checked them too):
+    // read with the batch's sums, no extra wait.
+    const at::Tensor finite_input = at::isfinite(s.hidden).all().to(at::kDouble).reshape({1});
     at::Tensor sums;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;  // sequences [first, last)
@@ -378,13 +400,16 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
         first = last;
     }
     if (sums.defined()) {
-        const at::Tensor h = sums.to(at::kCPU);  // the batch's one sync
-        const double* v = h.data_ptr<double>();
-        const auto n = static_cast<std::size_t>((h.numel() - 2) / 2);
+        const at::Tensor h = at::cat({finite_input, sums}).to(at::kCPU);  // the batch's one sync
+        const double* v = h.data_ptr<double>() + 1;
+        const auto n = static_cast<std::size_t>((h.numel() - 3) / 2);
+        r.finite_input = h.data_ptr<double>()[0] != 0;
         r.loss_sum = v[0];
         r.weight_sum = v[1];
         r.correct.assign(v + 2, v + 2 + n);
         r.counted.assign(v + 2 + n, v + 2 + 2 * n);
+    } else {
+        r.finite_input = finite_input.item<double>() != 0;
     }
     m.step_weight += r.weight_sum;
     r.tokens = s.batch.n_tokens();
@@ -415,11 +440,20 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     for (auto& group : m.optimizer->param_groups())
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     if (weight_sum > 0) {
+        // HSRING_FAULT ...:grad:N:nan: a gradient turns NaN, as from an overflow in the backward.
+        if (fault::poison("grad"))
+            for (auto& p : m.drafter->parameters())
+                if (p.grad().defined()) {
+                    p.grad().view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+                    break;
+                }
         // The gang's reducer averaged the ranks' sums: back to the sum, then the token-weighted mean
-        // over the whole global batch; clipped; AdamW (one fused pass, fused_adamw.hpp).
+        // over the whole global batch; clipped; AdamW (one fused pass, fused_adamw.hpp), which
+        // changes nothing when the norm is not finite.
         const double divisor = weight_sum / (m.sync ? double(m.sync->world()) : 1.0);
         const at::Tensor norm = m.fused_step->step(divisor, m.ctx.cfg.train.grad_clip);
         if (norm.defined()) r.grad_norm = norm.item<double>();
+        r.skipped = !std::isfinite(r.grad_norm);
     }
     m.optimizer->zero_grad();
     m.step_weight = 0;
@@ -444,6 +478,19 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     };
     const auto named = m.drafter->named_parameters();
     const std::size_t n = named.size();
+    {
+        std::vector<std::pair<std::string, at::Tensor>> check;
+        for (std::size_t i = 0; i < n; ++i) {
+            const at::Tensor& p = named[i].value();
+            check.emplace_back(named[i].key(), p);
+            auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
+            if (it == m.optimizer->state().end()) continue;
+            const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+            check.emplace_back(named[i].key() + " (AdamW first moment)", st.exp_avg());
+            check.emplace_back(named[i].key() + " (AdamW second moment)", st.exp_avg_sq());
+        }
+        require_finite(check, "checkpoint");
+    }
     h.names.resize(n);
     h.params.resize(n);
     h.exp_avg.resize(n);
@@ -475,6 +522,9 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
 
 void TorchDrafter::export_model(const std::filesystem::path& dir) {
     Impl& m = *impl_;
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+    require_finite(named, fmt::format("export to {}", dir.string()));
     model::export_dflash(dir, m.drafter, m.dcfg, m.device.is_cuda() ? at::kBFloat16 : at::kFloat);
 }
 

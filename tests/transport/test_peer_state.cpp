@@ -214,17 +214,18 @@ TEST_CASE("a SIGKILLed target's READY peer slots: the peer-only ones go back to 
     LedgerInfo info;
     info.samples = 8;
     info.dataset_samples = 8;
-    Ledger ledger = Ledger::create(ledger_name, info);
+    std::vector<std::uint64_t> plan{0, 1, 2, 3, 4, 5, 6, 7, 8};  // one sample per plan slot
+    Ledger ledger = Ledger::create(ledger_name, info, plan);
     struct RemoveLedger {
         std::string n;
         ~RemoveLedger() { Ledger::remove(n); }
     } cleanup{ledger_name};
 
     Holder h = spawn_holder(t.name, 11, {Copies::Peer, Copies::HostAndPeer, Copies::Peer});
-    // The samples the target took under each slot's ticket (what the target loop does).
+    // The plan slots the target took under each slot's ticket (what the target loop does).
     std::vector<std::uint64_t> pos;
     for (std::uint64_t ticket : h.tickets) {
-        auto p = ledger.take(ticket);
+        auto p = ledger.take_slot(ticket, ~std::uint64_t{0});
         REQUIRE(p);
         pos.push_back(*p);
     }
@@ -241,7 +242,7 @@ TEST_CASE("a SIGKILLed target's READY peer slots: the peer-only ones go back to 
     CHECK(s->ticket() == h.tickets[1]);
     CHECK(s->copies() == Copies::Host);
     CHECK(test::checksum(s->payload().first(4096)) == s->meta().checksum());
-    CHECK(ledger.consume(pos[1], h.tickets[1], 0, 1));
+    CHECK(ledger.consume_slot(pos[1], h.tickets[1], 0, 1));
     s->release();
     CHECK(!r.acquire(0ms));
     CHECK(ledger.state(pos[0]) == EntryState::Pending);

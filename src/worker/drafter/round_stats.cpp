@@ -12,6 +12,7 @@ void RoundStats::add(const BatchResult& r) {
     h2d_ms += r.h2d_ms;
     compute_ms += r.compute_ms;
     sync_ms += r.sync_ms;
+    if (!r.finite_input) nonfinite_inputs += 1;
     for (std::size_t i = 0; i < r.correct.size() && i < correct.size(); ++i) {
         correct[i] += r.correct[i];
         counted[i] += r.counted[i];
@@ -31,7 +32,7 @@ void RoundStats::add_eval(const BatchResult& r, std::size_t n_samples) {
 
 std::vector<double> RoundStats::pack() const {
     std::vector<double> v{slots, samples, tokens, loss_sum, weight_sum, exhausted, stop_run, stop_self, committed,
-                          eval_samples, eval_loss_sum, eval_weight_sum};
+                          incomplete, nonfinite_inputs, eval_samples, eval_loss_sum, eval_weight_sum};
     for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
         v.insert(v.end(), vec->begin(), vec->end());
     return v;
@@ -40,7 +41,7 @@ std::vector<double> RoundStats::pack() const {
 void RoundStats::unpack(const std::vector<double>& v) {
     std::size_t i = 0;
     for (double* f : {&slots, &samples, &tokens, &loss_sum, &weight_sum, &exhausted, &stop_run, &stop_self, &committed,
-                      &eval_samples, &eval_loss_sum, &eval_weight_sum})
+                      &incomplete, &nonfinite_inputs, &eval_samples, &eval_loss_sum, &eval_weight_sum})
         *f = v[i++];
     for (auto* vec : {&correct, &counted, &wait_ms, &eval_correct, &eval_counted})
         for (double& x : *vec) x = v[i++];

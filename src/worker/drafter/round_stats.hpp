@@ -16,6 +16,8 @@ struct RoundStats {
     double stop_run = 0;      // ranks whose machine stops the run (ring stopping)
     double stop_self = 0;     // ranks asked to stop themselves (SIGTERM: hsring restart, supervisor gone)
     double committed = 0;     // the master's background checkpoint committed since the last round (its step), else 0
+    double incomplete = 0;    // ranks that could not get their whole share of the step (a stop): nobody applies it
+    double nonfinite_inputs = 0;  // slots whose hidden states arrived with a non-finite value
     std::vector<double> correct, counted;  // per block position 1..B-1
     std::vector<double> wait_ms;           // per global rank (each rank fills its own entry)
     // Held-out samples evaluated in this round (the open evaluation round's sums).

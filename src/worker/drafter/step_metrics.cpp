@@ -9,7 +9,8 @@ namespace hsring::worker {
 
 using nlohmann::json;
 
-void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms) {
+void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms,
+                            const char* skipped) {
     std::vector<double> acc;
     for (std::size_t i = 0; i < g.correct.size(); ++i) acc.push_back(g.counted[i] > 0 ? g.correct[i] / g.counted[i] : 0.0);
     const double accept = expected_accept_length(acc.data(), acc.size());
@@ -43,6 +44,12 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
         {"incarnation", ctx_.env.incarnation},
         {"world", gang_.world()},
     };
+    if (skipped) {
+        // Non-finite: nothing changed (weights, moments); the loss / grad_norm above are null (NaN)
+        // or what made the step unsafe.
+        m["skipped_nonfinite"] = skipped;
+        m["skipped_nonfinite_total"] = nonfinite_total_;
+    }
     if (const double pause = checkpoints_.take_pause_ms(); pause >= 0) {
         // The checkpoint taken after the previous step paused training this long (inside this step_ms).
         m["checkpoint_pause_ms"] = pause;
