@@ -21,7 +21,7 @@ sed -e "s/^name = .*/name = \"resume\"/" -e "s|^path = .*|path = \"$root/runs/lo
     -e "s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" \
     -e "s/^checkpoint_every = .*/checkpoint_every = 6/" config/qwen3-8b-1t1d.toml > "$cfg"
 
-rows() { grep -c '"step_ms"' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+rows() { local n; n=$(grep -c '"step_ms"' "$1/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
 finish() {  # NAME RUN_DIR
   "$hs" ledger verify "$2" > "$work/$1.verify.txt" 2>&1
   say "   $1: ledger verify exit $?: $(tail -n 1 "$work/$1.verify.txt")"

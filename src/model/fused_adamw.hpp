@@ -11,8 +11,8 @@
 // non-finite step.
 //
 // The state stays torch::optim::AdamW's (AdamWParamState per parameter, created as its step()
-// would): checkpoints (torch::save of the optimizer), snapshots and the gang's broadcast read and
-// write it as before, and the lr schedule sets its param group's lr.
+// would): checkpoints, snapshots and the gang's broadcast read and write it, and the lr schedule
+// sets its param group's lr.
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
