@@ -10,8 +10,8 @@
 #         exits, a second `hsring run` re-attaches and completes
 # Then: ledger verify, every metrics row finite, rejected samples and skipped steps, and the
 # final exports compared (bench/gpu/compare_exports.py): max abs / relative difference.
-# SKIP_REF=1 reuses runs/ref of an earlier call (one call of the device tool is 10 minutes at most);
-# SKIP_KILL=1 stops after the unkilled run(s).
+# SKIP_REF=1 reuses runs/ref (and runs/ref2) of an earlier call (one call of the device tool is 10
+# minutes at most); SKIP_KILL=1 stops after the unkilled run(s); REFS="ref ref2" names them.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -30,7 +30,7 @@ finish() {  # NAME RUN_DIR
   "$py" bench/gpu/check_metrics.py "$2/metrics.jsonl" | tee -a "$out/summary.txt"
 }
 
-for ref in $([ "${SKIP_REF:-0}" = 1 ] || echo ref) $([ "${REF2:-0}" = 1 ] && echo ref2); do
+for ref in ${REFS:-$([ "${SKIP_REF:-0}" = 1 ] || echo ref) $([ "${REF2:-0}" = 1 ] && echo ref2)}; do
   say "== $ref: unkilled"
   t0=$SECONDS
   "$hs" run "$cfg" --run-dir "runs/$ref" --fresh > "$work/$ref.log" 2>&1
