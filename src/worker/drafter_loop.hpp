@@ -60,6 +60,8 @@ public:
     virtual ~StateSnapshot() = default;
     // Writes it into the (temporary checkpoint) directory `dir`; from any one thread, once.
     virtual void write(const std::filesystem::path& dir) = 0;
+    // About how many bytes write() puts on disk.
+    virtual std::uint64_t bytes() const = 0;
 };
 
 class DrafterCompute {

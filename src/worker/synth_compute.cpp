@@ -281,6 +281,7 @@ public:
         safe::Fd f = safe::open_file(dir / "synth_state.txt", O_WRONLY | O_CREAT | O_TRUNC);  // never through a link
         safe::write_all(f.get(), fmt::format("{} {} {}\n", sum_, count_, chain_), (dir / "synth_state.txt").string());
     }
+    std::uint64_t bytes() const override { return 64; }
 
 private:
     std::uint64_t sum_, count_, chain_;

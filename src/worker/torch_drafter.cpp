@@ -81,6 +81,13 @@ public:
         }
         model::save_safetensors(dir / kOptimizerFile, moments, {{"format", "hsring-adamw"}});
     }
+    std::uint64_t bytes() const override {
+        std::uint64_t n = 0;
+        for (const auto* v : {&s_->params, &s_->exp_avg, &s_->exp_avg_sq})
+            for (const auto& t : *v)
+                if (t.defined()) n += t.nbytes();
+        return n;
+    }
 
 private:
     std::shared_ptr<HostState> s_;

@@ -213,8 +213,23 @@ def test_a_suspended_worker_shows_suspended_with_no_rates():
         r.cleanup()
 
 
+def test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop():
+    # Seen on a GPU machine: a disk that filled up failed every checkpoint write halfway; the drafter
+    # exited 1 and was restarted five times before the run stopped. Restarting cannot free space.
+    r = Run("dfull", env={"HSRING_TEST_DISK_FREE": "1000"})  # the drafter sees 1000 bytes free
+    try:
+        r.start()
+        r.expect_exit(3, timeout=60)
+        out = r.output()
+        check("drafter.0 stopped the run with a user error" in out and "needs about" in out and "free disk space" in out,
+              out)
+        check(r.record()["workers"] and all(w.get("restarts", 0) == 0 for w in r.record()["workers"]), str(r.record()))
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
+    main([test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop, test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
           test_bad_topologies_are_refused, test_control_errors_while_running,
           test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
           test_a_run_name_too_long_for_a_ring_is_a_config_error,

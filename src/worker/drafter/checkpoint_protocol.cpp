@@ -1,9 +1,12 @@
 #include "worker/drafter/checkpoint_protocol.hpp"
 
 #include "hsring/fault.hpp"
+#include "hsring/error.hpp"
 #include "hsring/log.hpp"
+#include "hsring/units.hpp"
 
 #include <chrono>
+#include <cstdlib>
 
 namespace hsring::worker {
 
@@ -16,6 +19,22 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 CheckpointProtocol::CheckpointProtocol(Context& ctx, DrafterCompute& compute, distributed::Gang& gang, TrainLog& log)
     : ctx_(ctx), compute_(compute), gang_(gang), log_(log), store_(ctx.env.run_dir / "checkpoints") {}
+
+// A full disk fails the write halfway, again after every restart (seen on a GPU machine: five
+// restarts, then the run stopped). Restarting cannot free space: a user error (exit 3) before the
+// write starts, saying how much is needed. The checkpoint before it is pruned only after this one
+// is committed, so a new one needs its whole size free.
+void CheckpointProtocol::require_room(std::uint64_t step, std::uint64_t bytes) {
+    std::error_code ec;
+    const std::filesystem::path dir = ctx_.env.run_dir / "checkpoints";
+    auto space = std::filesystem::space(dir, ec);
+    if (const char* f = std::getenv("HSRING_TEST_DISK_FREE")) space.available = std::strtoull(f, nullptr, 10);  // tests
+    if (ec || space.available >= bytes + (std::uint64_t{64} << 20)) return;
+    throw UserError(fmt::format("the checkpoint of step {} needs about {} but {} has {} free: free disk space (older "
+                                "runs' checkpoints, exports), or choose another run directory (--run-dir DIR); "
+                                "`hsring run` then resumes from the last checkpoint", step, format_bytes(bytes),
+                                dir.string(), format_bytes(space.available)));
+}
 
 void CheckpointProtocol::barrier() {
     double one = 1;
@@ -35,6 +54,7 @@ void CheckpointProtocol::take(std::uint64_t step, const json& state, bool wait) 
         // The state is copied out now; the job only touches that copy and the store (the loop
         // thread uses the store on the master only here and at resume).
         std::shared_ptr<StateSnapshot> snap = compute_.snapshot();
+        require_room(step, snap->bytes());
         auto job = [this, step, snap, text = state.dump() + "\n"] {
             const auto w0 = Clock::now();
             const auto tmp = store_.begin(step);

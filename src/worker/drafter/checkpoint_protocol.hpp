@@ -61,6 +61,7 @@ private:
     double pause_ms_ = -1;                // how long the last checkpoint paused training; -1: reported
 
     void barrier();
+    void require_room(std::uint64_t step, std::uint64_t bytes);
 };
 
 } // namespace hsring::worker
