@@ -28,6 +28,8 @@ finish() {  # NAME RUN_DIR
   cp "$2/metrics.jsonl" "$work/$1.metrics.jsonl" 2>/dev/null
   cp -r "$2/logs" "$work/$1.logs" 2>/dev/null
   "$py" bench/gpu/check_metrics.py "$2/metrics.jsonl" | tee -a "$out/summary.txt"
+  # ~25 GB of fp32 state per run (two checkpoints kept): a reference needs only its export.
+  [ "$1" = kill ] || rm -rf "$2/checkpoints"
 }
 
 for ref in ${REFS:-$([ "${SKIP_REF:-0}" = 1 ] || echo ref) $([ "${REF2:-0}" = 1 ] && echo ref2)}; do
