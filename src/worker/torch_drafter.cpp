@@ -29,6 +29,7 @@
 #include <deque>
 #include <future>
 #include <fstream>
+#include <thread>
 
 namespace hsring::worker {
 
@@ -167,17 +168,20 @@ struct TorchDrafter::Impl {
         });
     }
 
-    // The pinned host buffers of the first snapshot, on a thread (see host_state_ready).
+    // The pinned host buffers of the first snapshot, on a thread (see host_state_ready), one tensor
+    // at a time with a pause after each: a cudaHostAlloc holds up this process's other CUDA calls
+    // while it runs (all 12 GB in one go stretched a step by ~5 s on an H200), so many short ones
+    // with room between them let the steps go on.
     void allocate_host_state() {
         if (host_state_shapes.empty()) return;
         host_state_ready = std::async(std::launch::async, [shapes = std::move(host_state_shapes)] {
             auto h = std::make_shared<HostState>();
             const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
-            for (const auto& s : shapes) {
-                h->params.push_back(at::empty(s, opts));
-                h->exp_avg.push_back(at::empty(s, opts));
-                h->exp_avg_sq.push_back(at::empty(s, opts));
-            }
+            for (const auto& s : shapes)
+                for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
+                    v->push_back(at::empty(s, opts));
+                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                }
             return h;
         });
         host_state_shapes.clear();

@@ -170,6 +170,7 @@ int Drafter::run() {
     if (!restore()) return exit_code::kOk;
     mark_started();
     log::info("started in {:.1f} s since the process began (the next step is the first to train)", process_seconds());
+    step_start_ = Clock::now();  // the first step's step_ms counts from here, not from the start
     ctx_.publish(stats_, true);
     const std::uint64_t max_steps = ctx_.cfg.train.max_steps;
     const auto world = static_cast<double>(gang_.world());
