@@ -210,10 +210,16 @@ std::string Drill::plan_faults() {
     };
     for (std::uint32_t i = 0; i < targets_; ++i)
         if (pick(10) < 7) add(fmt::format("target.{}", i), "write", 2, 30);
-    static const char* kPoints[] = {"stage", "train", "checkpoint", "commit"};
+    // done: after the run is marked done, before the drafter exits (its restart must see the run
+    // complete and exit at once; it once began a final evaluation with the targets gone and hung).
+    static const char* kPoints[] = {"stage", "train", "checkpoint", "commit", "done"};
     for (std::uint32_t i = 0; i < drafters_; ++i) {
         if (pick(10) >= 7) continue;
-        const char* p = kPoints[pick(4)];
+        const char* p = kPoints[pick(5)];
+        if (std::string(p) == "done") {
+            spec += fmt::format("{}drafter.{}:done:1:kill", spec.empty() ? "" : ",", i);
+            continue;
+        }
         const bool rare = std::string(p) == "checkpoint" || std::string(p) == "commit";
         add(fmt::format("drafter.{}", i), p, rare ? 1 : 2, rare ? 3 : 30);
     }
