@@ -13,64 +13,22 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
-from harness import BUILD, Run, TestFailure, check, main  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import BUILD, TestFailure, check, main  # noqa: E402
+from train_harness import TrainRun as BaseRun  # noqa: E402
 
-SOURCE = os.environ["HSRING_SOURCE_ROOT"]
 HSRING_MODEL = os.path.join(BUILD, "src", "model", "hsring-model")
 
 
-class TrainRun(Run):
-    def write_config(self, *args, **kwargs):
-        with open(self.config, "w") as f:
-            f.write(f"""
-[run]
-name = "{self.name}"
-run_dir = "{self.run_dir}"
-seed = 11
-[topology]
-targets = ["cpu", "cpu"]
-drafters = ["cpu"]
-[ring]
-slots = 6
-slot_tokens = 512
-huge_pages = "off"
-[target]
-model = "preset:tiny"
-[drafter]
-num_layers = 1
-block_size = 8
-[data]
-path = "{os.path.join(SOURCE, 'data', 'demo.jsonl')}"
-epochs = 5
-[train]
-lr = 1e-2
-warmup_steps = 30
-tokens_per_step = 1024
-num_anchors = 64
-loss_decay_gamma = 4.0
-checkpoint_every = 40
-[supervisor]
-status_interval_s = 0.5
-backoff_initial_s = 0.1
-backoff_max_s = 0.5
-stop_timeout_s = 60
-""")
+class TrainRun(BaseRun):
+    """2 targets, 5 epochs of the whole demo data, two slots per step."""
+
+    def __init__(self, tag, **kw):
+        super().__init__(tag, targets='["cpu", "cpu"]', samples=600, epochs=5, tokens_per_step=1024, warmup_steps=30,
+                         checkpoint_every=40, **kw)
 
     def losses(self):
-        """Per step, as in the final weights' history: a {"resume": {"step": S}} line drops the rows
-        of later steps written before it (their weights died with the drafter)."""
-        rows = []
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            for r in (json.loads(line) for line in f if line.strip()):
-                if "resume" in r:
-                    rows = [x for x in rows if x["step"] <= r["resume"]["step"]]
-                elif "step_ms" in r:
-                    rows.append(r)
-        return [r["loss"] for r in rows]
-
-    def export(self):
-        with open(os.path.join(self.run_dir, "drafter", "model.safetensors"), "rb") as f:
-            return f.read()
+        return [r["loss"] for r in self.rows()]
 
     def check_export(self):
         export = os.path.join(self.run_dir, "drafter")

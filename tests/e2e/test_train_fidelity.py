@@ -18,78 +18,11 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
-from harness import Run, check, distributed, free_port, main  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, distributed, free_port, main  # noqa: E402
+from train_harness import TrainRun  # noqa: E402
 
-SOURCE = os.environ["HSRING_SOURCE_ROOT"]
 LR, MIN_RATIO, WARMUP = 1e-2, 0.1, 20
-
-
-class TrainRun(Run):
-    def __init__(self, tag, drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=300, eval_every=0, **kw):
-        self.drafters_, self.tokens_per_step, self.epochs_, self.samples_ = drafters, tokens_per_step, epochs, samples
-        self.eval_every = eval_every
-        super().__init__(tag, **kw)
-
-    def write_config(self, *args, **kwargs):
-        data = os.path.join(self.tmp, "train.jsonl")
-        with open(os.path.join(SOURCE, "data", "demo.jsonl")) as src, open(data, "w") as dst:
-            for i, line in enumerate(src):
-                if i < self.samples_:
-                    dst.write(line)
-        with open(self.config, "w") as f:
-            f.write(f"""
-[run]
-name = "{self.name}"
-run_dir = "{self.run_dir}"
-seed = 11
-[topology]
-targets = ["cpu"]
-drafters = {self.drafters_}
-[ring]
-slots = 6
-slot_tokens = 512
-huge_pages = "off"
-[target]
-model = "preset:tiny"
-[drafter]
-num_layers = 1
-block_size = 8
-[data]
-path = "{data}"
-epochs = {self.epochs_}
-{f'eval_path = "{os.path.join(SOURCE, "data", "demo-heldout.jsonl")}"' if self.eval_every else ""}
-[train]
-lr = {LR}
-min_lr_ratio = {MIN_RATIO}
-warmup_steps = {WARMUP}
-tokens_per_step = {self.tokens_per_step}
-num_anchors = 64
-loss_decay_gamma = 4.0
-checkpoint_every = 25
-eval_every = {self.eval_every}
-[supervisor]
-status_interval_s = 0.5
-backoff_initial_s = 0.1
-backoff_max_s = 0.5
-stop_timeout_s = 60
-{self.tail}
-""")
-
-    def evals(self):
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            return [e for e in (json.loads(line) for line in f if line.strip()) if "eval" in e]
-
-    def rows(self):
-        """metrics.jsonl's steps as in the final weights' history: a {"resume": {"step": S}} line
-        drops the rows of later steps written before it. Held-out evaluations are left out."""
-        rows = []
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            for r in (json.loads(line) for line in f if line.strip()):
-                if "resume" in r:
-                    rows = [x for x in rows if x["step"] <= r["resume"]["step"]]
-                elif "step_ms" in r:
-                    rows.append(r)
-        return rows
 
 
 def schedule(step, tokens_done, warmup_end, total):

@@ -21,77 +21,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
-from harness import Run, check, distributed, free_port, main, process_gone  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, distributed, free_port, main, process_gone  # noqa: E402
+from train_harness import SOURCE, TrainRun as BaseRun  # noqa: E402
 
-SOURCE = os.environ["HSRING_SOURCE_ROOT"]
 
+class TrainRun(BaseRun):
+    """2 targets, 160 samples x 2 epochs, a checkpoint every 7 steps (several per run)."""
 
-class TrainRun(Run):
-    def __init__(self, tag, drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=160, model="preset:tiny",
-                 extra_train="", mask="", **kw):
-        self.drafters_, self.tokens_per_step, self.epochs_, self.samples_ = drafters, tokens_per_step, epochs, samples
-        self.model, self.extra_train, self.mask = model, extra_train, mask
-        super().__init__(tag, **kw)
-
-    def write_config(self, *args, **kwargs):
-        data = os.path.join(self.tmp, "train.jsonl")
-        with open(os.path.join(SOURCE, "data", "demo.jsonl")) as src, open(data, "w") as dst:
-            for i, line in enumerate(src):
-                if i < self.samples_:
-                    dst.write(line)
-        with open(self.config, "w") as f:
-            f.write(f"""
-[run]
-name = "{self.name}"
-run_dir = "{self.run_dir}"
-seed = 11
-[topology]
-targets = ["cpu", "cpu"]
-drafters = {self.drafters_}
-[ring]
-slots = 6
-slot_tokens = 512
-huge_pages = "off"
-[target]
-model = "{self.model}"
-[drafter]
-num_layers = 1
-block_size = 8
-{self.mask}
-[data]
-path = "{data}"
-epochs = {self.epochs_}
-[train]
-lr = 1e-2
-warmup_steps = 10
-tokens_per_step = {self.tokens_per_step}
-num_anchors = 64
-loss_decay_gamma = 4.0
-checkpoint_every = 7
-{self.extra_train}
-[supervisor]
-status_interval_s = 0.5
-backoff_initial_s = 0.1
-backoff_max_s = 0.5
-stop_timeout_s = 60
-{self.tail}
-""")
-
-    def export(self):
-        with open(os.path.join(self.run_dir, "drafter", "model.safetensors"), "rb") as f:
-            return f.read()
-
-    def rows(self):
-        """The steps in the final weights' history: a {"resume": {"step": S}} line drops the rows of
-        steps after S written before it (their weights died with a drafter)."""
-        out = []
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            for r in (json.loads(l) for l in f if l.strip()):
-                if "resume" in r:
-                    out = [x for x in out if x["step"] <= r["resume"]["step"]]
-                elif "step_ms" in r:
-                    out.append(r)
-        return out
+    def __init__(self, tag, samples=160, mask="", **kw):
+        super().__init__(tag, targets='["cpu", "cpu"]', samples=samples, warmup_steps=10, checkpoint_every=7,
+                         drafter_extra=mask, **kw)
 
     def step(self):
         st = self.status()

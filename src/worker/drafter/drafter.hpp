@@ -34,6 +34,9 @@ namespace hsring::worker {
 
 using distributed::Gang;
 
+// "1,5,9" — at most a dozen sample ids for a log line, then how many in all.
+std::string id_list(const std::vector<std::uint64_t>& ids);
+
 class Drafter {
 public:
     Drafter(Context& ctx, DrafterCompute& compute, Gang& gang);

@@ -35,14 +35,6 @@ std::optional<MetricsFile> master_metrics(const Context& ctx, const Gang& gang) 
     return std::optional<MetricsFile>(std::in_place, ctx.env.run_dir / "metrics.jsonl");
 }
 
-std::string ids(const std::vector<std::uint64_t>& v) {
-    constexpr std::size_t kShown = 12;
-    std::string s;
-    for (std::size_t i = 0; i < v.size() && i < kShown; ++i) s += fmt::format("{}{}", i ? "," : "", v[i]);
-    if (v.size() > kShown) s += fmt::format(",... ({} in all)", v.size());
-    return s;
-}
-
 } // namespace
 
 Drafter::Drafter(Context& ctx, DrafterCompute& compute, Gang& gang)
@@ -149,7 +141,7 @@ void Drafter::apply_step(const RoundStats& g, const RoundStats& local, double st
         std::string mine;
         for (const Trained& t : trained_)
             mine += fmt::format("{}plan slot {} (ticket {}): samples {}", mine.empty() ? "" : "; ", t.plan_slot, t.ticket,
-                                ids(t.positions));
+                                id_list(t.positions));
         log::warn("step {} skipped: non-finite {} (loss {}, gradient norm {}); nothing changed. This rank's slots: {}",
                   step, skipped, g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0, r.grad_norm,
                   mine.empty() ? "none" : mine);
@@ -247,6 +239,14 @@ int Drafter::run() {
     ctx_.publish(stats_, true);
     if (!stopped_by_peer || ctx_.ring.stopping()) return exit_code::kOk;
     return run_stops ? exit_code::kGangStopped : exit_code::kGangRestart;
+}
+
+std::string id_list(const std::vector<std::uint64_t>& ids) {
+    constexpr std::size_t kShown = 12;
+    std::string s;
+    for (std::size_t i = 0; i < ids.size() && i < kShown; ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
+    if (ids.size() > kShown) s += fmt::format(",... ({} in all)", ids.size());
+    return s;
 }
 
 int run_drafter(Context& ctx, DrafterCompute& compute, Gang& gang) {

@@ -26,14 +26,6 @@ bool writers_alive(const Ring& ring) {
     return false;
 }
 
-std::string some(const std::vector<std::uint64_t>& ids) {
-    constexpr std::size_t kShown = 12;
-    std::string s;
-    for (std::size_t i = 0; i < ids.size() && i < kShown; ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
-    if (ids.size() > kShown) s += fmt::format(",... ({} in all)", ids.size());
-    return s;
-}
-
 } // namespace
 
 bool Drafter::stopping() const { return stop_requested() || ctx_.ring.stopping(); }
@@ -115,7 +107,7 @@ void Drafter::fill_pipeline(RoundStats& r, std::uint64_t last) {
         if (!rejected.empty()) {
             log_.rejected(ctx_.env.incarnation, step, rejected);
             log::warn("plan slot {} (step {}): {} of its {} samples were rejected by their target (non-finite hidden "
-                      "states): positions {}", j, step, rejected.size(), batch.positions.size(), some(rejected));
+                      "states): positions {}", j, step, rejected.size(), batch.positions.size(), id_list(rejected));
         }
         staged_.push_back(std::move(info));
         next_take_ = plan_.next_of_rank(j, ctx_.env.rank);
