@@ -180,7 +180,10 @@ TEST_CASE("bad topologies are refused") {
     CHECK(error_of(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\n")).find("GPU 0 is used twice (target.0 and target.1)") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = []\n")).find("[topology] drafters: must name at least one") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [0]\n")).find("GPU 0 is used twice (target.0 and drafter.0)") != std::string::npos);
-    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, 2, 1]\n")).find("GPU 1 is used twice (drafter.0 and drafter.2)") != std::string::npos);
+    // Two drafter ranks on one GPU: NCCL refuses them, so allow_shared_gpus is not the fix to offer.
+    std::string e = error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, 2, 1]\n"));
+    CHECK(e.find("[topology] drafters: GPU 1 holds two drafter ranks (drafter.0 and drafter.2)") != std::string::npos);
+    CHECK(e.find("allow_shared_gpus = true to share it") == std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [\"gpu\"]\ndrafters = [1]\n")).find("GPU indices or \"cpu\"") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, \"cpu\"]\n")).find("mixes GPUs and \"cpu\"") != std::string::npos);
     // Sharing is allowed when asked for: targets with targets, and a target with a drafter.
@@ -188,6 +191,15 @@ TEST_CASE("bad topologies are refused") {
     CHECK(c.topology.targets.size() == 2);
     c = parse_config(topo("[topology]\ntargets = [0]\ndrafters = [0, 1]\nallow_shared_gpus = true\n"), "t.toml");
     CHECK(c.topology.drafters.size() == 2);
+    c = parse_config(topo("[topology]\ntargets = [0, 0]\ndrafters = [0]\nallow_shared_gpus = true\n"), "t.toml");
+    CHECK(c.topology.targets.size() == 2);
+    c = parse_config(topo("[topology]\ntargets = [\"cpu\"]\ndrafters = [\"cpu\", \"cpu\"]\n"), "t.toml");
+    CHECK(c.topology.drafters.size() == 2);  // CPU drafter ranks (Gloo) may repeat
+    // ... but never two drafter ranks on one GPU: the gang (NCCL) could never form.
+    e = error_of(topo("[topology]\ntargets = [1]\ndrafters = [0, 0]\nallow_shared_gpus = true\n"));
+    CHECK(e.find("t.toml:4:") != std::string::npos);
+    CHECK(e.find("[topology] drafters: GPU 0 holds two drafter ranks (drafter.0 and drafter.1): NCCL") != std::string::npos);
+    CHECK(e.find("give each drafter rank its own GPU") != std::string::npos);
 }
 
 TEST_CASE("data-parallel drafters: a step is whole slots shared out between every rank of every machine") {

@@ -61,6 +61,14 @@ def test_bad_topologies_are_refused():
         r.write_config(targets="[0]", drafters="[0]")
         res = r.cli("run", r.config, run_dir=False, expect=2)
         check("GPU 0 is used twice (target.0 and drafter.0)" in res.stderr, res.stderr)
+        # Issue 20: two drafter ranks on one GPU were accepted with allow_shared_gpus, and NCCL's
+        # refusal became a restart loop. Refused by config check and run, naming the key.
+        r.write_config(targets="[0]", drafters="[1, 1]\nallow_shared_gpus = true")
+        for cmd in (["config", "check", r.config], ["run", r.config]):
+            res = r.cli(*cmd, run_dir=False, expect=2)
+            check(re.search(r":\d+:\d+: \[topology\] drafters: GPU 1 holds two drafter ranks \(drafter\.0 and "
+                            r"drafter\.1\)", res.stderr) and "give each drafter rank its own GPU" in res.stderr,
+                  res.stderr)
         check(r.shm_exists() == (False, False), "nothing is created for a refused config")
     finally:
         r.cleanup()
