@@ -415,6 +415,23 @@ Config parse_config(const std::string& text, const std::string& source_name) {
 }
 
 Config load_config(const std::filesystem::path& file) {
+    // An ifstream opens a directory and reads it as empty text: the config would be "missing
+    // [topology]" instead of "not a file".
+    std::error_code ec;
+    const auto st = std::filesystem::status(file, ec);
+    if (st.type() == std::filesystem::file_type::not_found)
+        fail("{}: no such config file ({}): give the path of a TOML config (config/reference.toml lists every key)",
+             file.string(), std::filesystem::absolute(file).lexically_normal().string());
+    if (st.type() == std::filesystem::file_type::directory) {
+        std::vector<std::string> tomls;
+        for (const auto& e : std::filesystem::directory_iterator(file, ec))
+            if (e.path().extension() == ".toml") tomls.push_back(e.path().string());
+        std::sort(tomls.begin(), tomls.end());
+        std::string hint;
+        for (std::size_t i = 0; i < tomls.size() && i < 3; ++i) hint += (i ? ", " : "") + tomls[i];
+        fail("{} is a directory, not a config file: give a TOML config{}", file.string(),
+             hint.empty() ? std::string(" (config/reference.toml lists every key)") : ", e.g. " + hint);
+    }
     std::ifstream in(file);
     if (!in) fail("{}: cannot read the config file: {}", file.string(), errno_text(errno));
     std::stringstream ss;

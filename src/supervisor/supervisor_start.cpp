@@ -83,6 +83,8 @@ void Supervisor::load_config_and_data() {
         workers_.push_back(std::make_unique<Worker>(spec));
         workers_.back()->program = locate_program(spec.program);
     }
+    // A missing or empty file is named by its key ([data] path or eval_path) before either is read.
+    check_data_files(cfg_);
     const fs::path data_path = cfg_.resolve(cfg_.data.path);
     console_.info("loading the data set {}", data_path.string());
     const auto ds = data::Dataset::load(data_path, data::dataset_options(cfg_, derived_));
