@@ -61,7 +61,10 @@ void Supervisor::start() {
         console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): its bit-exactness on a GPU "
                       "is not yet shown; kind = \"host\" for real runs", to_string(cfg_.transport.kind));
     if (mem_->ledger.done()) {
-        console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
+        // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
+        // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.
+        console_.info("the ledger says every epoch is already trained: nothing to do (the drafter is in {}; to train "
+                      "again from the start: `hsring run --fresh --run-dir NEW_DIR`)", files_.dir.string());
         begin_stop(Phase::Completing, 0, "already complete");
         return;
     }
