@@ -121,6 +121,10 @@ void Supervisor::lock_run_dir() {
                  files_.dir.string(), files_.dir.string());
         fail("flock {}: {}", files_.lock_file().string(), errno_text(errno));
     }
+    // Every worker's log now, before any shared memory or process exists: a link planted at
+    // logs/<worker>.log is one start-up error (exit 2) naming it. Opened at a worker's first
+    // start instead, it failed like a crash, restarted up to the cap and ended with exit 1.
+    for (auto& w : workers_) w->output.open_log(files_.worker_log(w->spec.name));
 }
 
 void Supervisor::take_over_previous() {

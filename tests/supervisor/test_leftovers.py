@@ -203,6 +203,31 @@ def test_an_already_complete_run_says_how_to_train_again():
         r.cleanup()
 
 
+def test_a_planted_drafter_log_is_one_start_up_error():
+    # Issue 20: logs/drafter.0.log as a link was a failed start of the drafter gang: 5 restarts,
+    # then exit 1 (127 as its last exit). Now one start-up error before anything is made.
+    r = Run("f5l", samples=40)
+    victim = os.path.join(r.tmp, "victim.txt")
+    try:
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        os.makedirs(os.path.join(r.run_dir, "logs"), mode=0o700)
+        os.chmod(r.run_dir, 0o700)
+        link = os.path.join(r.run_dir, "logs", "drafter.0.log")
+        os.symlink(victim, link)
+        r.start()
+        r.expect_exit(2, timeout=30)
+        out = r.output()
+        check(f"{link} is a symbolic link: refusing to follow it" in out and "remove the link" in out, out)
+        check(out.count("refusing to follow it") == 1 and "started" not in out and "restart" not in out, out)
+        check(r.shm_exists() == (False, False), "no ring or ledger is made")
+        check(not os.path.exists(os.path.join(r.run_dir, "run.json")), "no run.json: nothing ran")
+        with open(victim) as f:
+            check(f.read() == "precious\n", "nothing was written through the link")
+    finally:
+        r.cleanup()
+
+
 def test_a_run_dir_open_to_others_is_refused():
     # Finding 5: a run dir owned by another user with mode 0777 was accepted.
     r = Run("f5d")
@@ -312,7 +337,7 @@ if __name__ == "__main__":
     main([test_another_run_dirs_ring_is_refused, test_a_lost_latest_rebuilds_the_ledger,
           test_an_older_latest_rebuilds_the_ledger, test_another_users_shared_memory_is_refused,
           test_fresh_never_removes_a_ring_in_use, test_planted_links_are_never_followed,
-          test_an_already_complete_run_says_how_to_train_again,
+          test_a_planted_drafter_log_is_one_start_up_error, test_an_already_complete_run_says_how_to_train_again,
           test_a_run_dir_open_to_others_is_refused, test_changed_data_is_refused,
           test_a_failed_write_reissues_its_samples, test_ctrl_c_while_the_ledger_is_rebuilt,
           test_complete_only_when_the_run_dir_verifies])
