@@ -6,6 +6,7 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
+#include "hsring/run_identity.hpp"
 #include "hsring/safe_file.hpp"
 #include "supervisor/previous_run.hpp"
 
@@ -44,6 +45,10 @@ void Supervisor::start() {
     record_.node_rank = cfg_.distributed.node_rank;
     record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     record_.max_steps = cfg_.train.max_steps;
+    record_.name = cfg_.run.name;
+    record_.master_addr = cfg_.distributed.master_addr;
+    record_.master_port = cfg_.distributed.master_port;
+    record_.identity = run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_);
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());
