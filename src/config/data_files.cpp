@@ -40,7 +40,7 @@ void check_data_file(const Config& cfg, const char* key, const std::filesystem::
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         const int e = errno;
-        if (e == ENOENT) fail("{}: {} does not exist{}: {}", at, path.string(), relative, kFix);
+        if (e == ENOENT) fail("{}: cannot read {}: no such file{}: {}", at, path.string(), relative, kFix);
         fail("{}: cannot read {}{}: {}", at, path.string(), relative, errno_text(e));
     }
     struct stat st {};

@@ -372,7 +372,7 @@ TEST_CASE("the data files must exist and hold something; each message names its 
     CHECK(error_for((dir / "train.jsonl").string(), "sub/../train.jsonl") == "");
     // Relative to the config file's directory, and the message says so.
     std::string e = error_for("absent.jsonl", "");
-    CHECK(e.find(file + ": [data] path = \"absent.jsonl\": " + (dir / "absent.jsonl").string() + " does not exist "
+    CHECK(e.find(file + ": [data] path = \"absent.jsonl\": cannot read " + (dir / "absent.jsonl").string() + ": no such file "
                  "(a relative path is resolved against the config file's directory): give a pre-tokenized JSONL "
                  "file") != std::string::npos);
     e = error_for("sub", "");

@@ -169,7 +169,7 @@ def test_missing_data_and_config_paths_are_named():
             f.write(text.replace(f'path = "{r.data}"', f'path = "{absent}"'))
         for cmd in ("config", "check", r.config), ("run", r.config):
             res = r.cli(*cmd, run_dir=False, expect=2)
-            check(f'{r.config}: [data] path = "{absent}": {absent} does not exist' in res.stderr, res.stderr)
+            check(f'{r.config}: [data] path = "{absent}": cannot read {absent}: no such file' in res.stderr, res.stderr)
         heldout = os.path.join(r.tmp, "heldout.jsonl")
         open(heldout, "w").close()
         with open(r.config, "w") as f:
