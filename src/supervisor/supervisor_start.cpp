@@ -68,8 +68,8 @@ void Supervisor::start() {
     if (mem_->ledger.done()) {
         // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
         // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.
-        console_.info("the ledger says every epoch is already trained: nothing to do (the drafter is in {}; to train "
-                      "again from the start: `hsring run --fresh --run-dir NEW_DIR`)", files_.dir.string());
+        console_.info("the ledger says every epoch is already trained: nothing to do (its checkpoints are in {}; to "
+                      "train again from the start: `hsring run --fresh --run-dir NEW_DIR`)", files_.dir.string());
         begin_stop(Phase::Completing, 0, "already complete");
         return;
     }
