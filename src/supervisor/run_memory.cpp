@@ -13,8 +13,41 @@ namespace hsring::supervisor {
 
 namespace {
 
+// An existing ring that this run cannot attach (another layout, another run's) is suggested to
+// `--fresh` only when --fresh can remove it: a ring that a live process uses, or one that cannot
+// be read (another user's, damaged, another version), is refused by --fresh too (check_unused).
+// So who uses the ring is asked first, and the hint fits what was found.
+void refuse_ring_in_use(const RunMemoryPlan& plan) {
+    const std::string& name = plan.ring_name;
+    std::vector<OwnerInfo> users;
+    RunTag found;
+    try {
+        const Ring probe = Ring::attach(name);
+        users = probe.live_users();
+        found = probe.tag();  // its layout hash too: another layout is "another run" here
+    } catch (const Error& e) {
+        fail("{}\n  (`hsring run --fresh` cannot remove this ring either: it removes only a ring that it can read and "
+             "that no live process uses)", e.what());
+    }
+    if (users.empty()) return;
+    std::string list;
+    for (const auto& u : users) list += fmt::format("{}{} (pid {})", list.empty() ? "" : ", ", u.name, u.owner.pid);
+    const std::string dir = found.run_dir.empty() ? "DIR" : found.run_dir;
+    const std::string other = plan.tag.differences(found);
+    if (other.empty())
+        // The same run dir, so the same run; but its supervisor may still be alive (another
+        // machine mounting the same run dir, or a run.json that lost track of it).
+        fail("ring '{}' is in use by {}: is another `hsring run` using it? Stop it (hsring stop --run-dir {}), or "
+             "give this run another [run] name or [ring] name", name, list, dir);
+    fail("ring '{}' belongs to another run that is still running ({}); live processes use it: {}. Stop that run "
+         "first (hsring stop --run-dir {}; neither `hsring run --fresh` nor `hsring ring rm` removes a ring in use), "
+         "or, to run both at once, give this run another [run] name or [ring] name", name, other, list, dir);
+}
+
 Ring open_ring(const RunMemoryPlan& plan, bool& created) {
     if (Ring::exists(plan.ring_name)) {
+        refuse_ring_in_use(plan);
+        // Nobody uses it: --fresh can remove it.
         Ring ring = [&] {
             try {
                 return Ring::attach(plan.ring_name, &plan.geometry, &plan.tag);
@@ -24,12 +57,6 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
                      "give this run another [ring] name", e.what(), plan.files.dir.string());
             }
         }();
-        // The same run dir, so the same run; but its supervisor may still be alive (another
-        // machine mounting the same run dir, or a run.json that lost track of it).
-        if (auto users = ring.live_users(); !users.empty())
-            fail("ring '{}' is in use by {} (pid {}): is another `hsring run` using it? Stop it (hsring stop "
-                 "--run-dir DIR), or give this run another [run] name or [ring] name", plan.ring_name,
-                 users[0].name, users[0].owner.pid);
         created = false;
         return ring;
     }
@@ -236,8 +263,9 @@ void check_unused(const std::string& ring_name, std::string_view who) {
         whose = ring.tag().run_dir;
     } catch (const Error& e) {
         // Not readable as a ring of this version: nobody can tell who uses it.
-        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, remove it with "
-             "`hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
+        // Its owner: a ring of another user cannot be removed by this one (sticky /dev/shm).
+        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, its owner can remove it "
+             "with `hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
     }
     if (users.empty()) return;
     std::string list;

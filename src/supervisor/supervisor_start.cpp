@@ -6,6 +6,7 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
+#include "hsring/run_identity.hpp"
 #include "hsring/safe_file.hpp"
 #include "hsring/slot_plan.hpp"
 #include "supervisor/previous_run.hpp"
@@ -45,6 +46,10 @@ void Supervisor::start() {
     record_.node_rank = cfg_.distributed.node_rank;
     record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     record_.max_steps = cfg_.train.max_steps;
+    record_.name = cfg_.run.name;
+    record_.master_addr = cfg_.distributed.master_addr;
+    record_.master_port = cfg_.distributed.master_port;
+    record_.identity = run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_);
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());
@@ -62,7 +67,10 @@ void Supervisor::start() {
         console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): its bit-exactness on a GPU "
                       "is not yet shown; kind = \"host\" for real runs", to_string(cfg_.transport.kind));
     if (mem_->ledger.done()) {
-        console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
+        // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
+        // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.
+        console_.info("the ledger says every epoch is already trained: nothing to do (its checkpoints are in {}; to "
+                      "train again from the start: `hsring run --fresh --run-dir NEW_DIR`)", files_.dir.string());
         begin_stop(Phase::Completing, 0, "already complete");
         return;
     }
@@ -84,6 +92,8 @@ void Supervisor::load_config_and_data() {
         workers_.push_back(std::make_unique<Worker>(spec));
         workers_.back()->program = locate_program(spec.program);
     }
+    // A missing or empty file is named by its key ([data] path or eval_path) before either is read.
+    check_data_files(cfg_);
     const fs::path data_path = cfg_.resolve(cfg_.data.path);
     console_.info("loading the data set {}", data_path.string());
     const auto ds = data::Dataset::load(data_path, data::dataset_options(cfg_, derived_));
@@ -121,6 +131,10 @@ void Supervisor::lock_run_dir() {
                  files_.dir.string(), files_.dir.string());
         fail("flock {}: {}", files_.lock_file().string(), errno_text(errno));
     }
+    // Every worker's log now, before any shared memory or process exists: a link planted at
+    // logs/<worker>.log is one start-up error (exit 2) naming it. Opened at a worker's first
+    // start instead, it failed like a crash, restarted up to the cap and ended with exit 1.
+    for (auto& w : workers_) w->output.open_log(files_.worker_log(w->spec.name));
 }
 
 void Supervisor::take_over_previous() {
