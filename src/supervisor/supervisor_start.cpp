@@ -58,8 +58,9 @@ void Supervisor::start() {
                       cfg_.distributed.node_rank_source, derived_.world, cfg_.distributed.master_addr,
                       cfg_.distributed.master_port, mem_->ledger.info().samples, samples_);
     if (cfg_.transport.kind != TransportKind::Host)
-        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): its bit-exactness on a GPU "
-                      "is not yet shown; kind = \"host\" for real runs", to_string(cfg_.transport.kind));
+        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): bit-exact on one H200 "
+                      "(target and drafter on one GPU), not yet run between two GPUs over NVLink; kind = \"host\" "
+                      "for real runs", to_string(cfg_.transport.kind));
     if (mem_->ledger.done()) {
         console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
         begin_stop(Phase::Completing, 0, "already complete");
