@@ -21,7 +21,6 @@ namespace fs = std::filesystem;
 
 void Supervisor::start() {
     start_time_ = Clock::now();
-    fault::set_process_name("supervisor");  // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md)
     load_config_and_data();
     lock_run_dir();
     take_over_previous();
@@ -73,6 +72,10 @@ void Supervisor::start() {
 
 void Supervisor::load_config_and_data() {
     cfg_ = load_config(opts_.config);
+    // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md). All of it is checked against this
+    // machine's workers before anything starts: a misspelled worker or point would never fire.
+    fault::configure("supervisor", {static_cast<std::uint32_t>(cfg_.topology.targets.size()),
+                                    static_cast<std::uint32_t>(cfg_.topology.drafters.size())});
     apply_launcher_overrides(cfg_, opts_.node_rank ? opts_.node_rank->c_str() : nullptr);
     derived_ = derive(cfg_);
     if (opts_.run_dir) derived_.run_dir = *opts_.run_dir;
