@@ -1,7 +1,8 @@
 """What must fail, fails clearly: a crash loop hits the restart cap and stops the run; a worker's
 user error (exit code 3) stops the run with its message; bad topologies, unknown worker names,
 a changed ring layout, a second supervisor, a missing supervisor, an over-long socket path,
-removing a ring in use and a misspelled HSRING_FAULT are refused with messages that say what to do."""
+removing a ring in use and a misspelled HSRING_FAULT are refused with messages that say what to do;
+`hsring ring rm` removes every region of a run."""
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from harness import BUILD, HSRING, Run, check, main
+from harness import BUILD, HSRING, Run, check, main, write_data
 
 
 def test_crash_loop_hits_the_cap_and_stops():
@@ -213,6 +214,26 @@ def test_a_suspended_worker_shows_suspended_with_no_rates():
         r.cleanup()
 
 
+def test_ring_rm_removes_the_evaluation_board_too():
+    # The held-out evaluation board <ring>-eval stayed in /dev/shm after `hsring ring rm`.
+    r = Run("rmev", step_ms=20, data_extra='eval_path = "heldout.jsonl"', train_extra="eval_every = 5")
+    eval_board = f"/dev/shm/{r.ring}-eval"
+    try:
+        write_data(os.path.join(r.tmp, "heldout.jsonl"), 20, seed=8)
+        r.start()
+        r.wait_running()
+        r.cli("stop", "--now")
+        r.expect_exit(0)
+        check(r.shm_exists() == (True, True) and os.path.exists(eval_board), "stop --now keeps every region")
+        res = r.cli("ring", "rm", r.ring, run_dir=False)
+        check(f"evaluation board '{r.ring}-eval'" in res.stdout and "ledger" in res.stdout, res.stdout)
+        check(r.shm_exists() == (False, False) and not os.path.exists(eval_board), "ring rm removes every region")
+        res = r.cli("ring", "rm", r.ring, run_dir=False, expect=2)
+        check(f"no evaluation board '{r.ring}-eval'" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
 def test_a_misspelled_fault_is_refused_at_start():
     # HSRING_FAULT with a misspelled point or worker was accepted and never fired: a test or drill
     # passed without its fault.
@@ -242,4 +263,5 @@ if __name__ == "__main__":
           test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
           test_a_run_name_too_long_for_a_ring_is_a_config_error,
           test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop,
-          test_a_suspended_worker_shows_suspended_with_no_rates, test_a_misspelled_fault_is_refused_at_start])
+          test_a_suspended_worker_shows_suspended_with_no_rates, test_ring_rm_removes_the_evaluation_board_too,
+          test_a_misspelled_fault_is_refused_at_start])
