@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import BUILD, Run, TestFailure, check, main  # noqa: E402
 
 SOURCE = os.environ["HSRING_SOURCE_ROOT"]
+sys.path.insert(0, os.path.join(SOURCE, "bin"))
+from plot_run import read_metrics  # noqa: E402
 HSRING_MODEL = os.path.join(BUILD, "src", "model", "hsring-model")
 
 
@@ -57,8 +59,9 @@ stop_timeout_s = 60
 """)
 
     def losses(self):
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            return [json.loads(line)["loss"] for line in f if line.strip()]
+        """The loss of every step that survived (not the rows of steps a killed drafter logged
+        after its last checkpoint: its successor trained those steps again)."""
+        return [r["loss"] for r in read_metrics(self.run_dir)[0]]
 
     def check_export(self):
         export = os.path.join(self.run_dir, "drafter")

@@ -12,7 +12,6 @@ under `hsring run`:
 - two data-parallel drafter ranks (one slot each per step) learn like one rank with the same global
   batch (two slots per step), also when one rank is SIGKILLed and the gang restarts: the mean loss
   of each fifth of the run within 3% (see the test for why 3%)."""
-import json
 import math
 import os
 import re
@@ -22,6 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import Run, check, distributed, free_port, main  # noqa: E402
 
 SOURCE = os.environ["HSRING_SOURCE_ROOT"]
+sys.path.insert(0, os.path.join(SOURCE, "bin"))
+from plot_run import read_metrics  # noqa: E402
 LR, MIN_RATIO, WARMUP = 1e-2, 0.1, 20
 
 
@@ -77,20 +78,14 @@ stop_timeout_s = 60
 """)
 
     def evals(self):
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            return [e for e in (json.loads(line) for line in f if line.strip()) if "eval" in e]
+        """The held-out evaluations of steps that survived."""
+        return read_metrics(self.run_dir)[1]
 
     def rows(self):
-        """metrics.jsonl's steps; after a resume the re-done steps appear again: the last line of a
-        step wins. Held-out evaluations (lines with "eval") are left out."""
-        by_step = {}
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    if "eval" not in r:
-                        by_step[r["step"]] = r
-        return [by_step[s] for s in sorted(by_step)]
+        """metrics.jsonl's steps that survived: after a resume the re-done steps appear again, and
+        the rows a killed drafter logged after its last checkpoint are left out (bin/plot_run.py).
+        Held-out evaluations (lines with "eval") are left out."""
+        return read_metrics(self.run_dir)[0]
 
 
 def schedule(step, tokens_done, warmup_end, total):
