@@ -81,8 +81,8 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
 // the ring `ring_name`; `who` starts the message ("--fresh", "hsring ring rm").
 void check_unused(const std::string& ring_name, std::string_view who);
 
-// Removes the ring, its ledger and its status board; returns what was removed
-// ("ring X, ledger Y, status board Z").
+// Removes the ring, its ledger, its status board and its evaluation board; returns what was
+// removed ("ring X, ledger Y, status board Z, evaluation board W").
 std::string remove_run_memory(const std::string& ring_name);
 
 } // namespace hsring::supervisor

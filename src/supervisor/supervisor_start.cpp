@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 
 void Supervisor::start() {
     start_time_ = Clock::now();
-    fault::set_process_name("supervisor");  // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md)
     load_config_and_data();
     lock_run_dir();
     take_over_previous();
@@ -64,8 +63,9 @@ void Supervisor::start() {
                       cfg_.distributed.node_rank_source, derived_.world, cfg_.distributed.master_addr,
                       cfg_.distributed.master_port, mem_->ledger.info().samples, samples_);
     if (cfg_.transport.kind != TransportKind::Host)
-        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): its bit-exactness on a GPU "
-                      "is not yet shown; kind = \"host\" for real runs", to_string(cfg_.transport.kind));
+        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): bit-exact on one H200 "
+                      "(target and drafter on one GPU), not yet run between two GPUs over NVLink; kind = \"host\" "
+                      "for real runs", to_string(cfg_.transport.kind));
     if (mem_->ledger.done()) {
         // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
         // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.
@@ -81,6 +81,10 @@ void Supervisor::start() {
 
 void Supervisor::load_config_and_data() {
     cfg_ = load_config(opts_.config);
+    // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md). All of it is checked against this
+    // machine's workers before anything starts: a misspelled worker or point would never fire.
+    fault::configure("supervisor", {static_cast<std::uint32_t>(cfg_.topology.targets.size()),
+                                    static_cast<std::uint32_t>(cfg_.topology.drafters.size())});
     apply_launcher_overrides(cfg_, opts_.node_rank ? opts_.node_rank->c_str() : nullptr);
     derived_ = derive(cfg_);
     if (opts_.run_dir) derived_.run_dir = *opts_.run_dir;

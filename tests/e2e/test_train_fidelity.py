@@ -11,7 +11,6 @@ under `hsring run`:
 - two data-parallel drafter ranks (one slot each per step) learn like one rank with the same global
   batch (two slots per step), also when one rank is SIGKILLed and the gang restarts: the mean loss
   of each fifth of the run within 0.1% (see the test for why not exactly)."""
-import json
 import math
 import os
 import re

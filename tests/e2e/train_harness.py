@@ -1,7 +1,6 @@
 """The real workers under `hsring run` on the CPU, for the e2e tests: a tiny Qwen3-shaped target
 (preset:tiny unless `model` says otherwise), a 1-layer DFlash drafter, the first `samples` samples
 of data/demo.jsonl; and metrics.jsonl read the way a user reads it (the surviving history)."""
-import json
 import os
 import sys
 
@@ -9,20 +8,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import Run  # noqa: E402
 
 SOURCE = os.environ["HSRING_SOURCE_ROOT"]
+sys.path.insert(0, os.path.join(SOURCE, "bin"))
+from plot_run import read_metrics  # noqa: E402
 
 
 def surviving_rows(run_dir):
-    """metrics.jsonl's step rows as in the final weights' history: a {"resume": {"step": S}} line
-    (a drafter starting from the checkpoint of step S) drops the rows of later steps written before
-    it, whose weights died. Held-out evaluations (lines with "eval") are left out."""
-    rows = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for r in (json.loads(line) for line in f if line.strip()):
-            if "resume" in r:
-                rows = [x for x in rows if x["step"] <= r["resume"]["step"]]
-            elif "step_ms" in r:
-                rows.append(r)
-    return rows
+    """metrics.jsonl's step rows as in the final weights' history (bin/plot_run.py's read_metrics:
+    a {"resume": {"step": S}} line drops the rows of later steps written before it, whose weights
+    died). Held-out evaluations are left out."""
+    return read_metrics(run_dir)[0]
 
 
 class TrainRun(Run):
@@ -94,8 +88,8 @@ stop_timeout_s = 60
         return surviving_rows(self.run_dir)
 
     def evals(self):
-        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
-            return [e for e in (json.loads(line) for line in f if line.strip()) if "eval" in e]
+        """The held-out evaluations of steps that survived."""
+        return read_metrics(self.run_dir)[1]
 
     def export(self):
         with open(os.path.join(self.run_dir, "drafter", "model.safetensors"), "rb") as f:

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -318,6 +319,54 @@ TEST_CASE("a writer's buffer is free again only once its slot let go of that com
     int st = 0;
     ::waitpid(child, &st, 0);
     CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("a writer waiting for a buffer stops waiting when the ring is stopping or its worker's stop flag is set") {
+    // Only drafters free a buffer: with none left (a stop, drafters gone) a writer waited forever.
+    TempRing t(test::small_geometry(4));
+    Ring w = joined(t.name, Role::Writer, 1);
+    PeerBuffers pool(1);
+    auto s = w.claim(0ms);
+    REQUIRE(s);
+    pool.hold(0, s->index(), s->ticket());
+    s->set_copies(Copies::Peer);
+    REQUIRE(s->commit());
+    REQUIRE(!pool.find_free(t.ring));
+
+    // The worker's stop flag (SIGTERM), set while it waits.
+    std::atomic<bool> stop{false};
+    std::thread flag([&] {
+        std::this_thread::sleep_for(200ms);
+        stop = true;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(!pool.wait_free(t.ring, 30s, [&] { return stop.load(); }));
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    flag.join();
+
+    // `hsring stop` from another process: set_stopping wakes the wait at once.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        Ring r = Ring::attach(t.name);
+        std::this_thread::sleep_for(200ms);
+        r.set_stopping(true);
+        ::_exit(0);
+    }
+    t0 = std::chrono::steady_clock::now();
+    CHECK(!pool.wait_free(t.ring, 30s));
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    ::waitpid(child, nullptr, 0);
+    CHECK(!pool.wait_free(t.ring, 30s));  // already stopping: no wait at all
+
+    // A free buffer is still handed out while stopping (the batch may be written).
+    t.ring.set_stopping(false);
+    Ring r = joined(t.name, Role::Reader, 2);
+    auto a = r.acquire(0ms);
+    REQUIRE(a);
+    a->release();
+    t.ring.set_stopping(true);
+    CHECK(pool.wait_free(t.ring, 30s) == 0u);
 }
 
 TEST_CASE("imports: once per (target, incarnation); a restarted or dead target's handles are closed before any other use") {
