@@ -1,7 +1,65 @@
-"""Plot an hsring run from RUN_DIR/metrics.jsonl (see bin/plot-run)."""
+"""Plot an hsring run from RUN_DIR/metrics.jsonl (see bin/plot-run).
+
+metrics.jsonl is appended to by every incarnation of the master drafter. A drafter killed after its
+last checkpoint leaves rows of steps that were rolled back: its successor resumes from that
+checkpoint and trains those steps again. read_metrics() keeps only the rows that survived (what
+the final weights went through); bench/gpu/summarize_run.py, bin/demo and tests/e2e use it too.
+"""
 import json
 import sys
 from pathlib import Path
+
+
+def surviving(records):
+    """The rows of `records` (metrics.jsonl's objects, in file order) that survived, and where the
+    run resumed: (rows, evals, resumes).
+
+    A row {"resume": {"step": S, "incarnation": I}} says incarnation I started from the checkpoint
+    of step S: every earlier row of a step after S was rolled back. Files without such rows (written
+    before drafters wrote them): a step row whose "incarnation" differs from the row before it
+    starts a new incarnation, which resumed before its first logged step (exact with [train]
+    log_every = 1). Held-out evaluations ({"step": S, "eval": {...}}) of rolled-back steps go too;
+    a step that still appears twice keeps its last row. A resume before the first step row (a run
+    that starts from a checkpoint) is not listed."""
+    rows, evals, resumes = [], [], []
+    current = None  # the incarnation of the last row
+
+    def roll_back(step, incarnation, inferred):
+        nonlocal rows, evals
+        dropped = sum(1 for r in rows if r["step"] > step) + sum(1 for e in evals if e["step"] > step)
+        if rows or evals:
+            resumes.append({"step": step, "incarnation": incarnation, "dropped": dropped, "inferred": inferred})
+        rows = [r for r in rows if r["step"] <= step]
+        evals = [e for e in evals if e["step"] <= step]
+
+    for r in records:
+        if "resume" in r:
+            res = r["resume"]
+            roll_back(res["step"], res.get("incarnation"), False)
+            current = res.get("incarnation", current)
+        elif "eval" in r:
+            evals.append(r)
+        elif "step" in r:
+            inc = r.get("incarnation")
+            if inc is not None and current is not None and inc != current:
+                roll_back(r["step"] - 1, inc, True)
+            if inc is not None:
+                current = inc
+            rows.append(r)
+
+    def last_per_step(xs):
+        by_step = {}
+        for x in xs:
+            by_step[x["step"]] = x
+        return [by_step[s] for s in sorted(by_step)]
+
+    return last_per_step(rows), last_per_step(evals), resumes
+
+
+def read_metrics(run_dir):
+    """surviving() of RUN_DIR/metrics.jsonl."""
+    with open(Path(run_dir) / "metrics.jsonl") as f:
+        return surviving(json.loads(line) for line in f if line.strip())
 
 
 def main() -> int:
@@ -10,14 +68,7 @@ def main() -> int:
         return 2
     run = Path(sys.argv[1])
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else run / "plot.png"
-    rows, evals = [], []
-    with open(run / "metrics.jsonl") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                r = json.loads(line)
-                # Held-out evaluations are lines of their own ({"step": s, "eval": {...}}).
-                (evals if "eval" in r else rows).append(r)
+    rows, evals, resumes = read_metrics(run)
     if not rows:
         print(f"{run}/metrics.jsonl has no steps yet", file=sys.stderr)
         return 1
@@ -42,13 +93,15 @@ def main() -> int:
         axis.plot(step, ys, alpha=0.25, linewidth=0.8)
         axis.plot(step, smooth(ys), label=label, color=axis.lines[-1].get_color())
     fig, ax = plt.subplots(2, 4, figsize=(20, 8))
-    fig.suptitle(f"hsring run {run.name}: {len(rows)} logged steps, {len(evals)} held-out evaluations")
+    dropped = sum(r["dropped"] for r in resumes)
+    resumed = f"{len(resumes)} resume{'' if len(resumes) == 1 else 's'}"
+    fig.suptitle(f"hsring run {run.name}: {len(rows)} logged steps, {len(evals)} held-out evaluations"
+                 + (f"; {resumed} from a checkpoint ({dropped} rolled-back rows left out)" if resumes else ""))
     curve(ax[0][0], [r["loss"] for r in rows], label="training")
     ax[0][0].set_title(f"loss (line: mean of {window} steps)")
     if evals:
         ax[0][0].plot([e["step"] for e in evals], [e["eval"]["loss"] for e in evals], "o-", color="black",
                       label="held-out")
-        ax[0][0].legend()
     n = len(rows[-1]["acc"])
     for k in range(n):
         ax[0][1].plot(step, smooth([r["acc"][k] if k < len(r["acc"]) else 0.0 for r in rows]), label=f"pos {k + 1}")
@@ -78,12 +131,18 @@ def main() -> int:
             ax[1][3].plot([e["step"] for e in evals], [e["eval"]["acc"][k] for e in evals], "o-", label=f"pos {k + 1}")
         ax[1][3].legend(fontsize=7, ncol=2)
     ax[1][3].set_title("held-out accuracy per block position" if evals else "held-out: no [data] eval_path")
+    # Where a drafter restarted from a checkpoint: the steps after it were trained again.
     for a in ax.flat:
+        for i, res in enumerate(resumes):
+            a.axvline(res["step"], color="red", linestyle="--", linewidth=0.8, alpha=0.6,
+                      label="resumed from a checkpoint" if i == 0 and a is ax[0][0] else None)
         a.set_xlabel("step")
         a.grid(alpha=0.3)
+    if evals or resumes:
+        ax[0][0].legend()
     fig.tight_layout()
     fig.savefig(out, dpi=90)
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f" ({resumed} marked)" if resumes else ""))
     return 0
 
 

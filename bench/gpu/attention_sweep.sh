@@ -59,7 +59,7 @@ for l in $layouts; do
     read -r sps ms ratio attn peak < <(echo "$line" | "$py" -c "import json, sys
 j = json.loads(sys.stdin.read())
 print('%.3f %.1f %.3f %.1f %.2f' % (j['samples_per_s'], 1e3 * j['step_s'], j['gemm_ratio'],
-      j['flops']['attention'] / 1e12, j['peak_allocated_bytes'] / 2**30))")
+      (j['flops']['attention'] + j['flops'].get('attention_padded', 0)) / 1e12, j['peak_allocated_bytes'] / 2**30))")
     say "   $l: $sps samples/s, $ms ms/step, GEMM ratio $ratio, attention $attn TFLOP computed, peak $peak GiB"
     if awk -v a="$sps" -v b="$best_sps" 'BEGIN {exit !(a > b)}'; then best=$l; best_sps=$sps; fi
   else

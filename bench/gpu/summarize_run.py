@@ -3,16 +3,19 @@ fraction of drafter step time, drafter peak GPU memory, restarts.
 
     python3 bench/gpu/summarize_run.py RUN_DIR SUPERVISOR_LOG
 """
-import json
 import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bin"))
+from plot_run import read_metrics  # noqa: E402  (the rows that survived a drafter's restart)
+
 
 def main() -> int:
     run, log = Path(sys.argv[1]), Path(sys.argv[2])
-    rows = [json.loads(l) for l in open(run / "metrics.jsonl") if l.strip()] if (run / "metrics.jsonl").exists() else []
-    rows = [r for r in rows if "step_ms" in r]  # held-out evaluations are lines of their own
+    # Steps only (held-out evaluations are lines of their own), and only the surviving rows: a
+    # drafter killed after its last checkpoint logged steps that its successor trained again.
+    rows, _, resumes = read_metrics(run) if (run / "metrics.jsonl").exists() else ([], [], [])
     if not rows:
         print("   no drafter steps recorded")
         return 1
@@ -24,6 +27,10 @@ def main() -> int:
     wait = sum(r["data_wait_ms"] for r in steady) / max(1e-9, sum(r["step_ms"] for r in steady))
     h2d = sum(r["h2d_ms"] for r in steady) / max(1e-9, sum(r["step_ms"] for r in steady))
     peak = max(r["device_peak_bytes"] for r in rows)
+    if resumes:
+        print(f"   resumed from a checkpoint {len(resumes)}x (at step "
+              f"{', '.join(str(r['step']) for r in resumes)}); {sum(r['dropped'] for r in resumes)} rolled-back "
+              f"rows of metrics.jsonl not counted")
     print(f"   drafter: {len(rows)} steps, {rows[-1]['tokens_total']} tokens; trained tokens/s {rate(rows):.0f} "
           f"(steady, last 80% of steps: {rate(steady):.0f}); data wait {100 * wait:.2f}% of step time; "
           f"H2D {100 * h2d:.2f}% (overlapped); peak GPU memory {peak / 2**30:.2f} GiB; "

@@ -369,7 +369,8 @@ int main(int argc, char** argv) {
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
-                         "Prints the step's matmul FLOPs (src/model/dflash_flops.hpp), the TFLOP/s reached and the\n"
+                         "Prints the step's useful matmul FLOPs (src/model/dflash_flops.hpp; attention computed over\n"
+                         "padded or masked keys apart, not counted), the TFLOP/s reached and the\n"
                          "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
                          "--recompute layers: activation checkpointing per drafter layer ([train] recompute).\n"
                          "--group N --key-pad N --attention-kernel auto|efficient|cudnn: how the block attention\n"
@@ -473,6 +474,7 @@ int main(int argc, char** argv) {
             flops.layers += f.layers / double(timed);
             flops.context_kv += f.context_kv / double(timed);
             flops.attention += f.attention / double(timed);
+            flops.attention_padded += f.attention_padded / double(timed);
             flops.fc += f.fc / double(timed);
             flops.lm_head += f.lm_head / double(timed);
         }
@@ -539,6 +541,10 @@ int main(int argc, char** argv) {
                    flops.total() / 1e12, flops.layers / 1e12, flops.context_kv / 1e12, flops.attention / 1e12,
                    flops.fc / 1e12, flops.lm_head / 1e12, tflops, gemm_m, cfg.hidden_size, cfg.intermediate_size,
                    c10::toString(compute), gemm, tflops / gemm);
+        // Not useful work, so not in the TFLOP/s above: attention over keys no row sees.
+        fmt::print(out, "padded attention: {:.2f} TFLOP per step more computed over keys no row sees (group context "
+                        "and blocks beyond each row's mask, key padding), not counted -> {:.1f} TFLOP/s computed\n",
+                   flops.attention_padded / 1e12, flops.computed() / step / 1e12);
         const double eager_step = eager ? eager->value("step_s", -1.0) : -1.0;
         if (eager_step > 0)
             fmt::print(out, "drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", samples / step,
@@ -561,7 +567,8 @@ int main(int argc, char** argv) {
                       {"peak_allocated_bytes", peak_bytes},
                       {"flops", {{"layers", flops.layers}, {"context_kv", flops.context_kv},
                                  {"attention", flops.attention}, {"fc", flops.fc}, {"lm_head", flops.lm_head},
-                                 {"total", flops.total()}}},
+                                 {"total", flops.total()}, {"attention_padded", flops.attention_padded},
+                                 {"computed", flops.computed()}}},
                       {"tflops_per_s", tflops},
                       {"gemm", {{"m", gemm_m}, {"k", cfg.hidden_size}, {"n", cfg.intermediate_size},
                                 {"dtype", c10::toString(compute)}, {"tflops_per_s", gemm}}},

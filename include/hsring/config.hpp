@@ -139,6 +139,9 @@ struct TrainConfig {
     bool checkpoint_background = true;
     std::uint32_t log_every = 1;
     std::uint64_t eval_every = 0;     // steps between held-out evaluations (needs [data] eval_path); 0 = at the end only
+    // Optimizer steps in a row with a non-finite loss or gradient norm (each skipped: nothing
+    // changes) after which the run stops as diverged, its last good checkpoint kept.
+    std::uint32_t max_nonfinite_steps = 3;
 };
 
 struct SupervisorConfig {
@@ -170,7 +173,13 @@ struct Config {
 
 // Parses and validates everything that needs no model shape. Throws hsring::Error.
 Config parse_config(const std::string& toml_text, const std::string& source_name);
+// Reads `file`; a missing file or a directory is refused with what to give instead.
 Config load_config(const std::filesystem::path& file);
+
+// [data] path, and eval_path when set, name readable regular files that hold something: throws
+// hsring::Error naming the config file, the key and the resolved path. `hsring config check` and
+// `hsring run` call it before a data set is read, so that each message names the key at fault.
+void check_data_files(const Config& cfg);
 
 // The launcher's view wins over the file: MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK from the
 // environment, then `node_rank_flag` (hsring run --node-rank). Checks node_rank < nnodes and

@@ -114,6 +114,7 @@ public:
     std::span<std::uint32_t> seq_lens();     // max_samples entries
     std::span<std::int32_t> token_ids();     // slot_tokens entries
     std::span<std::uint8_t> loss_mask();     // slot_tokens entries
+    std::span<std::uint8_t> sample_flags();  // max_samples entries, the application's (a rejected sample)
     std::span<std::uint64_t> user();         // 8 words for the application
     std::span<std::byte> transport();        // 192 bytes for the transport (8-byte aligned)
 
@@ -238,7 +239,10 @@ public:
     // free slot; nullopt on timeout or when the ring is stopping.
     std::optional<WriteSlot> claim(std::chrono::milliseconds timeout);
     // oldest READY -> READING(me); nullopt on timeout, or when stopping and nothing is READY.
-    std::optional<ReadSlot> acquire(std::chrono::milliseconds timeout);
+    // With `want`, only READY slots whose metadata it accepts count (a reader that trains slots in
+    // an order of its own; the metadata of a READY slot is the committed one while it is READY).
+    using SlotFilter = std::function<bool(const SlotMeta&)>;
+    std::optional<ReadSlot> acquire(std::chrono::milliseconds timeout, const SlotFilter& want = {});
 
     // Undoes `owner`'s slots: WRITING -> FREE, READING -> READY, and the READY slots whose bytes
     // are on its GPU (see Copies). For each slot turning FREE, `before_free(ticket)` runs first

@@ -5,11 +5,13 @@
 //
 //   R <incarnation> <step>         an incarnation started from the checkpoint of <step> (0: none)
 //   T <incarnation> <step> <pos>   position <pos> was trained into optimizer step <step>
+//   X <incarnation> <step> <pos>   position <pos> came in a slot of step <step> rejected by its
+//                                  target (non-finite hidden states): seen, never trained
 //   K <incarnation> <step>         a checkpoint of <step> was committed
 //
-// A record (T inc s pos) is in the final weights iff s <= the final checkpoint's step and
+// A record (T or X inc s pos) is in the final weights iff s <= the final checkpoint's step and
 // s <= the resume step of every later incarnation (weights after a checkpoint die with the
-// process that made them). T records for steps <= S are synced before checkpoint S commits.
+// process that made them). T and X records for steps <= S are synced before checkpoint S commits.
 #include "hsring/dataset.hpp"
 #include "hsring/ledger.hpp"
 
@@ -31,6 +33,7 @@ public:
 
     void resume(std::uint32_t incarnation, std::uint64_t step);
     void trained(std::uint32_t incarnation, std::uint64_t step, std::span<const std::uint64_t> positions);
+    void rejected(std::uint32_t incarnation, std::uint64_t step, std::span<const std::uint64_t> positions);
     void checkpoint(std::uint32_t incarnation, std::uint64_t step);
     // Writes what is buffered and fdatasyncs. Called before a checkpoint commits.
     void sync();
@@ -42,8 +45,10 @@ private:
     std::string buffer_;
 };
 
+// Per epoch: every sample is trained exactly once, or rejected (seen once, never trained); the
+// rest is missing or more than once.
 struct EpochReport {
-    std::uint64_t total = 0, exactly_once = 0, missing = 0, more_than_once = 0;
+    std::uint64_t total = 0, exactly_once = 0, rejected = 0, missing = 0, more_than_once = 0;
 };
 struct LineageReport {
     std::uint64_t final_step = 0;
@@ -53,10 +58,11 @@ struct LineageReport {
     bool ok() const;
     std::uint64_t missing() const;  // over every epoch
     std::uint64_t doubled() const;  // samples trained more than once
+    std::uint64_t rejected() const;  // samples rejected (never trained)
 };
 
 // The records of drafter `rank`'s log that are in the weights of the checkpoint of `final_step`
-// (with multiplicity), as (position, rank, step). Counts go to `report` when given.
+// (with multiplicity), as (position, rank, step, rejected). Counts go to `report` when given.
 std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log, std::uint32_t rank,
                                                std::uint64_t final_step, LineageReport* report = nullptr);
 

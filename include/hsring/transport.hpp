@@ -27,7 +27,9 @@
 #include "hsring/ring.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 struct CUstream_st;
@@ -40,11 +42,21 @@ using GpuStream = CUstream_st*;
 // Keeps the source of a copy alive until the copy completed (a tensor, type-erased).
 using KeepAlive = std::shared_ptr<const void>;
 
+// What begin() throws when it was stopped while it waited for room for the batch (a peer writer
+// whose buffers all hold batches no drafter has taken, when the ring is stopping or the worker's
+// stop flag is set): the caller re-issues the slot's samples and aborts the slot, as for a failed
+// write, and stops instead of treating it as a failure.
+class WriteStopped : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class SlotWriter {
 public:
     virtual ~SlotWriter() = default;
     // Starts a batch of n_tokens rows per layer in `slot` (claimed by the caller, who commits it
-    // after finish()). Throws hsring::Error when n_tokens exceeds the slot.
+    // after finish()). Throws hsring::Error when n_tokens exceeds the slot, WriteStopped when it was
+    // stopped while waiting for room.
     virtual void begin(WriteSlot& slot, std::uint64_t n_tokens) = 0;
     // Layer `layer`'s rows ([n_tokens][hidden] of the ring dtype, contiguous) at `rows`: device
     // memory on a GPU worker, host memory on the CPU. They are ready once the work queued on
@@ -86,6 +98,9 @@ struct TransportOptions {
     bool cuda = false;  // a GPU worker (its device is the current one): DMA; else memcpy
     TransportKind kind = TransportKind::Host;
     std::uint32_t peer_buffers = 2;  // writer, peer kinds: device buffers of one slot payload each
+    // Writer, peer kinds: the worker's stop flag (SIGTERM); with the ring's stopping flag it ends a
+    // wait for a free buffer (begin() throws WriteStopped). Empty: the ring's flag only.
+    std::function<bool()> stop;
     // Reader, peer kinds: this process's device ordinals of the targets' GPUs, whose peer access
     // is checked at start (without it: "peer" fails, "peer+host" reads those targets' host copies).
     std::vector<int> peer_devices;

@@ -25,6 +25,9 @@ inline constexpr int kUserError = 3;  // bad config, data or model: restarting c
 inline constexpr int kGangStopped = 4;  // drafter: the gang checkpointed and stopped because another machine stops the run
 inline constexpr int kGangRestart = 5;  // drafter: the gang checkpointed and stopped because a peer rank was asked to
                                         // stop (hsring restart, its supervisor died): start again with the gang
+inline constexpr int kDiverged = 6;     // drafter: [train] max_nonfinite_steps steps in a row were not finite (or a
+                                        // non-finite value reached the state): the last good checkpoint is kept;
+                                        // restarting would diverge again: stops the run
 } // namespace exit_code
 
 // Environment variables set by the supervisor for every worker.

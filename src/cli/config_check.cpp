@@ -1,4 +1,5 @@
-// hsring config check FILE: parse, validate against the model shape, print the derived sizes.
+// hsring config check FILE: parse, validate against the model shape and the data files' presence,
+// print the derived sizes.
 #include "cli/commands.hpp"
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
@@ -17,6 +18,7 @@ int config_check(Args args) {
     Config cfg = load_config(args[2]);
     apply_launcher_overrides(cfg);  // what `hsring run` on this machine would use
     Derived d = derive(cfg);
+    check_data_files(cfg);  // what `hsring run` reads first: a missing file is a config error here too
     fmt::print("{}", describe(cfg, d));
     return 0;
 }

@@ -19,10 +19,11 @@ namespace hsring::cli {
 int ledger(Args args) {
     constexpr const char* kUsage =
         "usage: hsring ledger verify RUN_DIR [RUN_DIR ...]\n"
-        "  per epoch: samples trained exactly once, missing, more than once, in the weights of the latest\n"
-        "  checkpoint (RUN_DIR/checkpoints/latest, RUN_DIR/train-log.<rank>.txt); a run of several machines\n"
-        "  needs every machine's run dir. Exit 0 ok; 1 a sample trained more than once, or missing from a run\n"
-        "  that completed; 3 the run has not completed (samples not trained yet, none twice)\n";
+        "  per epoch: samples trained exactly once, rejected (their target found non-finite hidden states:\n"
+        "  never trained), missing, more than once, in the weights of the latest checkpoint\n"
+        "  (RUN_DIR/checkpoints/latest, RUN_DIR/train-log.<rank>.txt); a run of several machines needs every\n"
+        "  machine's run dir. Exit 0 ok; 1 a sample trained more than once, or missing from a run that\n"
+        "  completed; 3 the run has not completed (samples not trained yet, none twice)\n";
     ParsedArgs p;
     try {
         p = parse_args(args.subspan(1), {}, {"--help"});
@@ -51,13 +52,20 @@ int ledger(Args args) {
     else
         fmt::print("{} machines ({} train logs): checkpoint step {}, {} incarnations, {} train records, {} in the "
                    "weights\n", machines.size(), v.logs, r.final_step, r.incarnations, r.records, r.surviving);
-    fmt::print("  {:>5}  {:>10}  {:>14}  {:>10}  {:>16}\n", "EPOCH", "TOTAL", "EXACTLY ONCE", "MISSING", "MORE THAN ONCE");
+    fmt::print("  {:>5}  {:>10}  {:>14}  {:>10}  {:>10}  {:>16}\n", "EPOCH", "TOTAL", "EXACTLY ONCE", "REJECTED",
+               "MISSING", "MORE THAN ONCE");
     for (std::size_t e = 0; e < r.epochs.size(); ++e) {
         const EpochReport& er = r.epochs[e];
-        fmt::print("  {:>5}  {:>10}  {:>14}  {:>10}  {:>16}\n", e, er.total, er.exactly_once, er.missing, er.more_than_once);
+        fmt::print("  {:>5}  {:>10}  {:>14}  {:>10}  {:>10}  {:>16}\n", e, er.total, er.exactly_once, er.rejected,
+                   er.missing, er.more_than_once);
     }
     if (r.ok()) {
-        fmt::print("ok: every sample is in the weights exactly once per epoch\n");
+        if (r.rejected())
+            fmt::print("ok: every sample is in the weights exactly once per epoch, except {} sample passes rejected by "
+                       "their target (non-finite hidden states: never trained; the targets' logs name them)\n",
+                       r.rejected());
+        else
+            fmt::print("ok: every sample is in the weights exactly once per epoch\n");
         return 0;
     }
     // A run that has not finished (stopped, still running, or [train] max_steps) misses what it has

@@ -1,12 +1,14 @@
-// hsring ring rm NAME [--force]: remove a run's ring, its ledger and its status board (after a
-// crash, or to start over). Refused while a live process uses the ring (its creator or a process in
+// hsring ring rm NAME [--force]: remove a run's ring, its ledger, its status board and its held-out
+// evaluation board (after a crash, or to start over). Refused while a live process uses the ring (its creator or a process in
 // its owner table, checked with their start times), unless --force.
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "hsring/error.hpp"
+#include "hsring/eval_board.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/status_board.hpp"
+#include "supervisor/run_memory.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +17,8 @@ namespace hsring::cli {
 int ring(Args args) {
     constexpr const char* kUsage =
         "usage: hsring ring rm NAME [--force]\n"
-        "  removes the shared-memory ring NAME, its ledger NAME-ledger and its status board NAME-status;\n"
+        "  removes the shared-memory ring NAME, its ledger NAME-ledger, its status board NAME-status and its\n"
+        "  evaluation board NAME-eval;\n"
         "  refused while a live process uses it (stop its run with hsring stop), unless --force\n";
     ParsedArgs p;
     try {
@@ -35,10 +38,12 @@ int ring(Args args) {
     const std::string name = p.positional[1];
     const std::string ledger = Ledger::name_for_ring(name);
     const std::string status = StatusBoard::name_for_ring(name);
+    const std::string eval = EvalBoard::name_for_ring(name);
     const bool force = p.flag("--force");
     const bool has_ring = Ring::exists(name);
-    if (!has_ring && !Ledger::exists(ledger) && !StatusBoard::exists(status))
-        fail("no ring '{}', no ledger '{}' and no status board '{}' to remove", name, ledger, status);
+    if (!has_ring && !Ledger::exists(ledger) && !StatusBoard::exists(status) && !EvalBoard::exists(eval))
+        fail("no ring '{}', no ledger '{}', no status board '{}' and no evaluation board '{}' to remove", name, ledger,
+             status, eval);
     if (has_ring && !force) {
         Ring ring = [&] {
             try {
@@ -57,11 +62,9 @@ int ring(Args args) {
                  "mappings until they exit)", name, list, dir.empty() ? "?" : dir, dir.empty() ? "DIR" : dir);
         }
     }
-    std::string removed;
-    if (Ring::remove(name)) removed = fmt::format("ring '{}'", name);
-    if (Ledger::remove(ledger)) removed += fmt::format("{}ledger '{}'", removed.empty() ? "" : " and ", ledger);
-    if (StatusBoard::remove(status)) removed += fmt::format("{}status board '{}'", removed.empty() ? "" : " and ", status);
-    fmt::print("removed {}\n", removed);
+    // The same removal as `hsring run --fresh`: every region beside the ring goes with it (the
+    // evaluation board <NAME>-eval was left behind when this listed its own).
+    fmt::print("removed {}\n", supervisor::remove_run_memory(name));
     return 0;
 }
 

@@ -141,13 +141,24 @@ void read_topology(Config& c, const toml::table& root, const std::string& file) 
     if (d.size() > kMaxWorkers - kDrafterStatsBase)
         s.bad("drafters", fmt::format("{} drafters: at most {} per machine", d.size(), kMaxWorkers - kDrafterStatsBase));
     s.boolean("allow_shared_gpus", c.topology.allow_shared_gpus);
-    // A GPU holds one worker, unless allow_shared_gpus (then any mix of targets and drafters).
-    std::map<int, std::string> owner;
+    // A GPU holds one worker, unless allow_shared_gpus (then targets with each other or with a
+    // drafter). Two drafter ranks never share one: NCCL, which sums their gradients, refuses two
+    // ranks on one device, and the gang would fail and restart forever.
+    std::map<int, std::string> owner, drafter_on;
     auto place = [&](const char* key, const std::vector<int>& v) {
+        const bool drafters = key[0] == 'd';
         for (std::size_t i = 0; i < v.size(); ++i) {
             const int g = v[i];
-            const std::string who = fmt::format("{}.{}", key[0] == 't' ? "target" : "drafter", i);
+            const std::string who = fmt::format("{}.{}", drafters ? "drafter" : "target", i);
             if (g < 0) continue;
+            if (drafters) {
+                auto [it, fresh] = drafter_on.emplace(g, who);
+                if (!fresh)
+                    s.bad(key, fmt::format("GPU {} holds two drafter ranks ({} and {}): NCCL, which sums the drafters' "
+                                           "gradients, refuses two ranks on one GPU (allow_shared_gpus does not change "
+                                           "that); give each drafter rank its own GPU, or list the GPU once",
+                                           g, it->second, who));
+            }
             auto [it, fresh] = owner.emplace(g, who);
             if (!fresh && !c.topology.allow_shared_gpus)
                 s.bad(key, fmt::format("GPU {} is used twice ({} and {}): give each worker its own GPU, or set "
@@ -265,6 +276,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.boolean("checkpoint_background", t.checkpoint_background);
     s.integer("log_every", t.log_every, 1, 1u << 30);
     s.integer("eval_every", t.eval_every, 0, kU64Max);
+    s.integer("max_nonfinite_steps", t.max_nonfinite_steps, 1, 1u << 30);
     s.finish();
 }
 
@@ -404,6 +416,23 @@ Config parse_config(const std::string& text, const std::string& source_name) {
 }
 
 Config load_config(const std::filesystem::path& file) {
+    // An ifstream opens a directory and reads it as empty text: the config would be "missing
+    // [topology]" instead of "not a file".
+    std::error_code ec;
+    const auto st = std::filesystem::status(file, ec);
+    if (st.type() == std::filesystem::file_type::not_found)
+        fail("{}: no such config file ({}): give the path of a TOML config (config/reference.toml lists every key)",
+             file.string(), std::filesystem::absolute(file).lexically_normal().string());
+    if (st.type() == std::filesystem::file_type::directory) {
+        std::vector<std::string> tomls;
+        for (const auto& e : std::filesystem::directory_iterator(file, ec))
+            if (e.path().extension() == ".toml") tomls.push_back(e.path().string());
+        std::sort(tomls.begin(), tomls.end());
+        std::string hint;
+        for (std::size_t i = 0; i < tomls.size() && i < 3; ++i) hint += (i ? ", " : "") + tomls[i];
+        fail("{} is a directory, not a config file: give a TOML config{}", file.string(),
+             hint.empty() ? std::string(" (config/reference.toml lists every key)") : ", e.g. " + hint);
+    }
     std::ifstream in(file);
     if (!in) fail("{}: cannot read the config file: {}", file.string(), errno_text(errno));
     std::stringstream ss;

@@ -132,6 +132,8 @@ std::string describe(const Config& cfg, const Derived& d) {
                             "timeout {:g} s\n", cfg.distributed.node_rank, cfg.distributed.nnodes, d.world,
                             cfg.distributed.master_addr, cfg.distributed.master_port,
                             to_string(cfg.distributed.backend), cfg.distributed.timeout_s);
+    text += fmt::format("  data          {}, {} epoch{}{}\n", cfg.resolve(cfg.data.path).string(), cfg.data.epochs,
+                        cfg.data.epochs == 1 ? "" : "s", cfg.data.shuffle ? ", shuffled" : "");
     if (!cfg.data.eval_path.empty())
         text += fmt::format("  eval          {} every {}\n", cfg.resolve(cfg.data.eval_path).string(),
                             cfg.train.eval_every ? fmt::format("{} steps and at the end", cfg.train.eval_every)

@@ -94,6 +94,8 @@ struct Tally {
 
 struct RunResult {
     bool ok = false;
+    bool weights_equal = false;  // its export is the unkilled run's, byte for byte
+    std::string weights_note;    // on a GPU: how it differs (reported, not a failure)
     std::string why;
     Tally tally;
     std::uint64_t passes = 0, lost = 0, doubled = 0;
@@ -115,6 +117,11 @@ private:
     void prepare();
     void write_config(std::uint32_t index);
     RunResult run_one(std::uint32_t index, std::uint64_t budget);
+    fs::path export_dir(std::uint32_t index) const { return work_ / fmt::format("run-{}", index) / "drafter"; }
+    // Run 0: the same config without a single fault, whose export every drilled run must equal
+    // (DESIGN.md invariant 10: training is a function of config, data and seed).
+    void run_reference();
+    std::string compare_with_reference(std::uint32_t index) const;
     std::string plan_faults();
     pid_t start_supervisor(const fs::path& run_dir, const fs::path& log, const std::string& faults);
     std::optional<json> status(const fs::path& run_dir);
@@ -128,6 +135,7 @@ private:
     std::mt19937_64 rng_;
     fs::path exe_, work_, config_file_;
     std::uint32_t targets_ = 0, drafters_ = 0;
+    bool gpu_ = false;  // some worker is on a GPU: exports may differ in the last bits
     std::vector<Suspended> suspended_;
     Clock::time_point last_supervisor_kill_{};
     std::vector<ConfigSetting> settings_;  // the drill's keys, set on the user's config
@@ -143,6 +151,7 @@ void Drill::write_config(std::uint32_t index) {
     set.push_back({"run", "name", name});
     if (user_ring_name_) set.push_back({"ring", "name", "hsring-" + name});
     set.push_back({"distributed", "master_port", std::int64_t{free_loopback_port()}});
+    set.push_back({"drafter", "export_dir", export_dir(index).string()});
     safe::write_atomic(work_, config_file_.filename().string(), rewrite_config(o_.config, set), false);
 }
 
@@ -153,6 +162,7 @@ void Drill::prepare() {
              "with nnodes = 1)", o_.config.string(), user.distributed.nnodes);
     targets_ = static_cast<std::uint32_t>(user.topology.targets.size());
     drafters_ = static_cast<std::uint32_t>(user.topology.drafters.size());
+    for (const auto& p : user.topology.drafters) gpu_ = gpu_ || (o_.train && !p.is_cpu());
     if (o_.work_dir) {
         work_ = fs::absolute(*o_.work_dir);
     } else {
@@ -177,7 +187,6 @@ void Drill::prepare() {
         {"supervisor", "stop_timeout_s", 20.0},
         {"supervisor", "status_interval_s", 1.0},
         {"distributed", "timeout_s", 60.0},
-        {"drafter", "export_dir", (work_ / "export").string()},
     };
     // Checkpoints often enough for faults to meet them (they are cheap without models).
     if (!o_.train && user.train.checkpoint_every > 5) set.push_back({"train", "checkpoint_every", std::int64_t{5}});
@@ -199,12 +208,24 @@ std::string Drill::plan_faults() {
         const std::uint64_t n = lo + pick(hi - lo + 1);
         spec += fmt::format("{}{}:{}:{}:{}", spec.empty() ? "" : ",", who, point, n, pick(10) < 6 ? "throw" : "kill");
     };
-    for (std::uint32_t i = 0; i < targets_; ++i)
-        if (pick(10) < 7) add(fmt::format("target.{}", i), "write", 2, 30);
-    static const char* kPoints[] = {"stage", "train", "checkpoint", "commit"};
+    // One target always gets a fault at one of its first writes: with a worker SIGKILLed every
+    // ~0.5 s (the test's --gap-ms 150, five processes) a fault at a late pass mostly never fires,
+    // and a drill of four runs once dealt no injected fault at all.
+    const std::uint32_t early = targets_ ? static_cast<std::uint32_t>(pick(targets_)) : 0;
+    for (std::uint32_t i = 0; i < targets_; ++i) {
+        if (i == early) add(fmt::format("target.{}", i), "write", 1, 6);
+        else if (pick(10) < 7) add(fmt::format("target.{}", i), "write", 2, 30);
+    }
+    // done: after the run is marked done, before the drafter exits (its restart must see the run
+    // complete and exit at once; it once began a final evaluation with the targets gone and hung).
+    static const char* kPoints[] = {"stage", "train", "checkpoint", "commit", "done"};
     for (std::uint32_t i = 0; i < drafters_; ++i) {
         if (pick(10) >= 7) continue;
-        const char* p = kPoints[pick(4)];
+        const char* p = kPoints[pick(5)];
+        if (std::string(p) == "done") {
+            spec += fmt::format("{}drafter.{}:done:1:kill", spec.empty() ? "" : ",", i);
+            continue;
+        }
         const bool rare = std::string(p) == "checkpoint" || std::string(p) == "commit";
         add(fmt::format("drafter.{}", i), p, rare ? 1 : 2, rare ? 3 : 30);
     }
@@ -421,15 +442,69 @@ RunResult Drill::run_one(std::uint32_t index, std::uint64_t budget) {
     res.lost = v.report.missing();
     res.doubled = v.report.doubled();
     res.ok = v.report.ok();
-    if (!res.ok)
+    if (!res.ok) {
         res.why = fmt::format("run {}: {} sample passes lost, {} doubled (hsring ledger verify {})", index, res.lost,
                               res.doubled, run_dir.string());
+        return res;
+    }
+    if (index > 0) {
+        // The ledger replays the drafter's own train log: a wrong update would pass it. The weights
+        // themselves must be the unkilled run's.
+        const std::string diff = compare_with_reference(index);
+        res.weights_equal = diff.empty();
+        if (!diff.empty() && !gpu_) {
+            res.ok = false;
+            res.why = fmt::format("run {}: its export differs from the unkilled run's: {}", index, diff);
+        } else if (!diff.empty()) {
+            res.weights_note = diff;
+        }
+    }
     return res;
+}
+
+void Drill::run_reference() {
+    const fs::path log = work_ / "run-0.log";
+    write_config(0);
+    const pid_t sup = start_supervisor(work_ / "run-0", log, "");
+    int ws = 0;
+    const auto t0 = Clock::now();
+    while (::waitpid(sup, &ws, WNOHANG) == 0) {
+        if (seconds_since(t0) > o_.timeout_s) {
+            ::kill(sup, SIGKILL);
+            ::waitpid(sup, &ws, 0);
+            fail("the drill's unkilled reference run did not end within {:g} s (--timeout); see {}", o_.timeout_s,
+                 log.string());
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    const std::string text = safe::read_file(log).value_or("");
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0 || text.find("complete (verified)") == std::string::npos)
+        fail("the drill's unkilled reference run did not complete; see {}", log.string());
+    fmt::print("run 0: no faults in {:.1f} s: the reference export ({})\n", seconds_since(t0), export_dir(0).string());
+    std::fflush(stdout);
+}
+
+// "" when every file of run `index`'s export equals the reference's, byte for byte; else which.
+std::string Drill::compare_with_reference(std::uint32_t index) const {
+    const fs::path ref = export_dir(0), got = export_dir(index);
+    std::string diff;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ref, ec)) {
+        if (!e.is_regular_file()) continue;
+        const auto a = safe::read_file(e.path());
+        const auto b = safe::read_file(got / e.path().filename());
+        if (!b) diff += fmt::format("{}{} is missing", diff.empty() ? "" : "; ", (got / e.path().filename()).string());
+        else if (a != b) diff += fmt::format("{}{} differs", diff.empty() ? "" : "; ", e.path().filename().string());
+    }
+    if (ec) diff = fmt::format("cannot read {}: {}", ref.string(), ec.message());
+    return diff;
 }
 
 int Drill::run() {
     prepare();
     const auto t0 = Clock::now();
+    run_reference();
+    std::uint32_t equal = 0;
     Tally all;
     std::uint64_t passes = 0, lost = 0, doubled = 0;
     std::uint32_t runs = 0;
@@ -443,8 +518,12 @@ int Drill::run() {
         passes += r.passes;
         lost += r.lost;
         doubled += r.doubled;
+        equal += r.weights_equal ? 1 : 0;
         fmt::print("run {}: {} faults in {:.1f} s ({}): {}\n", runs, r.tally.total(), r.seconds, r.tally.str(),
-                   r.ok ? fmt::format("complete (verified), {} sample passes exactly once", r.passes) : "FAILED: " + r.why);
+                   r.ok ? fmt::format("complete (verified), {} sample passes exactly once, export {}", r.passes,
+                                      r.weights_equal ? "equal to the unkilled run's"
+                                                      : "differs from the unkilled run's (GPU): " + r.weights_note)
+                        : "FAILED: " + r.why);
         std::fflush(stdout);
         if (!r.ok) failure = r.why;
         if (runs >= 100 && all.total() < o_.faults) failure = "100 runs dealt too few faults: is the data set tiny?";
@@ -452,12 +531,14 @@ int Drill::run() {
     const double secs = seconds_since(t0);
     fmt::print("drill: {} faults {} in {} runs, {:.1f} s: {}\n", all.total(), failure.empty() ? "survived" : "dealt", runs,
                secs, all.str());
-    fmt::print("samples: {} passes verified, {} lost, {} doubled\n", passes, lost, doubled);
+    fmt::print("samples: {} passes verified, {} lost, {} doubled; exports equal to the unkilled run's: {} of {}\n",
+               passes, lost, doubled, equal, runs);
     if (!failure.empty()) {
         fmt::print("FAILED: {}\n(the drill's files stay in {})\n", failure, work_.string());
         return 1;
     }
-    fmt::print("ok: every run completed and verified exactly once\n");
+    fmt::print("ok: every run completed, verified exactly once{}\n",
+               equal == runs ? " and ended with the unkilled run's weights" : "");
     if (o_.keep) fmt::print("(files kept in {})\n", work_.string());
     else fs::remove_all(work_);
     return 0;

@@ -4,14 +4,19 @@
 // processes while it SIGKILLs and SIGSTOPs random workers and the supervisor and injects faults
 // into them (HSRING_FAULT, src/worker/CONTRACT.md), run after run until it has dealt the faults
 // asked for; then it checks every run dir as `hsring ledger verify` does and prints the faults
-// survived and the samples lost and doubled.
+// survived and the samples lost and doubled. First it runs the config once without any fault:
+// every drilled run must end with that run's export, byte for byte (DESIGN.md invariant 10; with
+// GPU drafters in --mode train a difference is reported, not failed: GPU kernels are not
+// bit-reproducible).
 //
 //   WORK/drill.toml   the config with the drill's keys (mode, name, restart policy, port, data)
 //   WORK/data.jsonl   the first --samples samples of the config's data set
-//   WORK/run-N/       run N's run dir;  WORK/run-N.log  its supervisors' output
+//   WORK/run-N/       run N's run dir (its export in run-N/drafter);  WORK/run-N.log  its supervisors' output
+//                     run 0 is the unkilled reference
 //
-// A run must end "complete (verified)", each run dir must verify (0 lost, 0 doubled), and no run
-// may stall (no sample trained for --stall-s while nothing is suspended) or outlast --timeout.
+// A run must end "complete (verified)", each run dir must verify (0 lost, 0 doubled), its export
+// must equal run 0's, and no run may stall (no sample trained for --stall-s while nothing is
+// suspended) or outlast --timeout.
 #include <cstdint>
 #include <filesystem>
 #include <optional>

@@ -54,7 +54,7 @@ template <typename T> int launch(const BlockBiasArgs& a) {
     else
         block_bias_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, groups, a.num_groups, ctx_end, own,
                                                                          a.block_size);
-    return static_cast<int>(cudaGetLastError());
+    return 0;  // launch_checked() reads the launch's own error
 }
 
 } // namespace
@@ -63,10 +63,12 @@ int block_bias_vector_width(Dtype dtype) {
     return with_element_type(dtype, [](auto t) { return kVec16<decltype(t)>; });
 }
 
-int block_attention_bias(const BlockBiasArgs& a) {
-    if (a.num_groups < 0 || a.block_size <= 0) return static_cast<int>(cudaErrorInvalidValue);
-    if (a.vectorized && !aligned16(a.out)) return static_cast<int>(cudaErrorInvalidValue);
-    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+LaunchStatus block_attention_bias(const BlockBiasArgs& a) {
+    return launch_checked([&] {
+        if (a.num_groups < 0 || a.block_size <= 0) return static_cast<int>(cudaErrorInvalidValue);
+        if (a.vectorized && !aligned16(a.out)) return static_cast<int>(cudaErrorInvalidValue);
+        return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+    });
 }
 
 } // namespace hsring::kernels

@@ -27,8 +27,8 @@ struct BlockBiasArgs {
     void* stream = nullptr;   // cudaStream_t
 };
 
-// Enqueues the masks on args.stream. Returns 0 or the cudaError_t of the launch.
-int block_attention_bias(const BlockBiasArgs& args);
+// Enqueues the masks on args.stream (kernel_types.hpp: LaunchStatus says whose an error is).
+LaunchStatus block_attention_bias(const BlockBiasArgs& args);
 
 // Elements per 16-byte access for `dtype`: what `vectorized` needs key lengths and offsets to be
 // multiples of.

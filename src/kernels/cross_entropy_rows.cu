@@ -135,14 +135,16 @@ template <typename T> int launch(const CrossEntropyRowsArgs& a) {
     else
         cross_entropy_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(x, a.rows, a.vocab, a.row_stride, labels,
                                                                       a.loss, a.correct, a.write_grad);
-    return static_cast<int>(cudaGetLastError());
+    return 0;  // launch_checked() reads the launch's own error
 }
 
 } // namespace
 
-int cross_entropy_rows(const CrossEntropyRowsArgs& a) {
-    if (a.rows < 0 || a.vocab <= 0 || a.row_stride < a.vocab) return static_cast<int>(cudaErrorInvalidValue);
-    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+LaunchStatus cross_entropy_rows(const CrossEntropyRowsArgs& a) {
+    return launch_checked([&] {
+        if (a.rows < 0 || a.vocab <= 0 || a.row_stride < a.vocab) return static_cast<int>(cudaErrorInvalidValue);
+        return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+    });
 }
 
 } // namespace hsring::kernels

@@ -27,7 +27,7 @@ struct CrossEntropyRowsArgs {
     void* stream = nullptr;          // cudaStream_t
 };
 
-// Enqueues the rows on args.stream. Returns 0 or the cudaError_t of the launch.
-int cross_entropy_rows(const CrossEntropyRowsArgs& args);
+// Enqueues the rows on args.stream (kernel_types.hpp: LaunchStatus says whose an error is).
+LaunchStatus cross_entropy_rows(const CrossEntropyRowsArgs& args);
 
 } // namespace hsring::kernels

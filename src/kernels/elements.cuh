@@ -29,7 +29,7 @@ template <typename T> constexpr int kVec16 = 16 / sizeof(T);
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // f(T{}) with the element type T of `dtype` (float, __half or __nv_bfloat16): a launcher's one
-// switch over the kernels' dtypes.
+// switch over the kernels' dtypes. f returns an int (a launch: 0 or a cudaError_t).
 template <typename F> int with_element_type(Dtype dtype, F&& f) {
     switch (dtype) {
     case Dtype::Float32: return f(float{});
@@ -37,6 +37,17 @@ template <typename F> int with_element_type(Dtype dtype, F&& f) {
     case Dtype::BFloat16: return f(__nv_bfloat16{});
     }
     return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// A launcher's checks and launch: `enqueue` checks the arguments and launches (returns 0, or the
+// cudaError_t of an argument it refuses). An error already pending on this thread is reported as
+// earlier and nothing is launched: after the launch, cudaGetLastError() would return (and clear)
+// it as if this launch had failed. Then the launch's own error.
+template <typename F> LaunchStatus launch_checked(F&& enqueue) {
+    if (const cudaError_t pending = cudaPeekAtLastError(); pending != cudaSuccess)
+        return {static_cast<int>(pending), true};
+    if (const int refused = enqueue(); refused != 0) return {refused, false};
+    return {static_cast<int>(cudaGetLastError()), false};
 }
 
 } // namespace hsring::kernels

@@ -72,14 +72,16 @@ template <typename T> int launch(const RopeArgs& a) {
         rope_kernel<T, 1><<<grid, threads, 0, stream>>>(x, out, c, s, a.rows, static_cast<int>(a.heads), half,
                                                         a.x_row_stride, a.x_head_stride, a.table_row_stride,
                                                         a.transpose);
-    return static_cast<int>(cudaGetLastError());
+    return 0;  // launch_checked() reads the launch's own error
 }
 
 } // namespace
 
-int rope(const RopeArgs& a) {
-    if (a.head_dim % 2 != 0 || a.rows < 0 || a.heads < 0) return static_cast<int>(cudaErrorInvalidValue);
-    return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+LaunchStatus rope(const RopeArgs& a) {
+    return launch_checked([&] {
+        if (a.head_dim % 2 != 0 || a.rows < 0 || a.heads < 0) return static_cast<int>(cudaErrorInvalidValue);
+        return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
+    });
 }
 
 } // namespace hsring::kernels

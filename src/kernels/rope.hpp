@@ -29,7 +29,7 @@ struct RopeArgs {
     void* stream = nullptr;                             // cudaStream_t
 };
 
-// Enqueues the rotation on args.stream. Returns 0 or the cudaError_t of the launch.
-int rope(const RopeArgs& args);
+// Enqueues the rotation on args.stream (kernel_types.hpp: LaunchStatus says whose an error is).
+LaunchStatus rope(const RopeArgs& args);
 
 } // namespace hsring::kernels

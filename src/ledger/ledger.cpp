@@ -2,13 +2,19 @@
 //
 //  offset 0 ┌──────────────────────────────────────────────────────────────┐
 //           │ LedgerHeader: magic, version, info (fingerprint, N, epochs,  │
-//           │   seed, shuffle), cursor | low water | pending futex |        │
-//           │   counters | done   (each hot word on its own cache line)     │
+//           │   seed, shuffle), plan size and offsets, run tag |            │
+//           │   low water | pending futex | done | needs                   │
+//           │   (each hot word on its own cache line)                       │
 //  4 KiB    ├──────────────────────────────────────────────────────────────┤
+//           │ plan: first position of every plan slot, u64 [P + 1]         │
+//           ├──────────────────────────────────────────────────────────────┤
+//           │ plan slots: atomic u64 [P]                                   │
+//           ├──────────────────────────────────────────────────────────────┤
 //           │ entries: atomic u64 [epochs x N]                             │
 //           └──────────────────────────────────────────────────────────────┘
-// Entry: [state : 2 | payload : 62]; IN_SLOT payload = ticket; CONSUMED and DURABLE payload =
-// rank << 48 | step (the drafter's local rank and the optimizer step the sample went into).
+// Word (plan slot or sample): [state : 3 | payload : 61]; IN_SLOT payload = ticket; CONSUMED and
+// DURABLE payload = rank << 48 | step (the drafter's local rank and the optimizer step);
+// REJECTED payload = the reason.
 #include "hsring/ledger.hpp"
 
 #include "hsring/error.hpp"
@@ -22,7 +28,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <new>
 
 namespace hsring {
@@ -33,8 +41,10 @@ inline constexpr char kMagic[8] = {'H', 'S', 'L', 'E', 'D', 'G', 'R', '\1'};
 // 3: the worker stats moved out to the status board (hsring/status_board.hpp); the machine's
 // share of the data set (nnodes, node_rank, dataset_samples) in the header.
 // 4: the run tag (whose ledger it is: hsring/run_tag.hpp); consumption counted per drafter rank.
-inline constexpr std::uint32_t kVersion = 4;
-inline constexpr std::uint64_t kEntriesOffset = 4096;
+// 5: the packer's plan (plan slots produced and consumed as a whole), REJECTED samples, the
+//    drafters' needs (the targets' window); no per-rank counters.
+inline constexpr std::uint32_t kVersion = 5;
+inline constexpr std::uint64_t kPlanOffset = 4096;
 inline constexpr std::uint32_t kMaxRanks = kMaxWorkers - kDrafterStatsBase;  // drafter ranks per machine
 
 struct LedgerHeader {
@@ -51,41 +61,55 @@ struct LedgerHeader {
     std::uint64_t dataset_samples;
     std::uint32_t nnodes;
     std::uint32_t node_rank;
+    std::uint32_t drafter_ranks;
+    std::uint32_t reserved_;
+    std::uint64_t plan_slots;
+    std::uint64_t slots_offset;    // plan slot words
+    std::uint64_t entries_offset;  // sample entries
     shm::RunTagBlock tag;
-    // Next position never handed out yet.
-    alignas(64) std::atomic<std::uint64_t> cursor;
-    // [gen : 24 | pos : 40]: no position below pos is PENDING, unless gen moved on (see take()).
+    // [gen : 24 | j : 40]: no plan slot below j is PENDING, unless gen moved on (see take_slot()).
     alignas(64) std::atomic<std::uint64_t> low_water;
-    alignas(64) std::atomic<std::uint32_t> pending_seq;  // futex: bumped when entries go PENDING
+    alignas(64) std::atomic<std::uint32_t> pending_seq;  // futex: bumped when plan slots go PENDING or the window moves
     std::atomic<std::uint32_t> pending_waiters;
     alignas(64) std::atomic<std::uint32_t> done;
-    // Entries CONSUMED or DURABLE, per drafter rank of this machine. Each counter has one writer
-    // at a time (its rank: consume, recover; the supervisor while it builds the ledger alone),
-    // so recover() can recount its rank's exactly: a kill between an entry's CAS and the counter
-    // update skews nothing for good.
-    struct alignas(64) RankCount {
-        std::atomic<std::uint64_t> n;
+    // The next plan slot each local drafter rank needs (one writer each: its rank).
+    struct alignas(64) Need {
+        std::atomic<std::uint64_t> j;
     };
-    RankCount consumed[kMaxRanks];
+    Need need[kMaxRanks];
 };
-static_assert(sizeof(LedgerHeader) <= kEntriesOffset);
+static_assert(sizeof(LedgerHeader) <= kPlanOffset);
 
-constexpr std::uint64_t kStateShift = 62;
-constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 62) - 1;
+constexpr std::uint64_t kStateShift = 61;
+constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 61) - 1;
 constexpr std::uint64_t make(EntryState s, std::uint64_t payload = 0) {
     return (static_cast<std::uint64_t>(s) << kStateShift) | (payload & kPayloadMask);
 }
 constexpr EntryState state_of(std::uint64_t e) { return static_cast<EntryState>(e >> kStateShift); }
-constexpr std::uint64_t consumed_payload(std::uint32_t rank, std::uint64_t step) {
+constexpr std::uint64_t trained_payload(std::uint32_t rank, std::uint64_t step) {
     return (std::uint64_t{rank} << 48) | (step & ((std::uint64_t{1} << 48) - 1));
 }
-constexpr std::uint32_t consumed_rank(std::uint64_t e) { return static_cast<std::uint32_t>((e & kPayloadMask) >> 48); }
-constexpr std::uint64_t consumed_step(std::uint64_t e) { return e & ((std::uint64_t{1} << 48) - 1); }
+constexpr std::uint32_t rank_of(std::uint64_t e) { return static_cast<std::uint32_t>((e & kPayloadMask) >> 48); }
+constexpr std::uint64_t step_of(std::uint64_t e) { return e & ((std::uint64_t{1} << 48) - 1); }
+constexpr bool trained(std::uint64_t e) {
+    return state_of(e) == EntryState::Consumed || state_of(e) == EntryState::Durable;
+}
 
 constexpr std::uint64_t kPosMask = (std::uint64_t{1} << 40) - 1;
 constexpr std::uint64_t lw_pos(std::uint64_t v) { return v & kPosMask; }
 constexpr std::uint64_t lw_gen(std::uint64_t v) { return v >> 40; }
 constexpr std::uint64_t lw_make(std::uint64_t gen, std::uint64_t pos) { return (gen << 40) | (pos & kPosMask); }
+
+struct Offsets {
+    std::uint64_t slots, entries, bytes;
+    static Offsets of(std::uint64_t plan_slots, std::uint64_t total) {
+        Offsets o{};
+        o.slots = align_up(kPlanOffset + (plan_slots + 1) * 8, 64);
+        o.entries = align_up(o.slots + plan_slots * 8, 64);
+        o.bytes = o.entries + total * 8;
+        return o;
+    }
+};
 
 } // namespace ledger_detail
 
@@ -106,15 +130,40 @@ using std::memory_order_relaxed;
 using std::memory_order_release;
 using std::memory_order_seq_cst;
 
+const char* to_string(EntryState s) {
+    switch (s) {
+    case EntryState::Pending: return "PENDING";
+    case EntryState::InSlot: return "IN_SLOT";
+    case EntryState::Consumed: return "CONSUMED";
+    case EntryState::Durable: return "DURABLE";
+    case EntryState::Rejected: return "REJECTED";
+    }
+    return "?";
+}
+
+std::string describe(RejectReason r) {
+    switch (r) {
+    case RejectReason::NonFiniteHidden: return "non-finite hidden states";
+    }
+    return fmt::format("reason {}", static_cast<int>(r));
+}
+
 std::string Ledger::name_for_ring(std::string_view ring) { return std::string(ring) + "-ledger"; }
 
-std::uint64_t Ledger::region_bytes(const LedgerInfo& info) { return kEntriesOffset + info.total() * 8; }
+std::uint64_t Ledger::region_bytes(const LedgerInfo& info, std::uint64_t plan_slots) {
+    return Offsets::of(plan_slots ? plan_slots : info.total(), info.total()).bytes;
+}
 
-Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTag& tag,
-                      const std::vector<Trained>& durable) {
+Ledger Ledger::create(std::string_view name, const LedgerInfo& info, std::span<const std::uint64_t> plan_first,
+                      const RunTag& tag, const std::vector<Trained>& durable) {
     if (info.samples == 0 || info.epochs == 0) fail("ledger '{}': a run needs at least one sample and one epoch", name);
     if (info.total() > kPosMask) fail("ledger '{}': {} samples x {} epochs is too many", name, info.samples, info.epochs);
-    const std::uint64_t bytes = region_bytes(info);
+    if (info.drafter_ranks == 0 || info.drafter_ranks > kMaxRanks)
+        fail("ledger '{}': {} drafter ranks on one machine (1..{})", name, info.drafter_ranks, kMaxRanks);
+    HSRING_ASSERT(plan_first.size() >= 2 && plan_first.front() == 0 && plan_first.back() == info.total(),
+                  "a plan of {} entries for {} positions", plan_first.size(), info.total());
+    const std::uint64_t P = plan_first.size() - 1;
+    const Offsets off = Offsets::of(P, info.total());
     auto init = [&](std::byte* base) {
         auto* h = new (base) LedgerHeader{};
         h->version = kVersion;
@@ -129,26 +178,58 @@ Ledger Ledger::create(std::string_view name, const LedgerInfo& info, const RunTa
         h->dataset_samples = info.dataset_samples ? info.dataset_samples : info.samples;
         h->nnodes = info.nnodes;
         h->node_rank = info.node_rank;
+        h->drafter_ranks = info.drafter_ranks;
+        h->plan_slots = P;
+        h->slots_offset = off.slots;
+        h->entries_offset = off.entries;
         h->tag.store(tag);
-        // Entries: a fresh file reads as zero = PENDING with payload 0. What the checkpoint holds
-        // is marked here, before the ledger has its name: a ledger that is visible is complete
-        // (a kill or a Ctrl-C while it is built leaves no half-marked ledger to train on).
-        auto* entries = reinterpret_cast<std::atomic<std::uint64_t>*>(base + kEntriesOffset);
+        auto* first = reinterpret_cast<std::uint64_t*>(base + kPlanOffset);
+        std::copy(plan_first.begin(), plan_first.end(), first);
+        // Words: a fresh file reads as zero = PENDING. What the checkpoint holds is marked here,
+        // before the ledger has its name: a ledger that is visible is complete (a kill or a
+        // Ctrl-C while it is built leaves no half-marked ledger to train on).
+        auto* slots = reinterpret_cast<std::atomic<std::uint64_t>*>(base + off.slots);
+        auto* entries = reinterpret_cast<std::atomic<std::uint64_t>*>(base + off.entries);
         for (const Trained& t : durable) {
             if (t.pos >= info.total())
                 fail("ledger '{}': position {} of a train log is beyond the {} entries of this run's data set: the "
                      "train logs belong to another data set", name, t.pos, info.total());
             if (t.rank >= kMaxRanks) fail("ledger '{}': a train record of drafter rank {} (at most {})", name, t.rank, kMaxRanks);
             fault::point("rebuild");
-            if (state_of(entries[t.pos].load(memory_order_relaxed)) == EntryState::Durable) continue;
-            entries[t.pos].store(make(EntryState::Durable, consumed_payload(t.rank, t.step)), memory_order_relaxed);
-            h->consumed[t.rank].n.fetch_add(1, memory_order_relaxed);
+            entries[t.pos].store(t.rejected ? make(EntryState::Rejected, static_cast<std::uint64_t>(RejectReason::NonFiniteHidden))
+                                            : make(EntryState::Durable, trained_payload(t.rank, t.step)),
+                                 memory_order_relaxed);
         }
+        // A plan slot whose every sample is in the weights (or rejected) is DURABLE with them;
+        // one that is so in part belongs to another plan: training on would skip or repeat samples.
+        std::map<std::uint64_t, const Trained*> by_pos;
+        for (const Trained& t : durable) by_pos[t.pos] = &t;
+        for (std::uint64_t j = 0; j < P; ++j) {
+            std::uint64_t covered = 0;
+            const Trained* any = nullptr;
+            for (std::uint64_t p = first[j]; p < first[j + 1]; ++p) {
+                auto it = by_pos.find(p);
+                if (it == by_pos.end()) continue;
+                ++covered;
+                if (!any || !it->second->rejected) any = it->second;
+            }
+            if (covered == 0) continue;
+            if (covered != first[j + 1] - first[j])
+                fail("ledger '{}': the train logs hold {} of the {} samples of plan slot {} (positions {}..{}): they "
+                     "were written with another packing plan ([ring] slot_tokens, max_samples_per_slot, or the data "
+                     "set changed); start over in another run directory", name, covered, first[j + 1] - first[j], j,
+                     first[j], first[j + 1] - 1);
+            slots[j].store(make(EntryState::Durable, trained_payload(any->rank, any->step)), memory_order_relaxed);
+        }
+        for (std::uint32_t r = 0; r < kMaxRanks; ++r) h->need[r].j.store(0, memory_order_relaxed);
         std::memcpy(h->magic, kMagic, sizeof kMagic);
     };
     Ledger l;
-    l.region_ = shm::Region::create(name, bytes, HugePages::Off, false, init);
+    l.region_ = shm::Region::create(name, off.bytes, HugePages::Off, false, init);
     l.header_ = reinterpret_cast<LedgerHeader*>(l.region_->base());
+    l.first_ = reinterpret_cast<const std::uint64_t*>(l.region_->base() + kPlanOffset);
+    l.slots_ = reinterpret_cast<std::atomic<std::uint64_t>*>(l.region_->base() + off.slots);
+    l.entries_ = reinterpret_cast<std::atomic<std::uint64_t>*>(l.region_->base() + off.entries);
     l.info_ = info;
     return l;
 }
@@ -159,11 +240,18 @@ Ledger Ledger::attach(std::string_view name, const LedgerInfo* expected, const R
     auto* h = reinterpret_cast<LedgerHeader*>(l.region_->base());
     const std::string& path = l.region_->info().path;
     if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0) fail("{} is not an hsring ledger (bad magic)", path);
-    if (h->version != kVersion) fail("ledger {} has version {}, this hsring uses {}: remove it (hsring ring rm)", path, h->version, kVersion);
-    if (kEntriesOffset + h->total * 8 > l.region_->size()) fail("ledger {} is truncated", path);
+    if (h->version != kVersion)
+        fail("ledger {} has version {}, this hsring uses {}: remove it (hsring ring rm {})", path, h->version, kVersion,
+             name.substr(0, name.size() - std::string_view("-ledger").size()));
+    const Offsets off = Offsets::of(h->plan_slots, h->total);
+    if (off.slots != h->slots_offset || off.entries != h->entries_offset || off.bytes > l.region_->size())
+        fail("ledger {} is truncated or damaged", path);
     l.header_ = h;
+    l.first_ = reinterpret_cast<const std::uint64_t*>(l.region_->base() + kPlanOffset);
+    l.slots_ = reinterpret_cast<std::atomic<std::uint64_t>*>(l.region_->base() + off.slots);
+    l.entries_ = reinterpret_cast<std::atomic<std::uint64_t>*>(l.region_->base() + off.entries);
     l.info_ = LedgerInfo{h->fingerprint, h->samples, static_cast<std::uint32_t>(h->epochs), h->seed, h->shuffle != 0,
-                         h->dataset_samples, h->nnodes, h->node_rank, h->tokens_per_epoch};
+                         h->dataset_samples, h->nnodes, h->node_rank, h->tokens_per_epoch, h->drafter_ranks};
     if (tag) {
         const RunTag found = h->tag.load();
         if (!tag->differences(found).empty())
@@ -197,66 +285,92 @@ Ledger::~Ledger() = default;
 
 std::atomic<std::uint64_t>& Ledger::entry(std::uint64_t pos) const {
     HSRING_ASSERT(pos < info_.total(), "ledger position {} out of range {}", pos, info_.total());
-    return reinterpret_cast<std::atomic<std::uint64_t>*>(region_->base() + kEntriesOffset)[pos];
+    return entries_[pos];
 }
+
+std::atomic<std::uint64_t>& Ledger::slot(std::uint64_t j) const {
+    HSRING_ASSERT(j < header_->plan_slots, "plan slot {} out of range {}", j, header_->plan_slots);
+    return slots_[j];
+}
+
+std::uint64_t Ledger::plan_slots() const { return header_->plan_slots; }
+std::uint64_t Ledger::first(std::uint64_t j) const {
+    HSRING_ASSERT(j <= header_->plan_slots);
+    return first_[j];
+}
+std::vector<std::uint64_t> Ledger::plan() const { return {first_, first_ + header_->plan_slots + 1}; }
 
 // --- targets -------------------------------------------------------------------------------
 
-std::optional<std::uint64_t> Ledger::take(std::uint64_t ticket) {
+std::optional<std::uint64_t> Ledger::take_slot(std::uint64_t ticket, std::uint64_t end) {
     const std::uint64_t in_slot = make(EntryState::InSlot, ticket);
-    auto try_take = [&](std::uint64_t p) {
-        std::uint64_t e = entry(p).load(memory_order_relaxed);
-        return state_of(e) == EntryState::Pending && entry(p).compare_exchange_strong(e, in_slot, memory_order_acq_rel);
-    };
-    const std::uint64_t total = info_.total();
+    const std::uint64_t P = header_->plan_slots;
+    end = std::min(end, P);
     for (;;) {
         std::uint64_t lw = header_->low_water.load(memory_order_acquire);
-        std::uint64_t cur = header_->cursor.load(memory_order_acquire);
-        if (lw_pos(lw) < cur) {
-            // Positions below the cursor that went back to PENDING.
-            for (std::uint64_t p = lw_pos(lw); p < cur; ++p)
-                if (try_take(p)) return p;
-            // Nothing there: move the mark up, unless a re-pend changed it meanwhile (then its
-            // generation moved on, this CAS fails and the scan runs again from the new mark).
-            header_->low_water.compare_exchange_strong(lw, lw_make(lw_gen(lw), cur), memory_order_acq_rel);
-            continue;
-        }
-        if (cur >= total) {
-            // Everything was handed out. A position re-pended by a process killed between its CAS
-            // and lowering the mark is PENDING below the mark, where no scan looks: sweep for it now
-            // and then (cheap: once a second, and only on this idle path).
+        std::uint64_t j = lw_pos(lw);
+        // Below the first PENDING slot nothing is PENDING: move the mark up, unless a re-issue
+        // changed it meanwhile (then its generation moved on and this CAS fails; harmless).
+        while (j < P && state_of(slot(j).load(memory_order_acquire)) != EntryState::Pending) ++j;
+        if (j != lw_pos(lw)) header_->low_water.compare_exchange_strong(lw, lw_make(lw_gen(lw), j), memory_order_acq_rel);
+        if (j >= P) {
+            // Everything is handed out. A plan slot re-pended by a process killed between its CAS
+            // and lowering the mark is PENDING below the mark, where no scan looks: sweep for it
+            // now and then (cheap: once a second, and only on this idle path).
             const auto now = std::chrono::steady_clock::now();
             if (now - last_sweep_ < kSweepEvery) return std::nullopt;
             last_sweep_ = now;
-            std::uint64_t p = 0;
-            while (p < total && state_of(entry(p).load(memory_order_relaxed)) != EntryState::Pending) ++p;
-            if (p == total) return std::nullopt;
-            log::debug("ledger: position {} was PENDING below the low-water mark: found by a sweep", p);
-            lower_low_water(p);
+            std::uint64_t k = 0;
+            while (k < P && state_of(slot(k).load(memory_order_relaxed)) != EntryState::Pending) ++k;
+            if (k == P) return std::nullopt;
+            log::debug("ledger: plan slot {} was PENDING below the low-water mark: found by a sweep", k);
+            lower_low_water(k);
             continue;
         }
-        if (header_->cursor.compare_exchange_weak(cur, cur + 1, memory_order_acq_rel) && try_take(cur)) return cur;
+        for (; j < end; ++j) {
+            std::uint64_t w = slot(j).load(memory_order_acquire);
+            if (state_of(w) != EntryState::Pending || !slot(j).compare_exchange_strong(w, in_slot, memory_order_acq_rel))
+                continue;
+            // Ours. Its samples follow (a PENDING slot's samples are PENDING, or REJECTED for good).
+            for (std::uint64_t p = first_[j]; p < first_[j + 1]; ++p) {
+                std::uint64_t e = entry(p).load(memory_order_acquire);
+                if (state_of(e) == EntryState::Rejected) continue;
+                if (state_of(e) != EntryState::Pending || !entry(p).compare_exchange_strong(e, in_slot, memory_order_acq_rel))
+                    fail("ledger: sample position {} of plan slot {} is {} while the slot was PENDING: the ledger is "
+                         "inconsistent; stop the run and rebuild it from the checkpoint (hsring ring rm, then hsring run)",
+                         p, j, to_string(state_of(entry(p).load())));
+            }
+            return j;
+        }
+        return std::nullopt;
     }
 }
 
-void Ledger::lower_low_water(std::uint64_t pos) {
-    std::uint64_t lw = header_->low_water.load(memory_order_acquire);
-    while (!header_->low_water.compare_exchange_weak(lw, lw_make(lw_gen(lw) + 1, std::min(lw_pos(lw), pos)),
-                                                     memory_order_acq_rel)) {
-    }
+bool Ledger::reject(std::uint64_t pos, std::uint64_t ticket, RejectReason reason) {
+    std::uint64_t expected = make(EntryState::InSlot, ticket);
+    return entry(pos).compare_exchange_strong(expected, make(EntryState::Rejected, static_cast<std::uint64_t>(reason)),
+                                              memory_order_acq_rel);
+}
+
+std::uint64_t Ledger::window_base() const {
+    std::uint64_t base = header_->plan_slots;
+    for (std::uint32_t r = 0; r < header_->drafter_ranks; ++r)
+        base = std::min(base, header_->need[r].j.load(memory_order_acquire));
+    return base;
+}
+
+void Ledger::wake_takers() {
     header_->pending_seq.fetch_add(1, memory_order_seq_cst);
     if (header_->pending_waiters.load(memory_order_seq_cst) > 0) shm::futex_wake_all(header_->pending_seq);
 }
 
-bool Ledger::to_pending(std::uint64_t pos, std::uint64_t expected) {
-    // Entry first, then the mark: a taker that sees the new mark also sees the PENDING entry.
-    if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Pending), memory_order_acq_rel)) return false;
-    hook("repend.cas");
-    lower_low_water(pos);
-    return true;
+void Ledger::lower_low_water(std::uint64_t j) {
+    std::uint64_t lw = header_->low_water.load(memory_order_acquire);
+    while (!header_->low_water.compare_exchange_weak(lw, lw_make(lw_gen(lw) + 1, std::min(lw_pos(lw), j)),
+                                                     memory_order_acq_rel)) {
+    }
+    wake_takers();
 }
-
-bool Ledger::untake(std::uint64_t pos, std::uint64_t ticket) { return to_pending(pos, make(EntryState::InSlot, ticket)); }
 
 void Ledger::wait_pending(std::chrono::milliseconds timeout) {
     const std::uint32_t seen = header_->pending_seq.load(memory_order_seq_cst);
@@ -268,36 +382,74 @@ void Ledger::wait_pending(std::chrono::milliseconds timeout) {
 
 // --- reclaim / drafter ---------------------------------------------------------------------
 
+std::uint64_t Ledger::repend_slot(std::uint64_t j, std::uint64_t expected, bool any_in_slot) {
+    // Samples first, then the slot: a taker that sees the slot PENDING finds its samples PENDING.
+    // A process killed midway leaves the slot word as it was; whoever re-pends it again finishes.
+    // Only samples in the slot's own word move: a reclaimer racing a new take of the same plan slot
+    // (under another ticket) leaves the new take alone. any_in_slot: the slot is CONSUMED or
+    // DURABLE (nobody else can take it), so samples still IN_SLOT from a consume cut short by a
+    // kill are its own too.
+    std::uint64_t n = 0;
+    for (std::uint64_t p = first_[j]; p < first_[j + 1]; ++p) {
+        std::uint64_t e = entry(p).load(memory_order_acquire);
+        const bool own = e == expected || (trained(expected) && trained(e) && (e & kPayloadMask) == (expected & kPayloadMask));
+        if (!own && !(any_in_slot && state_of(e) == EntryState::InSlot)) continue;
+        if (entry(p).compare_exchange_strong(e, make(EntryState::Pending), memory_order_acq_rel)) ++n;
+    }
+    if (!slot(j).compare_exchange_strong(expected, make(EntryState::Pending), memory_order_acq_rel)) return n;
+    hook("repend.cas");
+    lower_low_water(j);
+    return n;
+}
+
 std::uint64_t Ledger::repend_ticket(std::uint64_t ticket) {
     if (ticket == 0) return 0;
     const std::uint64_t in_slot = make(EntryState::InSlot, ticket);
     std::uint64_t n = 0;
-    // Positions of one slot were taken close together, but a re-pended one can sit anywhere below
-    // the cursor: scan everything handed out so far (milliseconds for millions of entries).
-    const std::uint64_t cur = std::min(header_->cursor.load(memory_order_acquire), info_.total());
-    for (std::uint64_t p = 0; p < cur; ++p)
-        if (entry(p).load(memory_order_relaxed) == in_slot && to_pending(p, in_slot)) ++n;
+    for (std::uint64_t j = 0; j < header_->plan_slots; ++j)
+        if (slot(j).load(memory_order_relaxed) == in_slot) n += repend_slot(j, in_slot, false);
     if (n) log::debug("ledger: {} samples of reclaimed slot ticket {} go back to PENDING", n, ticket);
     return n;
 }
 
-bool Ledger::consume(std::uint64_t pos, std::uint64_t ticket, std::uint32_t rank, std::uint64_t step) {
-    std::uint64_t expected = make(EntryState::InSlot, ticket);
-    if (!entry(pos).compare_exchange_strong(expected, make(EntryState::Consumed, consumed_payload(rank, step)),
-                                            memory_order_acq_rel))
-        return false;
+void Ledger::set_need(std::uint32_t rank, std::uint64_t j) {
+    HSRING_ASSERT(rank < kMaxRanks, "drafter rank {}", rank);
+    if (header_->need[rank].j.exchange(j, memory_order_acq_rel) != j) wake_takers();  // the window moved
+}
+
+std::uint64_t Ledger::need(std::uint32_t rank) const { return header_->need[rank].j.load(memory_order_acquire); }
+
+bool Ledger::consume_slot(std::uint64_t j, std::uint64_t ticket, std::uint32_t rank, std::uint64_t step) {
+    const std::uint64_t in_slot = make(EntryState::InSlot, ticket), done = make(EntryState::Consumed, trained_payload(rank, step));
+    std::uint64_t expected = in_slot;
+    if (!slot(j).compare_exchange_strong(expected, done, memory_order_acq_rel)) return false;
     hook("consume.cas");
-    header_->consumed[rank].n.fetch_add(1, memory_order_relaxed);
+    // A kill from here on leaves some samples IN_SLOT(ticket) under a CONSUMED slot: recover()
+    // re-issues the slot whole.
+    for (std::uint64_t p = first_[j]; p < first_[j + 1]; ++p) {
+        std::uint64_t e = in_slot;
+        entry(p).compare_exchange_strong(e, done, memory_order_acq_rel);
+    }
     return true;
+}
+
+std::uint64_t Ledger::durable_slot(std::uint64_t j, std::uint64_t w) {
+    // Samples first: a slot that reads DURABLE has durable samples.
+    const std::uint64_t d = make(EntryState::Durable, w & kPayloadMask);
+    std::uint64_t n = 0;
+    for (std::uint64_t p = first_[j]; p < first_[j + 1]; ++p) {
+        std::uint64_t e = w;
+        if (entry(p).compare_exchange_strong(e, d, memory_order_acq_rel)) ++n;
+    }
+    slot(j).compare_exchange_strong(w, d, memory_order_acq_rel);
+    return n;
 }
 
 std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
     std::uint64_t n = 0;
-    for (std::uint64_t p = 0; p < info_.total(); ++p) {
-        std::uint64_t e = entry(p).load(memory_order_relaxed);
-        if (state_of(e) == EntryState::Consumed && consumed_rank(e) == rank && consumed_step(e) <= step &&
-            entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
-            ++n;
+    for (std::uint64_t j = 0; j < header_->plan_slots; ++j) {
+        const std::uint64_t w = slot(j).load(memory_order_acquire);
+        if (state_of(w) == EntryState::Consumed && rank_of(w) == rank && step_of(w) <= step) n += durable_slot(j, w);
     }
     return n;
 }
@@ -305,26 +457,14 @@ std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
 Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     HSRING_ASSERT(rank < kMaxRanks, "drafter rank {}", rank);
     Recovery r;
-    std::uint64_t kept = 0;                      // rank's entries CONSUMED or DURABLE after the pass
-    std::uint64_t lowest_pending = info_.total();  // any rank's
-    for (std::uint64_t p = 0; p < info_.total(); ++p) {
-        std::uint64_t e = entry(p).load(memory_order_relaxed);
-        const EntryState st = state_of(e);
-        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
-        if ((st != EntryState::Consumed && st != EntryState::Durable) || consumed_rank(e) != rank) continue;
-        if (consumed_step(e) <= step) {
-            ++kept;
-            if (st == EntryState::Consumed &&
-                entry(p).compare_exchange_strong(e, make(EntryState::Durable, e & kPayloadMask), memory_order_acq_rel))
-                ++r.durable;
-        } else if (to_pending(p, e)) {
-            ++r.repended;
-        }
+    for (std::uint64_t j = 0; j < header_->plan_slots; ++j) {
+        const std::uint64_t w = slot(j).load(memory_order_acquire);
+        if (!trained(w) || rank_of(w) != rank) continue;
+        if (step_of(w) > step) r.repended += repend_slot(j, w, true);
+        else if (state_of(w) == EntryState::Consumed) r.durable += durable_slot(j, w);
     }
-    // Recount: nobody else writes this rank's entries or its counter while it recovers.
-    header_->consumed[rank].n.store(kept, memory_order_relaxed);
-    // A position left PENDING above a mark that a killed process did not lower is found again.
-    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
+    // A plan slot left PENDING above a mark that a killed process did not lower is found again.
+    repair();
     return r;
 }
 
@@ -332,15 +472,20 @@ Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
 
 EntryState Ledger::state(std::uint64_t pos) const { return state_of(entry(pos).load(memory_order_acquire)); }
 
-Ledger::EntryView Ledger::view(std::uint64_t pos) const {
-    const std::uint64_t e = entry(pos).load(memory_order_acquire);
-    EntryView v{state_of(e)};
+namespace {
+Ledger::EntryView view_of(std::uint64_t e) {
+    Ledger::EntryView v{state_of(e)};
     if (v.state == EntryState::Consumed || v.state == EntryState::Durable) {
-        v.rank = consumed_rank(e);
-        v.step = consumed_step(e);
+        v.rank = rank_of(e);
+        v.step = step_of(e);
     }
+    if (v.state == EntryState::Rejected) v.reason = static_cast<RejectReason>(e & 0xff);
     return v;
 }
+} // namespace
+
+Ledger::EntryView Ledger::view(std::uint64_t pos) const { return view_of(entry(pos).load(memory_order_acquire)); }
+Ledger::EntryView Ledger::slot_view(std::uint64_t j) const { return view_of(slot(j).load(memory_order_acquire)); }
 
 LedgerCounts Ledger::counts() const {
     LedgerCounts c;
@@ -350,30 +495,20 @@ LedgerCounts Ledger::counts() const {
         case EntryState::InSlot: ++c.in_slot; break;
         case EntryState::Consumed: ++c.consumed; break;
         case EntryState::Durable: ++c.durable; break;
+        case EntryState::Rejected: ++c.rejected; break;
         }
     }
     return c;
 }
 
-std::uint64_t Ledger::consumed_or_durable() const {
-    std::uint64_t n = 0;
-    for (const auto& c : header_->consumed) n += c.n.load(memory_order_acquire);
-    return n;
+void Ledger::repair() {
+    for (std::uint64_t j = 0; j < header_->plan_slots; ++j)
+        if (state_of(slot(j).load(memory_order_relaxed)) == EntryState::Pending) {
+            lower_low_water(j);
+            return;
+        }
 }
 
-void Ledger::repair() {
-    std::uint64_t counts[kMaxRanks] = {};
-    std::uint64_t lowest_pending = info_.total();
-    for (std::uint64_t p = 0; p < info_.total(); ++p) {
-        const std::uint64_t e = entry(p).load(memory_order_relaxed);
-        const EntryState st = state_of(e);
-        if (st == EntryState::Pending && p < lowest_pending) lowest_pending = p;
-        if ((st == EntryState::Consumed || st == EntryState::Durable) && consumed_rank(e) < kMaxRanks)
-            ++counts[consumed_rank(e)];
-    }
-    for (std::uint32_t r = 0; r < kMaxRanks; ++r) header_->consumed[r].n.store(counts[r], memory_order_relaxed);
-    if (lowest_pending < info_.total()) lower_low_water(lowest_pending);
-}
 bool Ledger::done() const { return header_->done.load(memory_order_acquire) != 0; }
 void Ledger::set_done() {
     header_->done.store(1, memory_order_release);

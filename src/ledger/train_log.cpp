@@ -41,6 +41,11 @@ void TrainLog::trained(std::uint32_t inc, std::uint64_t step, std::span<const st
     if (buffer_.size() > (1u << 20)) flush();
 }
 
+void TrainLog::rejected(std::uint32_t inc, std::uint64_t step, std::span<const std::uint64_t> positions) {
+    for (std::uint64_t p : positions) fmt::format_to(std::back_inserter(buffer_), "X {} {} {}\n", inc, step, p);
+    if (buffer_.size() > (1u << 20)) flush();
+}
+
 void TrainLog::checkpoint(std::uint32_t inc, std::uint64_t step) {
     buffer_ += fmt::format("K {} {}\n", inc, step);
     sync();
@@ -67,6 +72,12 @@ void TrainLog::sync() {
 std::uint64_t LineageReport::missing() const {
     std::uint64_t n = 0;
     for (const auto& e : epochs) n += e.missing;
+    return n;
+}
+
+std::uint64_t LineageReport::rejected() const {
+    std::uint64_t n = 0;
+    for (const auto& e : epochs) n += e.rejected;
     return n;
 }
 
@@ -102,9 +113,9 @@ std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log,
             char kind = 0;
             unsigned long long inc = 0, step = 0, pos = 0;
             const int n = std::sscanf(buf, " %c %llu %llu %llu", &kind, &inc, &step, &pos);
-            if (n < 3 || (kind == 'T' && n < 4)) continue;  // a torn line
+            if (n < 3 || ((kind == 'T' || kind == 'X') && n < 4)) continue;  // a torn line
             if (kind == 'R') ++incarnations;
-            if (kind == 'R' || kind == 'T') lines.push_back({kind, step, pos});
+            if (kind == 'R' || kind == 'T' || kind == 'X') lines.push_back({kind, step, pos});
         }
         std::free(buf);
         std::fclose(in);
@@ -117,7 +128,7 @@ std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log,
             bound = std::min(bound, it->step);
         } else {
             ++records;
-            if (it->step <= bound) out.push_back({it->pos, rank, it->step});
+            if (it->step <= bound) out.push_back({it->pos, rank, it->step, it->kind == 'X'});
         }
     }
     if (report) {
@@ -129,11 +140,29 @@ std::vector<Ledger::Trained> surviving_records(const std::filesystem::path& log,
     return out;
 }
 
+namespace {
+// Per epoch (`per_epoch` counts each): once as trained = exactly once, once as rejected =
+// rejected, never = missing, more = more than once.
+void tally(LineageReport& r, const std::vector<std::uint32_t>& count, const std::vector<std::uint32_t>& rejected,
+           std::uint64_t per_epoch, std::uint32_t epochs, std::uint64_t final_step) {
+    r.final_step = final_step;
+    r.epochs.resize(epochs);
+    for (std::uint64_t p = 0; p < count.size(); ++p) {
+        EpochReport& e = r.epochs[p / per_epoch];
+        ++e.total;
+        if (count[p] == 0) ++e.missing;
+        else if (count[p] > 1) ++e.more_than_once;
+        else if (rejected[p]) ++e.rejected;
+        else ++e.exactly_once;
+    }
+}
+} // namespace
+
 LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_t final_step,
                              std::uint64_t dataset_samples, std::uint32_t epochs, std::uint64_t seed, bool shuffle) {
     LineageReport r;
     const std::uint64_t total = dataset_samples * epochs;
-    std::vector<std::uint32_t> count(total, 0);
+    std::vector<std::uint32_t> count(total, 0), rejected(total, 0);
     for (const LogOfMachine& m : logs) {
         data::ShardOrder order(dataset_samples, seed, shuffle, m.nnodes, m.node_rank);
         for (const Ledger::Trained& t : surviving_records(m.log, m.rank, final_step, &r)) {
@@ -141,18 +170,12 @@ LineageReport verify_lineage(const std::vector<LogOfMachine>& logs, std::uint64_
             if (epoch >= epochs)
                 fail("train log {}: position {} is outside the run's {} epochs of {} samples", m.log.string(), t.pos,
                      epochs, order.share());
-            ++count[epoch * dataset_samples + order.sample_of(t.pos)];
+            const std::uint64_t at = epoch * dataset_samples + order.sample_of(t.pos);
+            ++count[at];
+            if (t.rejected) ++rejected[at];
         }
     }
-    r.final_step = final_step;
-    r.epochs.resize(epochs);
-    for (std::uint64_t p = 0; p < total; ++p) {
-        EpochReport& e = r.epochs[p / dataset_samples];
-        ++e.total;
-        if (count[p] == 0) ++e.missing;
-        else if (count[p] == 1) ++e.exactly_once;
-        else ++e.more_than_once;
-    }
+    tally(r, count, rejected, dataset_samples, epochs, final_step);
     return r;
 }
 
@@ -160,23 +183,16 @@ LineageReport verify_positions(const std::vector<std::filesystem::path>& logs, s
                                std::uint64_t share, std::uint32_t epochs) {
     LineageReport r;
     const std::uint64_t total = share * epochs;
-    std::vector<std::uint32_t> count(total, 0);
+    std::vector<std::uint32_t> count(total, 0), rejected(total, 0);
     for (std::uint32_t rank = 0; rank < logs.size(); ++rank)
         for (const Ledger::Trained& t : surviving_records(logs[rank], rank, final_step, &r)) {
             if (t.pos >= total)
                 fail("train log {}: position {} is outside the run's {} epochs of {} samples", logs[rank].string(),
                      t.pos, epochs, share);
             ++count[t.pos];
+            if (t.rejected) ++rejected[t.pos];
         }
-    r.final_step = final_step;
-    r.epochs.resize(epochs);
-    for (std::uint64_t p = 0; p < total; ++p) {
-        EpochReport& e = r.epochs[p / share];
-        ++e.total;
-        if (count[p] == 0) ++e.missing;
-        else if (count[p] == 1) ++e.exactly_once;
-        else ++e.more_than_once;
-    }
+    tally(r, count, rejected, share, epochs, final_step);
     return r;
 }
 

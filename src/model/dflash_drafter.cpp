@@ -18,9 +18,6 @@
 namespace hsring::model {
 namespace {
 
-torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-}
 
 // DFlashLayerImpl::weights() order.
 enum LayerWeight : std::size_t { InputNorm, Q, K, V, O, QNorm, KNorm, PostNorm, Gate, Up, Down, kLayerWeights };
@@ -77,20 +74,24 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
 
-DFlashAttentionImpl::DFlashAttentionImpl(const DFlashConfig& c) {
+ProjectionImpl::ProjectionImpl(std::int64_t in, std::int64_t out, at::Device device) {
+    weight = register_parameter("weight", at::empty({out, in}, at::TensorOptions().dtype(at::kFloat).device(device)));
+}
+
+DFlashAttentionImpl::DFlashAttentionImpl(const DFlashConfig& c, at::Device device) {
     const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-    q_proj = register_module("q_proj", make_linear(c.hidden_size, q));
-    k_proj = register_module("k_proj", make_linear(c.hidden_size, kv));
-    v_proj = register_module("v_proj", make_linear(c.hidden_size, kv));
-    o_proj = register_module("o_proj", make_linear(q, c.hidden_size));
+    q_proj = register_module("q_proj", Projection(c.hidden_size, q, device));
+    k_proj = register_module("k_proj", Projection(c.hidden_size, kv, device));
+    v_proj = register_module("v_proj", Projection(c.hidden_size, kv, device));
+    o_proj = register_module("o_proj", Projection(q, c.hidden_size, device));
     q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps));
     k_norm = register_module("k_norm", RMSNorm(c.head_dim, c.rms_norm_eps));
 }
 
-DFlashMLPImpl::DFlashMLPImpl(const DFlashConfig& c) {
-    gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size));
-    up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size));
-    down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size));
+DFlashMLPImpl::DFlashMLPImpl(const DFlashConfig& c, at::Device device) {
+    gate_proj = register_module("gate_proj", Projection(c.hidden_size, c.intermediate_size, device));
+    up_proj = register_module("up_proj", Projection(c.hidden_size, c.intermediate_size, device));
+    down_proj = register_module("down_proj", Projection(c.intermediate_size, c.hidden_size, device));
 }
 
 at::Tensor DFlashMLPImpl::forward(const at::Tensor& x) const {
@@ -98,9 +99,9 @@ at::Tensor DFlashMLPImpl::forward(const at::Tensor& x) const {
     return dense(at::silu(gate) * dense(x, up_proj->weight), down_proj->weight);
 }
 
-DFlashLayerImpl::DFlashLayerImpl(const DFlashConfig& c) {
-    self_attn = register_module("self_attn", DFlashAttention(c));
-    mlp = register_module("mlp", DFlashMLP(c));
+DFlashLayerImpl::DFlashLayerImpl(const DFlashConfig& c, at::Device device) {
+    self_attn = register_module("self_attn", DFlashAttention(c, device));
+    mlp = register_module("mlp", DFlashMLP(c, device));
     input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
     post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -115,8 +116,8 @@ std::vector<at::Tensor> DFlashLayerImpl::weights() const {
 DFlashDrafterImpl::DFlashDrafterImpl(DFlashConfig c, std::uint64_t seed, at::Device device) : config_(std::move(c)) {
     config_.validate("DFlash drafter");
     layers = register_module("layers", torch::nn::ModuleList());
-    for (std::int64_t i = 0; i < config_.num_layers; ++i) layers->push_back(DFlashLayer(config_));
-    fc = register_module("fc", make_linear(config_.num_context_layers() * config_.hidden_size, config_.hidden_size));
+    for (std::int64_t i = 0; i < config_.num_layers; ++i) layers->push_back(DFlashLayer(config_, device));
+    fc = register_module("fc", Projection(config_.num_context_layers() * config_.hidden_size, config_.hidden_size, device));
     hidden_norm = register_module("hidden_norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
     norm = register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
     to(device);

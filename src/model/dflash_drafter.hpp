@@ -35,25 +35,36 @@ public:
 };
 TORCH_MODULE(RMSNorm);
 
+// A linear map without bias, y = x W^T: only its weight [out, in], made on `device` and left
+// uninitialised (the drafter draws every weight itself, seeded). torch::nn::Linear would first fill
+// it on the CPU with its own init: ~8 s for the 1 B parameters of a 5-layer drafter at Qwen3-8B
+// dims, at every drafter start.
+class ProjectionImpl : public torch::nn::Module {
+public:
+    ProjectionImpl(std::int64_t in, std::int64_t out, at::Device device);
+    at::Tensor weight;
+};
+TORCH_MODULE(Projection);
+
 class DFlashAttentionImpl : public torch::nn::Module {
 public:
-    explicit DFlashAttentionImpl(const DFlashConfig& c);
-    torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+    DFlashAttentionImpl(const DFlashConfig& c, at::Device device);
+    Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
     RMSNorm q_norm{nullptr}, k_norm{nullptr};
 };
 TORCH_MODULE(DFlashAttention);
 
 class DFlashMLPImpl : public torch::nn::Module {
 public:
-    explicit DFlashMLPImpl(const DFlashConfig& c);
+    DFlashMLPImpl(const DFlashConfig& c, at::Device device);
     at::Tensor forward(const at::Tensor& x) const;
-    torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+    Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(DFlashMLP);
 
 class DFlashLayerImpl : public torch::nn::Module {
 public:
-    explicit DFlashLayerImpl(const DFlashConfig& c);
+    DFlashLayerImpl(const DFlashConfig& c, at::Device device);
     // The parameters the layer's forward reads, in the order dflash_drafter.cpp's LayerWeight names.
     std::vector<at::Tensor> weights() const;
     DFlashAttention self_attn{nullptr};
@@ -94,7 +105,7 @@ public:
     const DFlashConfig& config() const { return config_; }
 
     torch::nn::ModuleList layers{nullptr};
-    torch::nn::Linear fc{nullptr};
+    Projection fc{nullptr};
     RMSNorm hidden_norm{nullptr}, norm{nullptr};
 
 private:

@@ -18,10 +18,15 @@ DFlashStepFlops dflash_step_flops(const DFlashConfig& c, std::int64_t context_to
                              3 * gemm_flops(rows, h, c.intermediate_size);
     f.layers = n * 3 * per_layer;
     f.context_kv = n * 3 * 2 * gemm_flops(t, h, kv);
-    double attn = 0;
+    // Useful: each block's rows against the keys its mask lets through (context before its
+    // anchor, its own block). Computed: each group's rows against all of the group's keys.
+    double useful = 0, computed = 0;
+    for (std::size_t b = 0; b < anchors.size(); ++b)
+        useful += 2 * gemm_flops(c.num_heads * c.block_size, c.head_dim, anchors[b] - seq_begin[b] + c.block_size);
     for (const auto& g : block_groups(anchors, seq_begin, c.block_size, layout))
-        attn += 2 * gemm_flops(c.num_heads * g.rows, c.head_dim, g.key_len);  // QK^T, then PV
-    f.attention = n * 3 * attn;
+        computed += 2 * gemm_flops(c.num_heads * g.rows, c.head_dim, g.key_len);  // QK^T, then PV
+    f.attention = n * 3 * useful;
+    f.attention_padded = n * 3 * (computed - useful);
     f.fc = 2 * gemm_flops(t, c.num_context_layers() * h, h);
     f.lm_head = 2 * gemm_flops(scored_rows, h, c.vocab_size);
     return f;

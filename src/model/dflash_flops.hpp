@@ -10,9 +10,14 @@
 //               block rows; backward = 2 x forward (input and weight gradients)
 //   context_kv  N x 3 x 2T(2*H*Hkv*D)          k/v projections of the fused context rows (the
 //               context gets a gradient: fc and hidden_norm are trained)
-//   attention   N x 3 x sum over groups 2 x 2(Hq*rows_g)(key_len_g)D   QK^T and PV over each
-//               group's keys as computed: the context prefix, the group's blocks and the padding
-//               to a multiple of 256 (attention.hpp); backward = 2 x forward
+//   attention   N x 3 x sum over blocks 2 x 2(Hq*B)(keys_b)D   QK^T and PV over the keys each
+//               block's rows see: keys_b = its context before the anchor + its own B rows;
+//               backward = 2 x forward
+//   attention_padded   N x 3 x sum over groups 2 x 2(Hq*rows_g)(key_len_g)D - attention: what
+//               the kernels compute beyond that (attention.hpp's groups: each row against the
+//               group's whole context prefix and blocks, keys padded to a multiple of 256). Work
+//               done, not useful work: not in total() (it was until 2026-12, ~12-14% of the
+//               reported TFLOP/s with 256-block groups at the recipe shape)
 //   fc          2 x 2T(L*H)H                   forward + weight gradient (the captured hidden
 //               states need no gradient)
 //   lm_head     2 x 2S*H*V                     logits + d(hidden) of the scored rows only (the
@@ -28,7 +33,11 @@ namespace hsring::model {
 
 struct DFlashStepFlops {
     double layers = 0, context_kv = 0, attention = 0, fc = 0, lm_head = 0;
+    double attention_padded = 0;  // computed over keys no row sees (see above); not in total()
+    // The useful work (what TFLOP/s is counted from).
     double total() const { return layers + context_kv + attention + fc + lm_head; }
+    // What the kernels compute: the useful work and the padded attention.
+    double computed() const { return total() + attention_padded; }
 };
 
 // anchors / seq_begin as in DFlashBlocks; layout = DFlashLossOptions::attention.

@@ -7,11 +7,12 @@
 // 315 ms step at the recipe shape on an H200, 1.05 B parameters). ATen's fused multi-tensor AdamW
 // (what torch.optim.AdamW(fused=True) calls) reads param, grad and both moments once and writes
 // three of them: 28 B. The divide and the clip ride along as its grad_scale (the kernel divides
-// each gradient by it), so the only other pass is the norm (4 B), and nothing waits for the device.
+// each gradient by it), so the only other pass is the norm (4 B), read once on the host to skip a
+// non-finite step.
 //
 // The state stays torch::optim::AdamW's (AdamWParamState per parameter, created as its step()
-// would): checkpoints (torch::save of the optimizer), snapshots and the gang's broadcast read and
-// write it as before, and the lr schedule sets its param group's lr.
+// would): checkpoints, snapshots and the gang's broadcast read and write it, and the lr schedule
+// sets its param group's lr.
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -27,8 +28,10 @@ public:
     // AdamW with the group's current options. The gradients are left scaled or not (the kernel
     // may write them back): clear them (zero_grad) before the next backward. Parameters without a
     // gradient are skipped (no step counted), as torch's AdamW does.
+    // A norm that is not finite (a NaN or inf gradient) changes nothing at all: no weight, moment
+    // or step count moves (the norm is read once, on the host, to decide).
     // Returns the norm after the division, before the clip: a 0-dim fp32 tensor on the
-    // parameters' device (reading it waits for the step). Undefined if no parameter had a gradient.
+    // parameters' device. Undefined if no parameter had a gradient.
     at::Tensor step(double divisor, double clip);
 
 private:

@@ -22,9 +22,15 @@ inline kernels::Dtype dtype(at::ScalarType t) {
 
 inline void* stream(const at::Tensor& on) { return c10::cuda::getCurrentCUDAStream(on.device().index()).stream(); }
 
-// rc: what a launcher returned; what: the kernel and its shape, for the message.
-template <typename... Args> void check(int rc, fmt::format_string<Args...> what, Args&&... args) {
-    if (rc != 0) fail("{}: {}", fmt::format(what, std::forward<Args>(args)...), kernels::error_string(rc));
+// st: what a launcher returned; what: the kernel and its shape, for the message. An error pending
+// from earlier work is said to be that, not this kernel's failure.
+template <typename... Args> void check(kernels::LaunchStatus st, fmt::format_string<Args...> what, Args&&... args) {
+    if (st.ok()) return;
+    const std::string kernel = fmt::format(what, std::forward<Args>(args)...);
+    if (st.earlier)
+        fail("{}: not launched: a CUDA error of earlier work was pending on this device (not this kernel's; "
+             "CUDA_LAUNCH_BLOCKING=1 shows where it arose): {}", kernel, kernels::error_string(st.error));
+    fail("{}: {}", kernel, kernels::error_string(st.error));
 }
 
 } // namespace hsring::model::kernel_call

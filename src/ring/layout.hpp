@@ -21,8 +21,9 @@
 //  metas    ├───────────────────────────────────────────────────────────────┤
 //           │ slot 0 metadata: SlotMetaHeader (+ 192 B of transport words)  │
 //           │   | sample_ids[max_samples] u64                               │
-//           │   | seq_lens[max_samples] u32 | token_ids[slot_tokens] i32    │
-//           │   | loss_mask[slot_tokens] u8    (meta_stride bytes, 4 KiB al.)│
+//           │   | seq_lens[max_samples] u32 | sample_flags[max_samples] u8 │
+//           │   | token_ids[slot_tokens] i32 | loss_mask[slot_tokens] u8    │
+//           │     (meta_stride bytes, 4 KiB aligned)                        │
 //           │ slot 1 metadata ...                                           │
 //  payloads ├───────────────────────────────────────────────────────────────┤ 2 MiB aligned
 //           │ slot 0 payload [n_layers][slot_tokens][hidden] (slot_stride)  │
@@ -48,7 +49,8 @@ namespace hsring::ring_detail {
 inline constexpr char kMagic[8] = {'H', 'S', 'R', 'I', 'N', 'G', '\0', '\1'};
 // 2: the run tag (whose ring it is) in the header; owner entries being joined carry the joiner's pid.
 // 3: READY_PEER / READY_BOTH states, the READY word of a commit, transport words in the metadata.
-inline constexpr std::uint32_t kVersion = 3;
+// 4: per-sample flags in the metadata (a target's rejected samples).
+inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::uint32_t kMaxOwners = 128;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kHeaderBytes = 4096;
@@ -182,7 +184,7 @@ static_assert(std::is_standard_layout_v<SlotMetaHeader>);
 
 // Offsets of the metadata arrays inside one slot's metadata block.
 struct MetaLayout {
-    std::uint64_t sample_ids, seq_lens, token_ids, loss_mask, stride;
+    std::uint64_t sample_ids, seq_lens, sample_flags, token_ids, loss_mask, stride;
     static MetaLayout of(const RingGeometry& g);
 };
 

@@ -120,7 +120,8 @@ MetaLayout MetaLayout::of(const RingGeometry& g) {
     MetaLayout m{};
     m.sample_ids = align_up(sizeof(SlotMetaHeader), 8);
     m.seq_lens = m.sample_ids + 8ull * g.max_samples;
-    m.token_ids = align_up(m.seq_lens + 4ull * g.max_samples, 8);
+    m.sample_flags = m.seq_lens + 4ull * g.max_samples;
+    m.token_ids = align_up(m.sample_flags + g.max_samples, 8);
     m.loss_mask = m.token_ids + 4ull * g.slot_tokens;
     m.stride = align_up(m.loss_mask + g.slot_tokens, kMetaAlign);
     return m;
@@ -168,6 +169,7 @@ std::span<std::uint64_t> SlotMeta::sample_ids() { return meta_array<std::uint64_
 std::span<std::uint32_t> SlotMeta::seq_lens() { return meta_array<std::uint32_t>(h_, MetaLayout::of(*g_).seq_lens, g_->max_samples); }
 std::span<std::int32_t> SlotMeta::token_ids() { return meta_array<std::int32_t>(h_, MetaLayout::of(*g_).token_ids, g_->slot_tokens); }
 std::span<std::uint8_t> SlotMeta::loss_mask() { return meta_array<std::uint8_t>(h_, MetaLayout::of(*g_).loss_mask, g_->slot_tokens); }
+std::span<std::uint8_t> SlotMeta::sample_flags() { return meta_array<std::uint8_t>(h_, MetaLayout::of(*g_).sample_flags, g_->max_samples); }
 
 // --- handles -----------------------------------------------------------------------------
 
@@ -468,21 +470,21 @@ bool Ring::finish_write(std::uint32_t slot, bool commit) {
     return true;
 }
 
-std::optional<ReadSlot> Ring::acquire(std::chrono::milliseconds timeout) {
+std::optional<ReadSlot> Ring::acquire(std::chrono::milliseconds timeout, const SlotFilter& want) {
     HSRING_ASSERT(owner_index_ >= 0, "acquire() before join()");
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     const std::uint32_t n = header_->slot_count;
     const std::uint64_t mine = make_word(SlotState::Reading, self_);
     for (;;) {
         const std::uint32_t seen = header_->ready_seq.load(memory_order_seq_cst);
-        // The oldest READY slot (lowest ticket), so no slot starves behind newer ones.
+        // The oldest READY slot (lowest ticket) that is wanted, so no slot starves behind newer ones.
         std::uint32_t best = n;
         std::uint64_t best_ticket = std::numeric_limits<std::uint64_t>::max(), best_word = 0;
         for (std::uint32_t s = 0; s < n; ++s) {
             const std::uint64_t w = control(s).word.load(memory_order_acquire);
             if (word_state(w) != SlotState::Ready) continue;
             const std::uint64_t t = control(s).ticket.load(memory_order_relaxed);
-            if (t < best_ticket) {
+            if (t < best_ticket && (!want || want(meta(s)))) {
                 best_ticket = t;
                 best = s;
                 best_word = w;
@@ -496,6 +498,13 @@ std::optional<ReadSlot> Ring::acquire(std::chrono::milliseconds timeout) {
                 continue;
             }
             if (!transition(best, best_word, mine)) continue;  // another reader won it: rescan
+            // A host READY word carries no owner: between our scan and our CAS the slot may have been
+            // read, freed, written and committed again (ABA). Another commit is not the one we chose
+            // (nor necessarily one we want): give it back exactly as it was and look again.
+            if (want && control(best).ticket.load(memory_order_acquire) != best_ticket) {
+                transition(best, mine, best_word);
+                continue;
+            }
             const std::uint32_t d = control(best).deliveries.fetch_add(1, memory_order_relaxed);
             if (d > 0) header_->redeliveries.fetch_add(1, memory_order_relaxed);
             hook("acquire");

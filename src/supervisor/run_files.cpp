@@ -78,6 +78,10 @@ void write_run_record(const RunFiles& files, const RunRecord& r) {
         {"node_rank", r.node_rank},
         {"drafters", r.drafters},
         {"max_steps", r.max_steps},
+        {"name", r.name},
+        {"master_addr", r.master_addr},
+        {"master_port", r.master_port},
+        {"identity", r.identity},
         {"started", r.started},
         {"supervisor_pid", r.supervisor_pid},
         {"supervisor_start_ticks", r.supervisor_start_ticks},
@@ -114,6 +118,19 @@ RunRecord read_run_record(const fs::path& file) {
     r.node_rank = j.value("node_rank", 0u);
     r.drafters = j.value("drafters", 1u);
     r.max_steps = j.value("max_steps", std::uint64_t{0});
+    // Absent before they were recorded: unknown, compared only where both machines know them.
+    try {
+        r.name = j.value("name", std::string());
+        r.master_addr = j.value("master_addr", std::string());
+        r.master_port = j.value("master_port", 0u);
+    } catch (const json::exception& e) {
+        fail("{}: \"name\", \"master_addr\" or \"master_port\": {}", file.string(), e.what());
+    }
+    if (j.contains("identity")) {
+        r.identity = j["identity"];
+        if (!r.identity.is_object() && !r.identity.is_null())
+            fail("{}: \"identity\" is not a JSON object (was it written by `hsring run`?)", file.string());
+    }
     if (r.nnodes == 0 || r.node_rank >= r.nnodes || r.drafters == 0)
         fail("{}: machine {} of {} with {} drafters is not a valid place in a run", file.string(), r.node_rank,
              r.nnodes, r.drafters);

@@ -10,6 +10,8 @@
 //   RUN_DIR/train-log.<rank>.txt  each local drafter rank's train log (include/hsring/train_log.hpp)
 #include "hsring/ledger.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -72,6 +74,12 @@ struct RunRecord {
     std::uint32_t nnodes = 1, node_rank = 0;  // this machine's place in the run
     std::uint32_t drafters = 1;               // drafter ranks on this machine (train-log.<rank>.txt)
     std::uint64_t max_steps = 0;              // [train] max_steps: > 0 ends the run before every epoch
+    // Which run this machine belongs to, for `hsring ledger verify` over several machines' run dirs
+    // (DESIGN.md invariant 8). Empty / 0 / null in a run.json of an older hsring: unknown.
+    std::string name;               // [run] name (machines sharing a host need names of their own)
+    std::string master_addr;        // the master as this machine reaches it
+    std::uint32_t master_port = 0;  // the rendezvous port: the same on every machine of a run
+    nlohmann::json identity;        // run_identity(): what the machines must agree on at rendezvous
     std::string started;    // ISO 8601, local time
     pid_t supervisor_pid = 0;
     std::uint64_t supervisor_start_ticks = 0;

@@ -13,8 +13,41 @@ namespace hsring::supervisor {
 
 namespace {
 
+// An existing ring that this run cannot attach (another layout, another run's) is suggested to
+// `--fresh` only when --fresh can remove it: a ring that a live process uses, or one that cannot
+// be read (another user's, damaged, another version), is refused by --fresh too (check_unused).
+// So who uses the ring is asked first, and the hint fits what was found.
+void refuse_ring_in_use(const RunMemoryPlan& plan) {
+    const std::string& name = plan.ring_name;
+    std::vector<OwnerInfo> users;
+    RunTag found;
+    try {
+        const Ring probe = Ring::attach(name);
+        users = probe.live_users();
+        found = probe.tag();  // its layout hash too: another layout is "another run" here
+    } catch (const Error& e) {
+        fail("{}\n  (`hsring run --fresh` cannot remove this ring either: it removes only a ring that it can read and "
+             "that no live process uses)", e.what());
+    }
+    if (users.empty()) return;
+    std::string list;
+    for (const auto& u : users) list += fmt::format("{}{} (pid {})", list.empty() ? "" : ", ", u.name, u.owner.pid);
+    const std::string dir = found.run_dir.empty() ? "DIR" : found.run_dir;
+    const std::string other = plan.tag.differences(found);
+    if (other.empty())
+        // The same run dir, so the same run; but its supervisor may still be alive (another
+        // machine mounting the same run dir, or a run.json that lost track of it).
+        fail("ring '{}' is in use by {}: is another `hsring run` using it? Stop it (hsring stop --run-dir {}), or "
+             "give this run another [run] name or [ring] name", name, list, dir);
+    fail("ring '{}' belongs to another run that is still running ({}); live processes use it: {}. Stop that run "
+         "first (hsring stop --run-dir {}; neither `hsring run --fresh` nor `hsring ring rm` removes a ring in use), "
+         "or, to run both at once, give this run another [run] name or [ring] name", name, other, list, dir);
+}
+
 Ring open_ring(const RunMemoryPlan& plan, bool& created) {
     if (Ring::exists(plan.ring_name)) {
+        refuse_ring_in_use(plan);
+        // Nobody uses it: --fresh can remove it.
         Ring ring = [&] {
             try {
                 return Ring::attach(plan.ring_name, &plan.geometry, &plan.tag);
@@ -24,12 +57,6 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
                      "give this run another [ring] name", e.what(), plan.files.dir.string());
             }
         }();
-        // The same run dir, so the same run; but its supervisor may still be alive (another
-        // machine mounting the same run dir, or a run.json that lost track of it).
-        if (auto users = ring.live_users(); !users.empty())
-            fail("ring '{}' is in use by {} (pid {}): is another `hsring run` using it? Stop it (hsring stop "
-                 "--run-dir DIR), or give this run another [run] name or [ring] name", plan.ring_name,
-                 users[0].name, users[0].owner.pid);
         created = false;
         return ring;
     }
@@ -60,7 +87,7 @@ CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
 // "" when the ledger's trained marks are what the checkpoint holds (DESIGN.md invariant 8), else
 // what differs. CONSUMED after the checkpoint's step is fine: the drafter's recover() re-issues it.
 std::string disagreement(const Ledger& l, const CheckpointContents& c) {
-    constexpr std::uint64_t kNone = ~std::uint64_t{0};
+    constexpr std::uint64_t kNone = ~std::uint64_t{0}, kRejected = kNone - 1;
     const std::uint64_t total = l.total(), step = c.step.value_or(0);
     std::vector<std::uint64_t> expect(total, kNone);
     std::uint64_t beyond = 0, doubled = 0;
@@ -70,15 +97,20 @@ std::string disagreement(const Ledger& l, const CheckpointContents& c) {
             continue;
         }
         if (expect[t.pos] != kNone) ++doubled;
-        expect[t.pos] = (std::uint64_t{t.rank} << 48) | t.step;
+        expect[t.pos] = t.rejected ? kRejected : (std::uint64_t{t.rank} << 48) | t.step;
     }
     std::uint64_t extra = 0, missing = 0, other = 0;
     for (std::uint64_t p = 0; p < total; ++p) {
         const Ledger::EntryView v = l.view(p);
         const std::uint64_t key = (std::uint64_t{v.rank} << 48) | v.step;
         switch (v.state) {
+        case EntryState::Rejected:
+            // Final: the checkpoint may or may not have seen its slot yet.
+            if (expect[p] != kNone && expect[p] != kRejected) ++other;
+            break;
         case EntryState::Durable:
             if (expect[p] == kNone) ++extra;
+            else if (expect[p] == kRejected) ++other;
             else if (expect[p] != key) ++other;
             break;
         case EntryState::Consumed:
@@ -97,7 +129,8 @@ std::string disagreement(const Ledger& l, const CheckpointContents& c) {
     add(extra, "sample passes are marked trained in the ledger but are not in the checkpoint's weights (was "
                "checkpoints/latest removed or set back?)");
     add(missing, "sample passes in the checkpoint's weights are not marked trained in the ledger");
-    add(other, "sample passes are marked trained by another drafter rank or into another step than the train logs say");
+    add(other, "sample passes are marked trained by another drafter rank, into another step, or rejected, other than "
+               "the train logs say");
     add(doubled, "positions appear twice in the checkpoint's train records");
     add(beyond, "train records name positions beyond this ledger");
     return why;
@@ -109,7 +142,10 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     const std::string at = ck.step ? fmt::format("the checkpoint of step {}", *ck.step) : std::string("no checkpoint");
     if (Ledger::exists(name)) {
         Ledger attached = Ledger::attach(name, &plan.info, &plan.tag);
-        const std::string why = disagreement(attached, ck);
+        // The same data, layout and settings make the same plan; anything else is another run's.
+        const std::string why = attached.plan() != plan.plan_first
+                                    ? std::string("it holds another packing plan than this run's data and settings make")
+                                    : disagreement(attached, ck);
         if (why.empty()) {
             created = false;
             return attached;
@@ -123,7 +159,7 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
         Ledger::remove(name);
     }
     created = true;
-    Ledger ledger = Ledger::create(name, plan.info, plan.tag, ck.trained);
+    Ledger ledger = Ledger::create(name, plan.info, plan.plan_first, plan.tag, ck.trained);
     marked = ck.trained.size();
     if (ck.step)
         say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
@@ -185,7 +221,7 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
     std::uint64_t marked = 0;
     Ledger ledger = open_ledger(plan, ledger_name, ledger_created, marked, say);
     // No worker is attached yet: undo what a process killed between an entry's CAS and its
-    // bookkeeping left (a counter off by one, a PENDING entry below the low-water mark).
+    // bookkeeping left (a PENDING plan slot above the low-water mark).
     if (!ledger_created) ledger.repair();
 
     // The evaluation board goes with the ring like the status board: a new ring's slots hold no
@@ -227,8 +263,9 @@ void check_unused(const std::string& ring_name, std::string_view who) {
         whose = ring.tag().run_dir;
     } catch (const Error& e) {
         // Not readable as a ring of this version: nobody can tell who uses it.
-        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, remove it with "
-             "`hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
+        // Its owner: a ring of another user cannot be removed by this one (sticky /dev/shm).
+        fail("{}: cannot tell whether a live process uses ring '{}' ({}); if no run uses it, its owner can remove it "
+             "with `hsring ring rm {} --force`", who, ring_name, e.what(), ring_name);
     }
     if (users.empty()) return;
     std::string list;

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hsring::supervisor {
 
@@ -39,6 +40,9 @@ struct RunMemoryPlan {
     RingGeometry geometry;
     HugePages huge_pages = HugePages::Auto;
     LedgerInfo info;
+    // The packer's plan of this machine's share (hsring/slot_plan.hpp): a new ledger is made with
+    // it, an attached one must hold the same.
+    std::vector<std::uint64_t> plan_first;
     bool fresh = false;
     RunFiles files;
     std::uint32_t drafters = 1;  // local drafter ranks: their train logs seed a new ledger
@@ -77,8 +81,8 @@ RunMemory open_run_memory(const RunMemoryPlan& plan, const std::function<void(co
 // the ring `ring_name`; `who` starts the message ("--fresh", "hsring ring rm").
 void check_unused(const std::string& ring_name, std::string_view who);
 
-// Removes the ring, its ledger and its status board; returns what was removed
-// ("ring X, ledger Y, status board Z").
+// Removes the ring, its ledger, its status board and its evaluation board; returns what was
+// removed ("ring X, ledger Y, status board Z, evaluation board W").
 std::string remove_run_memory(const std::string& ring_name);
 
 } // namespace hsring::supervisor

@@ -5,8 +5,49 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
+#include <string>
 
 namespace hsring::supervisor {
+
+namespace {
+
+// What the run.json files of two machines say differently about the run they belong to, as
+// "[data] epochs is 2 in A, 3 in B; ..."; "" when nothing. A field that either file lacks (an
+// older hsring) is unknown and not compared. Not compared: [run] name and the master address,
+// which differ between machines of one run (two machines on one host need two names; machine
+// 0 may reach itself as 127.0.0.1).
+std::string run_differences(const RunFiles& af, const RunRecord& a, const RunFiles& bf, const RunRecord& b) {
+    std::string out;
+    auto differ = [&](std::string_view field, const std::string& va, const std::string& vb) {
+        if (va != vb)
+            out += fmt::format("{}{} is {} in {}, {} in {}", out.empty() ? "" : "; ", field, va, af.dir.string(), vb,
+                               bf.dir.string());
+    };
+    differ("the number of machines ([distributed] nnodes)", std::to_string(a.nnodes), std::to_string(b.nnodes));
+    differ("the data set's fingerprint ([data] path)", fmt::format("{:016x}", a.fingerprint),
+           fmt::format("{:016x}", b.fingerprint));
+    differ("the data set's samples ([data] path)", std::to_string(a.samples), std::to_string(b.samples));
+    differ("[data] epochs", std::to_string(a.epochs), std::to_string(b.epochs));
+    differ("[run] seed", std::to_string(a.seed), std::to_string(b.seed));
+    differ("[data] shuffle", a.shuffle ? "true" : "false", b.shuffle ? "true" : "false");
+    if (a.master_port && b.master_port)
+        differ("[distributed] master_port", std::to_string(a.master_port), std::to_string(b.master_port));
+    if (a.identity.is_object() && b.identity.is_object()) {
+        // Named once: these are compared above, also for an older run.json.
+        static const std::set<std::string, std::less<>> kAbove{"[data] fingerprint", "[data] epochs", "[data] shuffle",
+                                                               "[run] seed", "[distributed] nnodes"};
+        for (const auto& [key, va] : a.identity.items()) {
+            const auto vb = b.identity.find(key);
+            if (!kAbove.count(key)) differ(key, va.dump(), vb == b.identity.end() ? "missing" : vb->dump());
+        }
+        for (const auto& [key, vb] : b.identity.items())
+            if (!a.identity.contains(key) && !kAbove.count(key)) differ(key, "missing", vb.dump());
+    }
+    return out;
+}
+
+} // namespace
 
 RunVerification verify_run_dirs(const std::vector<std::filesystem::path>& dirs) {
     if (dirs.empty()) fail("no run directory to verify");
@@ -20,14 +61,15 @@ RunVerification verify_run_dirs(const std::vector<std::filesystem::path>& dirs) 
             fail("{} and {} are both machine {} of the run: give each machine's run dir once", files.dir.string(),
                  machines.at(record.node_rank).first.dir.string(), record.node_rank);
     }
-    const RunRecord& first = machines.begin()->second.second;
+    // Machines of two runs of the same data would otherwise verify as one run: every run.json
+    // must describe the same run (run_files.hpp, RunRecord::identity).
+    const auto& [first_files, first] = machines.begin()->second;
     const std::uint32_t nnodes = first.nnodes;
     for (const auto& [node, m] : machines) {
-        const RunRecord& r = m.second;
-        if (r.nnodes != nnodes || r.fingerprint != first.fingerprint || r.samples != first.samples ||
-            r.epochs != first.epochs || r.seed != first.seed || r.shuffle != first.shuffle)
-            fail("{} belongs to another run than {} (machines, data set, epochs, seed or shuffle differ)",
-                 m.first.dir.string(), machines.begin()->second.first.dir.string());
+        const std::string why = run_differences(first_files, first, m.first, m.second);
+        if (!why.empty())
+            fail("{} (machine {}) and {} (machine {}) belong to different runs: {}. Give the run dirs of the machines "
+                 "of one run", first_files.dir.string(), first.node_rank, m.first.dir.string(), node, why);
     }
     std::string missing;
     for (std::uint32_t n = 0; n < nnodes; ++n)

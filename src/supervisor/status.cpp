@@ -127,7 +127,7 @@ json status_json(const StatusInputs& in) {
                                 {"peer_lost", c.peer_lost}}}}},
         {"ledger", {{"name", in.ledger_name}, {"total", in.total}, {"pending", in.counts.pending},
                     {"in_slot", in.counts.in_slot}, {"consumed", in.counts.consumed},
-                    {"durable", in.counts.durable}, {"done", in.done}}},
+                    {"durable", in.counts.durable}, {"rejected", in.counts.rejected}, {"done", in.done}}},
         {"rates", rates},
         {"balance", balance(targets_wait, drafters_wait)},
         {"drafter", drafter},
@@ -191,6 +191,7 @@ std::string status_line(const json& st) {
     if (!d["step"].is_null()) s += fmt::format(" | step {} loss {:.4g}", d["step"].get<std::uint64_t>(), d["loss"].get<double>());
     const std::uint64_t total = ledger.value("total", std::uint64_t{0});
     if (total) s += fmt::format(" | {}/{} {:.0f}%", trained(ledger), total, 100.0 * static_cast<double>(trained(ledger)) / static_cast<double>(total));
+    if (const auto rejected = ledger.value("rejected", std::uint64_t{0})) s += fmt::format(" | {} rejected", rejected);
     s += fmt::format(" | restarts {}", restarts);
     if (st.contains("balance") && !st["balance"]["targets_wait"].is_null() && !st["balance"]["drafters_wait"].is_null())
         s += fmt::format(" | wait T {:.0f}% D {:.0f}%", 100 * st["balance"]["targets_wait"].get<double>(),
@@ -248,10 +249,10 @@ std::string status_text(const json& st) {
     const json& l = st["ledger"];
     const std::uint64_t total = l.value("total", std::uint64_t{0});
     s += fmt::format("ledger {}: {} of {} sample passes trained ({:.1f}%){}: {} pending, {} in slots, {} consumed, "
-                     "{} durable\n", l.value("name", ""), trained(l), total,
-                     total ? 100.0 * static_cast<double>(trained(l)) / static_cast<double>(total) : 0.0,
+                     "{} durable, {} rejected (non-finite hidden states: never trained)\n", l.value("name", ""),
+                     trained(l), total, total ? 100.0 * static_cast<double>(trained(l)) / static_cast<double>(total) : 0.0,
                      l.value("done", false) ? ", done" : "", l.value("pending", 0), l.value("in_slot", 0),
-                     l.value("consumed", 0), l.value("durable", 0));
+                     l.value("consumed", 0), l.value("durable", 0), l.value("rejected", 0));
     return s;
 }
 

@@ -11,7 +11,7 @@
 //    "ring": {"name", "slots", "free", "writing", "ready", "reading", "stopping",
 //             "counters": {"commits", "releases", "aborts", "put_backs", "reclaimed_writing",
 //                          "reclaimed_reading", "redeliveries"}},
-//    "ledger": {"name", "total", "pending", "in_slot", "consumed", "durable", "done"},
+//    "ledger": {"name", "total", "pending", "in_slot", "consumed", "durable", "rejected", "done"},
 //    "rates": {"target": {"samples_per_s", "tokens_per_s", "wait_fraction"}, "drafter": {...}},
 //    "balance": {"targets_wait", "drafters_wait", "bottleneck", "advice"},
 //    "drafter": {"step", "loss"}}

@@ -104,6 +104,7 @@ private:
     Derived derived_;
     RunFiles files_;
     std::uint64_t samples_ = 0, fingerprint_ = 0, tokens_per_epoch_ = 0;
+    std::vector<std::uint64_t> plan_first_;  // the packer's plan of this machine's share
     std::uint64_t eval_samples_ = 0, eval_fingerprint_ = 0;  // [data] eval_path (the whole set)
     std::optional<RunMemory> mem_;
     std::optional<RunRecord> previous_;

@@ -244,6 +244,8 @@ std::string Supervisor::summary() {
     std::string s = fmt::format("run '{}' {} after {:.1f} s: {} of {} sample passes trained ({} epochs of {} samples)",
                                 cfg_.run.name, complete_ ? "complete (verified)" : "stopped",
                                 secs, trained, total, cfg_.data.epochs, samples_);
+    if (const auto rejected = l.value("rejected", std::uint64_t{0}))
+        s += fmt::format(", {} rejected (non-finite hidden states: never trained; see the targets' logs)", rejected);
     const json& d = st["drafter"];
     if (!d["step"].is_null()) s += fmt::format(", drafter step {} loss {:.4g}", d["step"].get<std::uint64_t>(), d["loss"].get<double>());
     const json& c = st["ring"]["counters"];
@@ -267,7 +269,7 @@ std::string Supervisor::verify_completion() {
         const bool ok = cfg_.train.max_steps ? rep.doubled() == 0 : rep.ok();
         if (ok) return "";
         return fmt::format("the train logs and the checkpoint of step {} in {} do not verify: {} sample passes "
-                           "missing, {} trained more than once (see hsring ledger verify {})", *step,
+                           "missing, {} trained (or rejected) more than once (see hsring ledger verify {})", *step,
                            files_.dir.string(), rep.missing(), rep.doubled(), files_.dir.string());
     } catch (const Error& e) {
         return fmt::format("its run dir cannot be verified: {}", e.what());

@@ -6,7 +6,9 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
+#include "hsring/run_identity.hpp"
 #include "hsring/safe_file.hpp"
+#include "hsring/slot_plan.hpp"
 #include "supervisor/previous_run.hpp"
 
 #include <fcntl.h>
@@ -21,7 +23,6 @@ namespace fs = std::filesystem;
 
 void Supervisor::start() {
     start_time_ = Clock::now();
-    fault::set_process_name("supervisor");  // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md)
     load_config_and_data();
     lock_run_dir();
     take_over_previous();
@@ -44,6 +45,10 @@ void Supervisor::start() {
     record_.node_rank = cfg_.distributed.node_rank;
     record_.drafters = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
     record_.max_steps = cfg_.train.max_steps;
+    record_.name = cfg_.run.name;
+    record_.master_addr = cfg_.distributed.master_addr;
+    record_.master_port = cfg_.distributed.master_port;
+    record_.identity = run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_);
     record_.started = iso_time_now();
     record_.supervisor_pid = ::getpid();
     record_.supervisor_start_ticks = process_start_ticks(::getpid());
@@ -58,10 +63,14 @@ void Supervisor::start() {
                       cfg_.distributed.node_rank_source, derived_.world, cfg_.distributed.master_addr,
                       cfg_.distributed.master_port, mem_->ledger.info().samples, samples_);
     if (cfg_.transport.kind != TransportKind::Host)
-        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): its bit-exactness on a GPU "
-                      "is not yet shown; kind = \"host\" for real runs", to_string(cfg_.transport.kind));
+        console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): bit-exact on one H200 "
+                      "(target and drafter on one GPU), not yet run between two GPUs over NVLink; kind = \"host\" "
+                      "for real runs", to_string(cfg_.transport.kind));
     if (mem_->ledger.done()) {
-        console_.info("the ledger says every epoch is already trained: nothing to do (`hsring run --fresh` starts over)");
+        // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
+        // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.
+        console_.info("the ledger says every epoch is already trained: nothing to do (its checkpoints are in {}; to "
+                      "train again from the start: `hsring run --fresh --run-dir NEW_DIR`)", files_.dir.string());
         begin_stop(Phase::Completing, 0, "already complete");
         return;
     }
@@ -72,6 +81,10 @@ void Supervisor::start() {
 
 void Supervisor::load_config_and_data() {
     cfg_ = load_config(opts_.config);
+    // HSRING_FAULT=supervisor:... (src/worker/CONTRACT.md). All of it is checked against this
+    // machine's workers before anything starts: a misspelled worker or point would never fire.
+    fault::configure("supervisor", {static_cast<std::uint32_t>(cfg_.topology.targets.size()),
+                                    static_cast<std::uint32_t>(cfg_.topology.drafters.size())});
     apply_launcher_overrides(cfg_, opts_.node_rank ? opts_.node_rank->c_str() : nullptr);
     derived_ = derive(cfg_);
     if (opts_.run_dir) derived_.run_dir = *opts_.run_dir;
@@ -83,12 +96,18 @@ void Supervisor::load_config_and_data() {
         workers_.push_back(std::make_unique<Worker>(spec));
         workers_.back()->program = locate_program(spec.program);
     }
+    // A missing or empty file is named by its key ([data] path or eval_path) before either is read.
+    check_data_files(cfg_);
     const fs::path data_path = cfg_.resolve(cfg_.data.path);
     console_.info("loading the data set {}", data_path.string());
     const auto ds = data::Dataset::load(data_path, data::dataset_options(cfg_, derived_));
     samples_ = ds.size();
     fingerprint_ = ds.fingerprint();
     tokens_per_epoch_ = ds.total_tokens();
+    // The packer's plan of this machine's share: fixed before anything runs (DESIGN.md invariant 10).
+    const DistributedConfig& dist = cfg_.distributed;
+    plan_first_ = plan_slots(ds, cfg_.run.seed, cfg_.data.shuffle, dist.nnodes, dist.node_rank, cfg_.data.epochs,
+                             cfg_.ring.slot_tokens, derived_.max_samples_per_slot);
     console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
     if (!cfg_.data.eval_path.empty()) {
         // The held-out set: checked here (FILE:LINE errors before anything starts), evaluated
@@ -116,6 +135,10 @@ void Supervisor::lock_run_dir() {
                  files_.dir.string(), files_.dir.string());
         fail("flock {}: {}", files_.lock_file().string(), errno_text(errno));
     }
+    // Every worker's log now, before any shared memory or process exists: a link planted at
+    // logs/<worker>.log is one start-up error (exit 2) naming it. Opened at a worker's first
+    // start instead, it failed like a crash, restarted up to the cap and ended with exit 1.
+    for (auto& w : workers_) w->output.open_log(files_.worker_log(w->spec.name));
 }
 
 void Supervisor::take_over_previous() {
@@ -138,7 +161,9 @@ void Supervisor::open_memory() {
     plan.huge_pages = cfg_.ring.huge_pages;
     const DistributedConfig& dist = cfg_.distributed;
     plan.info = LedgerInfo{fingerprint_, data::shard_size(samples_, dist.nnodes, dist.node_rank), cfg_.data.epochs,
-                           cfg_.run.seed, cfg_.data.shuffle, samples_, dist.nnodes, dist.node_rank, tokens_per_epoch_};
+                           cfg_.run.seed, cfg_.data.shuffle, samples_, dist.nnodes, dist.node_rank, tokens_per_epoch_,
+                           static_cast<std::uint32_t>(cfg_.topology.drafters.size())};
+    plan.plan_first = plan_first_;
     if (plan.info.samples == 0)
         fail("the data set {} has {} samples, fewer than the {} machines of the run ([distributed] nnodes): machine "
              "{} would train nothing", cfg_.resolve(cfg_.data.path).string(), samples_, dist.nnodes, dist.node_rank);

@@ -110,6 +110,19 @@ void Supervisor::on_exit(Worker& w, int wait_status) {
         w.state = WorkerState::Stopped;
         return;
     }
+    if (reason.code == exit_code::kDiverged) {
+        // Training diverged (non-finite steps in a row, or a non-finite state): a restart would
+        // resume the same checkpoint on the same data and diverge again. `hsring run` exits 4.
+        constexpr int kDivergedRunExit = 4;
+        w.state = WorkerState::Failed;
+        const std::string line =
+            last_error_message(files_.worker_log(w.spec.name), w.spec.name, w.output.last_stderr_line());
+        begin_stop(Phase::Stopping, kDivergedRunExit,
+                   fmt::format("{} stopped the run: {}", w.spec.name,
+                               line.empty() ? "training diverged (see " + files_.worker_log(w.spec.name).string() + ")"
+                                            : line));
+        return;
+    }
     if (w.spec.role == WorkerRole::Drafter && !reason.fatal()) {
         on_drafter_exit(w, reason);
         return;
@@ -151,7 +164,8 @@ void Supervisor::after_decision(Worker& w, const RestartDecision& d) {
         return;
     case RestartDecision::GiveUp: {
         w.state = WorkerState::Failed;
-        const std::string& line = w.output.last_stderr_line();
+        const std::string line =
+            last_error_message(files_.worker_log(w.spec.name), w.spec.name, w.output.last_stderr_line());
         begin_stop(Phase::Stopping, 1,
                    fmt::format("{} is not restarted: {}. Its last exit: {}{}. Its log: {}", w.spec.name, d.why, exit,
                                line.empty() ? "" : fmt::format(" (last error line: {})", line), log));

@@ -20,11 +20,15 @@ std::optional<std::uint32_t> PeerBuffers::find_free(const Ring& ring) const {
     return std::nullopt;
 }
 
-std::optional<std::uint32_t> PeerBuffers::wait_free(Ring& ring, std::chrono::milliseconds timeout) const {
+std::optional<std::uint32_t> PeerBuffers::wait_free(Ring& ring, std::chrono::milliseconds timeout,
+                                                    const std::function<bool()>& stop) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         const std::uint32_t seen = ring.free_sequence();  // before the scan: no release is missed
         if (auto b = find_free(ring)) return b;
+        // set_stopping() bumps the free sequence: the wait below ends at once. A signal-set stop
+        // flag is seen within one of the ring's wait slices.
+        if (ring.stopping() || (stop && stop())) return std::nullopt;
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return std::nullopt;
         ring.wait_free(seen, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
@@ -33,8 +37,6 @@ std::optional<std::uint32_t> PeerBuffers::wait_free(Ring& ring, std::chrono::mil
 }
 
 void PeerBuffers::hold(std::uint32_t b, std::uint32_t slot, std::uint64_t ticket) { held_.at(b) = {true, slot, ticket}; }
-
-void PeerBuffers::drop(std::uint32_t b) { held_.at(b) = {}; }
 
 std::uint32_t PeerBuffers::busy(const Ring& ring) const {
     std::uint32_t n = 0;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -19,12 +20,13 @@ public:
 
     // A free buffer now, or nullopt.
     std::optional<std::uint32_t> find_free(const Ring& ring) const;
-    // Waits until a buffer is free (sleeping on the ring's releases), up to `timeout`.
-    std::optional<std::uint32_t> wait_free(Ring& ring, std::chrono::milliseconds timeout) const;
+    // Waits until a buffer is free (sleeping on the ring's releases), up to `timeout`; nullopt
+    // then, or as soon as the ring is stopping or `stop` (a worker's stop flag) says so: the
+    // drafters that would free a buffer may be gone for good, and a stop must not hang here.
+    std::optional<std::uint32_t> wait_free(Ring& ring, std::chrono::milliseconds timeout,
+                                           const std::function<bool()>& stop = {}) const;
     // Buffer `b` holds the batch of `slot` under `ticket` (before that slot's commit).
     void hold(std::uint32_t b, std::uint32_t slot, std::uint64_t ticket);
-    // The batch in `b` was never committed: the buffer is free again.
-    void drop(std::uint32_t b);
     // Buffers whose batch a reader may still use.
     std::uint32_t busy(const Ring& ring) const;
 

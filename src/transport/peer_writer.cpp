@@ -19,9 +19,9 @@ constexpr auto kBufferWaitLog = std::chrono::seconds(10);
 constexpr auto kDrainOnExit = std::chrono::seconds(10);
 } // namespace
 
-PeerSlotWriter::PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers)
+PeerSlotWriter::PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers, std::function<bool()> stop)
     : ring_(ring), copies_(copies), row_bytes_(std::uint64_t{ring.geometry().hidden} * ring.geometry().dtype_bytes),
-      layer_stride_(ring.geometry().slot_tokens * row_bytes_), pool_(buffers) {
+      layer_stride_(ring.geometry().slot_tokens * row_bytes_), pool_(buffers), stop_(std::move(stop)) {
     HSRING_ASSERT(copies != Copies::Host, "a peer writer makes peer copies");
     const std::uint64_t bytes = ring.geometry().n_layers * layer_stride_;
     int device = 0;
@@ -87,17 +87,21 @@ PeerSlotWriter::~PeerSlotWriter() {
 
 void PeerSlotWriter::begin(WriteSlot& slot, std::uint64_t n_tokens) {
     (void)filled_rows(ring_.geometry(), n_tokens);  // throws when the batch does not fit
-    // A buffer whose last batch no reader can still be copying.
+    // A buffer whose last batch no reader can still be copying. Only drafters free one: a stop
+    // (the ring's, or this worker's SIGTERM) ends the wait, or it could last forever.
     const auto t0 = std::chrono::steady_clock::now();
+    bool warned = false;
     std::optional<std::uint32_t> b;
-    while (!(b = pool_.wait_free(ring_, std::chrono::milliseconds(1000)))) {
-        if (std::chrono::steady_clock::now() - t0 > kBufferWaitLog) {
+    while (!(b = pool_.wait_free(ring_, std::chrono::milliseconds(1000), stop_))) {
+        if (ring_.stopping() || (stop_ && stop_()))
+            throw WriteStopped(fmt::format("peer transport: stopped while all {} buffers held batches no drafter "
+                                           "had pulled; this slot's samples are produced again", pool_.count()));
+        if (!warned && std::chrono::steady_clock::now() - t0 > kBufferWaitLog) {
             log::warn("peer transport: all {} buffers still hold batches that no drafter has pulled for {} s "
                       "(drafters down?); waiting", pool_.count(), kBufferWaitLog.count());
-            break;
+            warned = true;
         }
     }
-    if (!b) b = pool_.wait_free(ring_, std::chrono::hours(24 * 365));
     slot_ = &slot;
     buffer_ = *b;
     n_tokens_ = n_tokens;

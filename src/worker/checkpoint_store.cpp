@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <vector>
 
 namespace hsring::worker {
@@ -28,6 +30,12 @@ void fsync_path(const fs::path& p) {
 
 namespace {
 
+CheckpointTestHooks g_hooks;
+
+void instant(const char* name) {
+    if (g_hooks.at) g_hooks.at(name);
+}
+
 [[noreturn]] void unwritable(const fs::path& dir, const std::string& why) {
     // Restarting cannot make a directory writable: a user error (exit 3), not a crash to retry.
     throw UserError(fmt::format("the checkpoint directory {} is not writable ({}): fix its permissions or free space, "
@@ -37,7 +45,18 @@ namespace {
 // An errno that says the directory cannot take the checkpoint (permissions, read-only, full).
 bool unwritable_errno(int err) { return err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT; }
 
+// Renames `from` to `to` inside the checkpoint directory `parent`, or throws (a user error when the
+// directory turned unwritable while the checkpoint was written: a background write takes seconds).
+void rename_in(int parent, const fs::path& dir, const std::string& from, const std::string& to) {
+    if (::renameat(parent, from.c_str(), parent, to.c_str()) == 0) return;
+    const int err = errno;
+    if (unwritable_errno(err)) unwritable(dir, fmt::format("cannot rename {} to {}: {}", from, to, errno_text(err)));
+    fail("cannot rename {} to {}: {}", (dir / from).string(), (dir / to).string(), errno_text(err));
+}
+
 } // namespace
+
+void set_checkpoint_test_hooks(const CheckpointTestHooks& hooks) { g_hooks = hooks; }
 
 CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(dir)), keep_(keep) {
     // RUN_DIR/checkpoints, never through a link planted there.
@@ -50,9 +69,20 @@ CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(d
     }
     // A crash mid-write left these. The drafter ranks of a machine all start here at once and
     // remove the same ones: what another rank removed first is no error.
+    // A commit that died between moving a replaced checkpoint aside and renaming the new one in
+    // left `latest` naming the one aside: it is complete, so it goes back (or, if the new one took
+    // its name, away).
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir_, ec))
-        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(".tmp-", 0) == 0) {
+            fs::remove_all(e.path(), ec);
+        } else if (name.rfind(".old-step-", 0) == 0) {
+            const fs::path committed = dir_ / name.substr(5);
+            if (fs::exists(fs::symlink_status(committed, ec))) fs::remove_all(e.path(), ec);
+            else ::rename(e.path().c_str(), committed.c_str());  // another rank may have done it first
+        }
+    }
     // A checkpoint directory we cannot write would fail only at the first checkpoint, after the
     // work of a whole interval: find out now.
     const std::string probe = sub_ + "/.write-probe." + std::to_string(::getpid());
@@ -116,19 +146,50 @@ void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
     for (const auto& e : fs::recursive_directory_iterator(tmp))
         if (e.is_directory()) fsync_path(e.path());
     fsync_path(tmp);
+    instant("synced");
     const fs::path final_dir = dir_of(step);
+    const std::string name = final_dir.filename().string(), tmp_name = tmp.filename().string();
     safe::Fd parent = safe::open_dir_beneath(root_, sub_, true);
-    fs::remove_all(final_dir);  // a checkpoint of the same step from an incarnation that died
-    if (::renameat(parent.get(), tmp.filename().c_str(), parent.get(), final_dir.filename().c_str()) != 0) {
-        const int err = errno;
-        // Turned unwritable while the checkpoint was written (a background write takes seconds).
-        if (unwritable_errno(err))
-            unwritable(dir_, fmt::format("cannot rename {} to {}: {}", tmp.filename().string(),
-                                         final_dir.filename().string(), errno_text(err)));
-        fail("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), errno_text(err));
+    std::string replaced;  // where a checkpoint of the same step went, to be removed
+    if (!fs::exists(fs::symlink_status(final_dir))) {
+        rename_in(parent.get(), dir_, tmp_name, name);
+    } else {
+        // A checkpoint of the same step from an incarnation that died, which `latest` may name:
+        // removed only once the new one has its name, so `latest` never names a missing or half
+        // removed directory. One atomic exchange: the old one then has the temporary name (a
+        // crash before its removal leaves a stale `.tmp-` that the next start removes).
+        const int rc = g_hooks.exchange ? ::renameat2(parent.get(), tmp_name.c_str(), parent.get(), name.c_str(),
+                                                      RENAME_EXCHANGE)
+                                        : (errno = EINVAL, -1);
+        if (rc == 0) {
+            instant("exchanged");
+            replaced = tmp_name;
+        } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+            // No RENAME_EXCHANGE on this filesystem (NFS, some FUSE): the old one moves aside
+            // first; a crash before the new one has its name leaves `latest` naming the one
+            // aside, which the next start puts back (see the constructor).
+            replaced = ".old-" + name;
+            fs::remove_all(dir_ / replaced);
+            rename_in(parent.get(), dir_, name, replaced);
+            instant("aside");
+            try {
+                rename_in(parent.get(), dir_, tmp_name, name);
+            } catch (...) {
+                ::renameat(parent.get(), replaced.c_str(), parent.get(), name.c_str());
+                throw;
+            }
+        } else {
+            const int err = errno;
+            if (unwritable_errno(err))
+                unwritable(dir_, fmt::format("cannot exchange {} with {}: {}", tmp_name, name, errno_text(err)));
+            fail("cannot exchange {} with {}: {}", tmp.string(), final_dir.string(), errno_text(err));
+        }
     }
+    instant("renamed");
+    if (!replaced.empty()) fs::remove_all(dir_ / replaced);
     // latest.tmp is made fresh (O_EXCL, a stale one or a link removed first) and renamed over latest.
     safe::write_atomic(root_, sub_ + "/latest", std::to_string(step) + "\n", true);
+    instant("latest");
     // Prune: keep the newest `keep` committed checkpoints.
     std::vector<fs::path> steps;
     for (const auto& e : fs::directory_iterator(dir_))

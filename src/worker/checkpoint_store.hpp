@@ -4,10 +4,16 @@
 //   step-00000200/        committed checkpoints (the compute writes what it needs inside)
 //   step-00000400/
 //   latest                text: the step of the newest committed checkpoint
-//   .tmp-step-00000600/   being written; never read; removed when found stale
+//   .tmp-step-00000600/   being written (or a replaced checkpoint being removed); never read;
+//                         removed when found stale
+//   .old-step-00000400/   a replaced checkpoint moved aside (filesystems without RENAME_EXCHANGE);
+//                         put back at the next start if the new one never took its name
 //
 // A checkpoint is committed by fsync + rename of its directory, then an atomic replace of
-// `latest`. A crash at any point leaves `latest` naming a complete checkpoint (or none).
+// `latest`. A crash at any point leaves `latest` naming a complete checkpoint (or none), also when
+// a directory of the same step exists (an incarnation that died after committing it, which
+// `latest` may name): the new one takes its name in one atomic exchange, and the old one is
+// removed only afterwards.
 // Nothing here is opened through a symbolic link (hsring/safe_file.hpp): `checkpoints`, `latest`
 // and `latest.tmp` are resolved without following links, and each temporary directory is made
 // fresh, so what a compute writes inside it cannot meet a planted link. A checkpoint directory
@@ -48,5 +54,16 @@ private:
 
 // fsync a file or directory; throws on failure.
 void fsync_path(const std::filesystem::path& p);
+
+// Tests: `at` is called at each instant of a commit, in order: "synced" (the new directory is on
+// disk), "exchanged" (it swapped names with a directory of the same step, which now has the
+// temporary name), "aside" (without RENAME_EXCHANGE: that directory moved aside), "renamed" (the
+// new one has its name), "latest" (`latest` names it). A test _exit()s there to crash at that
+// instant. exchange = false: behave as on a filesystem without RENAME_EXCHANGE.
+struct CheckpointTestHooks {
+    void (*at)(const char* instant) = nullptr;
+    bool exchange = true;
+};
+void set_checkpoint_test_hooks(const CheckpointTestHooks& hooks);
 
 } // namespace hsring::worker

@@ -1,6 +1,7 @@
 #include "worker/context.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 
 #include <unistd.h>
@@ -24,6 +25,9 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     Derived derived = derive(cfg);
     WorkerEnv env = parse_worker_env(argc, argv, &cfg, &derived);
     setup_process(env);
+    // A misspelled HSRING_FAULT would never fire: refused before anything starts (exit 3).
+    fault::configure(env.name, {static_cast<std::uint32_t>(cfg.topology.targets.size()),
+                                static_cast<std::uint32_t>(cfg.topology.drafters.size())});
     // `hsring run --run-dir DIR` overrides [run] run_dir: the default export dir follows it.
     derived.run_dir = env.run_dir;
     if (cfg.drafter.export_dir.empty()) derived.export_dir = env.run_dir / "drafter";

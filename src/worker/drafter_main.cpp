@@ -2,10 +2,13 @@
 // data-parallel gang of the run's drafter ranks (alone when there is one), trains the DFlash
 // drafter on hidden states from the ring, checkpoints, exports.
 #include "hsring/error.hpp"
+#include "hsring/log.hpp"
 #include "hsring/transport.hpp"
 #include "worker/context.hpp"
 #include "worker/gang_options.hpp"
 #include "worker/torch_drafter.hpp"
+
+#include <chrono>
 
 namespace {
 
@@ -18,7 +21,10 @@ int body(int argc, char** argv) {
     // start of a run reports an unreachable master or a mismatch as a user error (exit 3).
     if (ctx->env.gang_generation > 1) mark_started();
     auto gang = hsring::distributed::open_gang(gang_options(*ctx));
+    const auto t0 = std::chrono::steady_clock::now();
     TorchDrafter compute(*ctx, *gang);
+    hsring::log::info("drafter built in {:.1f} s (target head, staging buffers, ring registered with the transport)",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return run_drafter(*ctx, compute, *gang);  // marks started once the checkpoint is restored
 }
 

@@ -3,6 +3,7 @@
 #include "data/splitmix.hpp"
 #include "hsring/cuda_util.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/safe_file.hpp"
 #include "hsring/slot_rows.hpp"
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -53,7 +55,8 @@ SynthTarget::~SynthTarget() {
 #endif
 }
 
-void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
+std::vector<std::uint8_t> SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
+    const auto t0 = std::chrono::steady_clock::now();
     if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hold_ms_));
     writer_->begin(slot, batch.n_tokens());
     const std::uint64_t row = std::uint64_t{g_.hidden} * g_.dtype_bytes;
@@ -72,6 +75,12 @@ void SynthTarget::write(const PackedBatch& batch, WriteSlot& slot) {
 #endif
     }
     writer_->finish();
+    last_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // HSRING_FAULT ...:hidden:N:nan: the slot's first sample reports non-finite states (the pattern
+    // stays: synthetic bytes are checked, not computed with).
+    std::vector<std::uint8_t> bad(batch.positions.size(), 0);
+    if (fault::poison("hidden") && !bad.empty()) bad[0] = 1;
+    return bad;
 }
 
 void SynthDrafter::Sum::add(std::uint64_t x) {
@@ -90,11 +99,12 @@ std::uint64_t SynthDrafter::mix_of(std::uint32_t node_rank, std::uint64_t pos) {
 }
 
 void SynthDrafter::restore(const std::filesystem::path* checkpoint) {
-    state_sum_ = state_count_ = 0;
+    state_sum_ = state_count_ = state_chain_ = 0;
     accum_ = Sum{};
     if (!checkpoint) return;
     std::istringstream in(safe::read_file(*checkpoint / "synth_state.txt").value_or(""));
-    if (!(in >> state_sum_ >> state_count_)) fail("{}: no synth_state.txt: not a synthetic-mode checkpoint", checkpoint->string());
+    if (!(in >> state_sum_ >> state_count_ >> state_chain_))
+        fail("{}: no synth_state.txt: not a synthetic-mode checkpoint", checkpoint->string());
 }
 
 void SynthDrafter::broadcast_state() {
@@ -106,10 +116,14 @@ void SynthDrafter::broadcast_state() {
     }
     std::vector<double> v(s.limbs, s.limbs + 4);
     v.push_back(s.count);
+    for (int i = 0; i < 4; ++i)  // the chain in exact 16-bit limbs too
+        v.push_back(gang_.place().is_master() ? static_cast<double>((state_chain_ >> (16 * i)) & 0xffff) : 0.0);
     gang_.allreduce_sum(v);
     std::copy(v.begin(), v.begin() + 4, s.limbs);
     state_sum_ = s.value();
     state_count_ = static_cast<std::uint64_t>(v[4]);
+    state_chain_ = 0;
+    for (int i = 0; i < 4; ++i) state_chain_ |= static_cast<std::uint64_t>(v[5 + i]) << (16 * i);
 }
 
 SynthDrafter::SynthDrafter(Ring& ring, const transport::TransportOptions& opts, std::uint32_t inflight,
@@ -242,8 +256,17 @@ double SynthDrafter::sync_grads_now() {
 }
 
 StepResult SynthDrafter::optimizer_step(double, double) {
+    if (fault::poison("grad")) {
+        // A non-finite gradient changes nothing (as the real drafter's AdamW).
+        accum_ = Sum{};
+        StepResult r;
+        r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+        r.skipped = true;
+        return r;
+    }
     state_sum_ += accum_.value();
     state_count_ += static_cast<std::uint64_t>(accum_.count);
+    state_chain_ = synth_mix(state_chain_ ^ accum_.value());
     accum_ = Sum{};
     return {};
 }
@@ -253,19 +276,22 @@ namespace {
 // The checksum state as of the snapshot (two numbers: written wherever, whenever).
 class SynthSnapshot final : public StateSnapshot {
 public:
-    SynthSnapshot(std::uint64_t sum, std::uint64_t count) : sum_(sum), count_(count) {}
+    SynthSnapshot(std::uint64_t sum, std::uint64_t count, std::uint64_t chain) : sum_(sum), count_(count), chain_(chain) {}
     void write(const std::filesystem::path& dir) override {
         safe::Fd f = safe::open_file(dir / "synth_state.txt", O_WRONLY | O_CREAT | O_TRUNC);  // never through a link
-        safe::write_all(f.get(), fmt::format("{} {}\n", sum_, count_), (dir / "synth_state.txt").string());
+        safe::write_all(f.get(), fmt::format("{} {} {}\n", sum_, count_, chain_), (dir / "synth_state.txt").string());
     }
+    std::uint64_t bytes() const override { return 64; }
 
 private:
-    std::uint64_t sum_, count_;
+    std::uint64_t sum_, count_, chain_;
 };
 
 } // namespace
 
-std::unique_ptr<StateSnapshot> SynthDrafter::snapshot() { return std::make_unique<SynthSnapshot>(state_sum_, state_count_); }
+std::unique_ptr<StateSnapshot> SynthDrafter::snapshot() {
+    return std::make_unique<SynthSnapshot>(state_sum_, state_count_, state_chain_);
+}
 
 void SynthDrafter::export_model(const std::filesystem::path& dir) {
     if (std::filesystem::is_symlink(dir)) fail("{} is a symbolic link: refusing to export through it; remove the link", dir.string());

@@ -30,10 +30,12 @@ public:
     // hold_ms: keep each slot WRITING that long (tests kill a target mid-write).
     SynthTarget(Ring& ring, const transport::TransportOptions& opts, double hold_ms = 0);
     ~SynthTarget() override;
-    void write(const PackedBatch& batch, WriteSlot& slot) override;
+    std::vector<std::uint8_t> write(const PackedBatch& batch, WriteSlot& slot) override;
+    double last_compute_s() const override { return last_s_; }
 
 private:
     RingGeometry g_;
+    double last_s_ = 0;
     double hold_ms_;
     bool cuda_;
     std::unique_ptr<transport::SlotWriter> writer_;
@@ -99,6 +101,7 @@ private:
     double step_ms_, hold_ms_;
     std::deque<Staged> staged_;
     std::uint64_t state_sum_ = 0, state_count_ = 0;    // in the (committed) weights
+    std::uint64_t state_chain_ = 0;                     // mix over the steps, in order
     Sum accum_;                                         // accumulated, applied at optimizer_step
     bool synced_ = false;
 };

@@ -4,7 +4,8 @@
 // like the real drafters.
 //   HSRING_SYNTH_STEP_MS=N  simulate N ms of compute per drafter batch (tests kill mid-step)
 //   HSRING_SYNTH_FAIL=ROLE  exit 1 at start when this worker has that role (crash-loop drills)
-//   HSRING_SYNTH_WRITE_MS=N hold each slot WRITING N ms (tests kill a target mid-write)
+//   HSRING_SYNTH_WRITE_MS=N hold each slot WRITING N ms (tests kill a target mid-write); a list
+//                           N0,N1,... gives target rank r its own Nr (unbalanced targets: bench/pipeline)
 //   HSRING_SYNTH_STAGE_MS=N hold each slot READING N ms (tests kill the drafter mid-read)
 //   HSRING_SYNTH_CUDA=1     with [transport] kind = "host": GPU workers move their patterns through
 //                           the GPU (the peer kinds always do)
@@ -35,7 +36,20 @@ int body(int argc, char** argv) {
     if (ctx->env.role == hsring::WorkerRole::Target) {
         mark_started();
         const char* wms = std::getenv("HSRING_SYNTH_WRITE_MS");
-        SynthTarget t(ctx->ring, transport, wms ? std::atof(wms) : 0.0);
+        double hold = 0;
+        if (wms) {
+            // One value for every target, or one per target rank.
+            std::string list = wms;
+            for (std::uint32_t r = 0;; ++r) {
+                const auto comma = list.find(',');
+                if (r == ctx->env.rank || comma == std::string::npos) {
+                    hold = std::atof(list.substr(0, comma).c_str());
+                    break;
+                }
+                list.erase(0, comma + 1);
+            }
+        }
+        SynthTarget t(ctx->ring, transport, hold);
         return run_target(*ctx, t);
     }
     const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");

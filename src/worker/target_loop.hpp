@@ -1,9 +1,13 @@
 #pragma once
-// The target worker's loop: claim a slot, pack PENDING samples into it, let the compute write
-// their hidden states straight into the slot, commit. Waits on a full ring or an exhausted
-// ledger sleep on futexes (no CPU burnt). See CONTRACT.md for when it ends.
+// The target worker's loop: claim a slot, take the next plan slot (or held-out samples) for it,
+// let the compute write their hidden states straight into the slot, reject the samples whose
+// states are not finite, commit. Waits on a full ring, an exhausted ledger or a closed window
+// sleep on futexes (no CPU burnt). See CONTRACT.md for when it ends.
 #include "worker/context.hpp"
 #include "worker/packer.hpp"
+
+#include <cstdint>
+#include <vector>
 
 namespace hsring::worker {
 
@@ -12,7 +16,12 @@ public:
     virtual ~TargetCompute() = default;
     // Writes the batch's hidden states into the slot payload, layer-major:
     // [n_layers][slot_tokens][hidden] of the ring's dtype; returns when every byte is there.
-    virtual void write(const PackedBatch& batch, WriteSlot& slot) = 0;
+    // Returns per sample whether a captured hidden state of it was not finite (NaN or inf): such
+    // a sample's non-finite rows are written as zeros, and the loop rejects it.
+    virtual std::vector<std::uint8_t> write(const PackedBatch& batch, WriteSlot& slot) = 0;
+    // How long the last write() computed on its device, in seconds (the GPU's clock; wall time
+    // on the CPU).
+    virtual double last_compute_s() const = 0;
 };
 
 int run_target(Context& ctx, TargetCompute& compute);

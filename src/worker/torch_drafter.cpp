@@ -2,6 +2,7 @@
 
 #include "data/splitmix.hpp"
 #include "hsring/error.hpp"
+#include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
 #include "model/dflash_config.hpp"
@@ -10,7 +11,9 @@
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/fused_adamw.hpp"
+#include "model/safetensors.hpp"
 #include "model/target.hpp"
+#include "distributed/error_text.hpp"
 #include "distributed/gradient_sync.hpp"
 #include "worker/torch_util.hpp"
 
@@ -22,9 +25,12 @@
 #include <torch/serialize.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <deque>
 #include <future>
 #include <fstream>
+#include <thread>
 
 namespace hsring::worker {
 
@@ -32,6 +38,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 std::uint64_t mix64(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Nothing non-finite is checkpointed or exported (DESIGN.md invariant 10): the first tensor of
+// `named` that holds a NaN or inf, checked on its device (one small read per tensor).
+void require_finite(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::string& what) {
+    for (const auto& [name, t] : named) {
+        if (!t.defined() || at::isfinite(t).all().item<bool>()) continue;
+        throw NonFiniteState(fmt::format("{}: {} holds non-finite values (NaN or inf); nothing is written. The last "
+                                         "good checkpoint is kept", what, name));
+    }
+}
 
 // The drafter's fp32 parameters and AdamW state in host memory (pinned on a GPU, so the device
 // copies run at PCIe speed). The next snapshot reuses the buffers once no writer holds them.
@@ -43,7 +59,10 @@ struct HostState {
 };
 
 // A checkpoint of the drafter as of one step: drafter/ (the export format, fp32) and
-// optimizer.pt, written from the host copies only (any thread).
+// optimizer.safetensors (AdamW's moments and step per parameter name), written from the host
+// copies only (any thread). Checkpoints of older hsring have optimizer.pt (torch::save) instead.
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
 class TorchSnapshot final : public StateSnapshot {
 public:
     TorchSnapshot(std::shared_ptr<HostState> state, model::DFlashConfig cfg, torch::optim::AdamWOptions options)
@@ -52,19 +71,24 @@ public:
         std::map<std::string, at::Tensor> named;
         for (std::size_t i = 0; i < s_->params.size(); ++i) named[s_->names[i]] = s_->params[i];
         model::export_dflash(dir / "drafter", named, cfg_);
-        // An optimizer over the host copies holding the copied state: torch::save writes the
-        // archive it writes for the live one (state keyed by parameter position).
-        torch::optim::AdamW opt(s_->params, options_);
+        // AdamW's state by parameter name, as safetensors: a restart maps it and copies it to the
+        // device in a second or two (torch::save's archive took ~10 s to load back at Qwen3-8B dims).
+        model::TensorMap moments;
         for (std::size_t i = 0; i < s_->params.size(); ++i) {
             if (!s_->exp_avg[i].defined()) continue;
-            auto st = std::make_unique<torch::optim::AdamWParamState>();
-            st->step(s_->steps[i]);
-            st->exp_avg(s_->exp_avg[i]);
-            st->exp_avg_sq(s_->exp_avg_sq[i]);
-            if (s_->max_exp_avg_sq[i].defined()) st->max_exp_avg_sq(s_->max_exp_avg_sq[i]);
-            opt.state()[s_->params[i].unsafeGetTensorImpl()] = std::move(st);
+            const std::string& n = s_->names[i];
+            moments["exp_avg." + n] = s_->exp_avg[i];
+            moments["exp_avg_sq." + n] = s_->exp_avg_sq[i];
+            moments["step." + n] = at::full({1}, s_->steps[i], at::TensorOptions().dtype(at::kLong));
         }
-        torch::save(opt, (dir / "optimizer.pt").string());
+        model::save_safetensors(dir / kOptimizerFile, moments, {{"format", "hsring-adamw"}});
+    }
+    std::uint64_t bytes() const override {
+        std::uint64_t n = 0;
+        for (const auto* v : {&s_->params, &s_->exp_avg, &s_->exp_avg_sq})
+            for (const auto& t : *v)
+                if (t.defined()) n += t.nbytes();
+        return n;
     }
 
 private:
@@ -94,9 +118,12 @@ struct TorchDrafter::Impl {
     std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
     std::unique_ptr<model::FusedAdamW> fused_step;
     std::shared_ptr<HostState> host_state;  // the last snapshot's buffers
-    // The first snapshot's pinned buffers, allocated on a thread of their own from the start
-    // (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the checkpoint).
+    // The first snapshot's pinned buffers, allocated on a thread of their own once the first step
+    // is done (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the
+    // checkpoint; and while it runs the driver holds up this process's other CUDA calls, so not
+    // at start either, where it stretched the first step after a restart).
     std::future<std::shared_ptr<HostState>> host_state_ready;
+    std::vector<std::vector<std::int64_t>> host_state_shapes;  // set at restore: allocate after the first step
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
     bool synced = false;               // the last train_one(true) summed the gradients
@@ -107,7 +134,13 @@ struct TorchDrafter::Impl {
     std::deque<Staged> staged;
     double step_weight = 0;            // total loss weight accumulated in this step
     // Declared after the buffers: destroyed first, it waits for the copies still going into them.
+    // Made on a thread while the model is built (registering the ring with CUDA takes seconds).
+    std::future<std::unique_ptr<transport::SlotReader>> reader_ready;
     std::unique_ptr<transport::SlotReader> reader;
+    transport::SlotReader& slot_reader() {
+        if (!reader) reader = reader_ready.get();
+        return *reader;
+    }
 
     Impl(Context& c, distributed::Gang& gang_)
         : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
@@ -131,7 +164,28 @@ struct TorchDrafter::Impl {
                                         at::TensorOptions().dtype(ring_dtype).device(device)));
             buffer_busy.push_back(false);
         }
-        reader = transport::make_slot_reader(c.ring, transport::options_for(c.cfg, device.is_cuda()));
+        reader_ready = std::async(std::launch::async, [&ring = c.ring, opts = transport::options_for(c.cfg, device.is_cuda())] {
+            return transport::make_slot_reader(ring, opts);
+        });
+    }
+
+    // The pinned host buffers of the first snapshot, on a thread (see host_state_ready), one tensor
+    // at a time with a pause after each: a cudaHostAlloc holds up this process's other CUDA calls
+    // while it runs (all 12 GB in one go stretched a step by ~5 s on an H200), so many short ones
+    // with room between them let the steps go on.
+    void allocate_host_state() {
+        if (host_state_shapes.empty()) return;
+        host_state_ready = std::async(std::launch::async, [shapes = std::move(host_state_shapes)] {
+            auto h = std::make_shared<HostState>();
+            const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
+            for (const auto& s : shapes)
+                for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
+                    v->push_back(at::empty(s, opts));
+                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                }
+            return h;
+        });
+        host_state_shapes.clear();
     }
 
     // The loop never stages more than inflight_slots: one is free.
@@ -175,16 +229,34 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         auto [d, cfg] = model::import_dflash(*checkpoint / "drafter", m.device);
         m.drafter = d;
         m.make_optimizer();
-        torch::load(*m.optimizer, (*checkpoint / "optimizer.pt").string());
-        // The archive's tensors come back where they were saved (host memory since snapshots):
-        // the state lives with its parameter.
-        for (const auto& p : m.drafter->parameters()) {
-            auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
-            if (it == m.optimizer->state().end()) continue;
-            auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
-            st.exp_avg(st.exp_avg().to(p.device()));
-            st.exp_avg_sq(st.exp_avg_sq().to(p.device()));
-            if (st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(st.max_exp_avg_sq().to(p.device()));
+        if (std::filesystem::exists(*checkpoint / kOptimizerFile)) {
+            // Mapped, then copied to the parameters' device tensor by tensor.
+            const model::SafetensorsFile f = model::read_safetensors(*checkpoint / kOptimizerFile);
+            for (const auto& p : m.drafter->named_parameters()) {
+                const auto a = f.tensors.find("exp_avg." + p.key());
+                if (a == f.tensors.end()) continue;  // no step trained it yet
+                const auto b = f.tensors.find("exp_avg_sq." + p.key()), n = f.tensors.find("step." + p.key());
+                if (b == f.tensors.end() || n == f.tensors.end() || a->second.sizes() != p.value().sizes())
+                    fail("{}: the AdamW state of {} is incomplete or of another shape: a damaged checkpoint",
+                         (*checkpoint / kOptimizerFile).string(), p.key());
+                auto st = std::make_unique<torch::optim::AdamWParamState>();
+                st->step(n->second.item<std::int64_t>());
+                st->exp_avg(a->second.to(p.value().device(), /*non_blocking=*/false, /*copy=*/true));
+                st->exp_avg_sq(b->second.to(p.value().device(), false, true));
+                m.optimizer->state()[p.value().unsafeGetTensorImpl()] = std::move(st);
+            }
+        } else {
+            torch::load(*m.optimizer, (*checkpoint / "optimizer.pt").string());
+            // The archive's tensors come back where they were saved (host memory since snapshots):
+            // the state lives with its parameter.
+            for (const auto& p : m.drafter->parameters()) {
+                auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
+                if (it == m.optimizer->state().end()) continue;
+                auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+                st.exp_avg(st.exp_avg().to(p.device()));
+                st.exp_avg_sq(st.exp_avg_sq().to(p.device()));
+                if (st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(st.max_exp_avg_sq().to(p.device()));
+            }
         }
     } else if (!m.ctx.cfg.drafter.init.empty()) {
         auto [d, cfg] = model::import_dflash(m.ctx.cfg.resolve(m.ctx.cfg.drafter.init), m.device);
@@ -198,27 +270,24 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         m.make_optimizer();
     }
     m.drafter->train();
+    if (checkpoint) {
+        // A checkpoint with NaN weights (written by an older hsring) is never trained on.
+        std::vector<std::pair<std::string, at::Tensor>> named;
+        for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+        require_finite(named, fmt::format("the checkpoint {}", checkpoint->string()));
+    }
     m.describe();
     if (m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background) {
         // Master only (restore): pinned host buffers for the weights and both AdamW moments.
-        std::vector<at::Tensor> params = m.drafter->parameters();
-        std::vector<std::vector<std::int64_t>> shapes;
-        for (const auto& p : params) shapes.push_back(p.sizes().vec());
-        m.host_state_ready = std::async(std::launch::async, [shapes = std::move(shapes)] {
-            auto h = std::make_shared<HostState>();
-            const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
-            for (const auto& s : shapes) {
-                h->params.push_back(at::empty(s, opts));
-                h->exp_avg.push_back(at::empty(s, opts));
-                h->exp_avg_sq.push_back(at::empty(s, opts));
-            }
-            return h;
-        });
+        // (allocated after the first step: Impl::allocate_host_state)
+        for (const auto& p : m.drafter->parameters()) m.host_state_shapes.push_back(p.sizes().vec());
     }
+    m.slot_reader();  // registered meanwhile; a failure is the start's (a user error), not a crash later
 }
 
 void TorchDrafter::prepare_replica() {
     Impl& m = *impl_;
+    m.slot_reader();
     // Any weights do: the master's replace them (broadcast_state).
     m.drafter = model::DFlashDrafter(m.dcfg, m.ctx.cfg.run.seed, m.device);
     m.make_optimizer();
@@ -278,7 +347,7 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
     s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
     // The slot goes back to FREE as soon as its copy completed, not when training on it ends.
-    s.copy = m.reader->stage(std::move(slot), buf.data_ptr());
+    s.copy = m.slot_reader().stage(std::move(slot), buf.data_ptr());
     s.batch = std::move(batch);
     m.staged.push_back(std::move(s));
 }
@@ -286,7 +355,7 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
 bool TorchDrafter::receive(ReadSlot& slot) {
     Impl& m = *impl_;
     const std::size_t b = m.free_buffer();
-    if (!m.reader->receive(slot, m.buffers[b].data_ptr())) return false;
+    if (!m.slot_reader().receive(slot, m.buffers[b].data_ptr())) return false;
     m.received = b;
     return true;
 }
@@ -341,6 +410,9 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
     m.synced = false;
+    // Every number that crossed the process boundary is checked (its targets checked them too):
+    // read with the batch's sums, no extra wait.
+    const at::Tensor finite_input = at::isfinite(s.hidden).all().to(at::kDouble).reshape({1});
     at::Tensor sums;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;  // sequences [first, last)
@@ -361,9 +433,13 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
             const auto b0 = Clock::now();
             try {
                 loss.loss_sum.backward();
+            } catch (const distributed::GangBroken&) {
+                throw;  // GradientSync's own message (exit 1: the gang is restarted)
             } catch (const std::exception& e) {
                 if (!arm) throw;
-                fail("the drafter gang broke while summing gradients (a peer rank died or hung): {}", e.what());
+                throw distributed::GangBroken(fmt::format(
+                    "the drafter gang broke while summing gradients (a peer rank died or hung): {}",
+                    distributed::error_text(e)));
             }
             if (arm) {
                 m.synced = true;
@@ -378,13 +454,16 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
         first = last;
     }
     if (sums.defined()) {
-        const at::Tensor h = sums.to(at::kCPU);  // the batch's one sync
-        const double* v = h.data_ptr<double>();
-        const auto n = static_cast<std::size_t>((h.numel() - 2) / 2);
+        const at::Tensor h = at::cat({finite_input, sums}).to(at::kCPU);  // the batch's one sync
+        const double* v = h.data_ptr<double>() + 1;
+        const auto n = static_cast<std::size_t>((h.numel() - 3) / 2);
+        r.finite_input = h.data_ptr<double>()[0] != 0;
         r.loss_sum = v[0];
         r.weight_sum = v[1];
         r.correct.assign(v + 2, v + 2 + n);
         r.counted.assign(v + 2 + n, v + 2 + 2 * n);
+    } else {
+        r.finite_input = finite_input.item<double>() != 0;
     }
     m.step_weight += r.weight_sum;
     r.tokens = s.batch.n_tokens();
@@ -415,15 +494,25 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     for (auto& group : m.optimizer->param_groups())
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     if (weight_sum > 0) {
+        // HSRING_FAULT ...:grad:N:nan: a gradient turns NaN, as from an overflow in the backward.
+        if (fault::poison("grad"))
+            for (auto& p : m.drafter->parameters())
+                if (p.grad().defined()) {
+                    p.grad().view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+                    break;
+                }
         // The gang's reducer averaged the ranks' sums: back to the sum, then the token-weighted mean
-        // over the whole global batch; clipped; AdamW (one fused pass, fused_adamw.hpp).
+        // over the whole global batch; clipped; AdamW (one fused pass, fused_adamw.hpp), which
+        // changes nothing when the norm is not finite.
         const double divisor = weight_sum / (m.sync ? double(m.sync->world()) : 1.0);
         const at::Tensor norm = m.fused_step->step(divisor, m.ctx.cfg.train.grad_clip);
         if (norm.defined()) r.grad_norm = norm.item<double>();
+        r.skipped = !std::isfinite(r.grad_norm);
     }
     m.optimizer->zero_grad();
     m.step_weight = 0;
     r.device_peak_bytes = device_peak_bytes(m.device);
+    m.allocate_host_state();  // once: after the first step
     return r;
 }
 
@@ -444,6 +533,19 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     };
     const auto named = m.drafter->named_parameters();
     const std::size_t n = named.size();
+    {
+        std::vector<std::pair<std::string, at::Tensor>> check;
+        for (std::size_t i = 0; i < n; ++i) {
+            const at::Tensor& p = named[i].value();
+            check.emplace_back(named[i].key(), p);
+            auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
+            if (it == m.optimizer->state().end()) continue;
+            const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+            check.emplace_back(named[i].key() + " (AdamW first moment)", st.exp_avg());
+            check.emplace_back(named[i].key() + " (AdamW second moment)", st.exp_avg_sq());
+        }
+        require_finite(check, "checkpoint");
+    }
     h.names.resize(n);
     h.params.resize(n);
     h.exp_avg.resize(n);
@@ -475,6 +577,9 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
 
 void TorchDrafter::export_model(const std::filesystem::path& dir) {
     Impl& m = *impl_;
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+    require_finite(named, fmt::format("export to {}", dir.string()));
     model::export_dflash(dir, m.drafter, m.dcfg, m.device.is_cuda() ? at::kBFloat16 : at::kFloat);
 }
 

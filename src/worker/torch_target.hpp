@@ -1,7 +1,9 @@
 #pragma once
 // The real target compute: the frozen Qwen3/Llama model runs the packed batch and hands each
 // captured layer to the transport (hsring/transport.hpp) as soon as it is computed; the
-// transport gets it into the claimed slot while the later layers compute.
+// transport gets it into the claimed slot while the later layers compute. Each captured layer is
+// checked for non-finite values on the device as it goes (rows with one are zeroed before the
+// copy): a sample with any is reported to the loop, which rejects it.
 #include "worker/context.hpp"
 #include "worker/target_loop.hpp"
 
@@ -13,11 +15,13 @@ class TorchTarget final : public TargetCompute {
 public:
     explicit TorchTarget(Context& ctx);
     ~TorchTarget() override;
-    void write(const PackedBatch& batch, WriteSlot& slot) override;
+    std::vector<std::uint8_t> write(const PackedBatch& batch, WriteSlot& slot) override;
+    double last_compute_s() const override { return last_compute_s_; }
 
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    double last_compute_s_ = 0;
 };
 
 } // namespace hsring::worker

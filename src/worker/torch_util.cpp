@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include <chrono>
+
 #ifdef HSRING_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -69,6 +72,41 @@ std::uint64_t device_peak_bytes(const at::Device& d) {
 #endif
     (void)d;
     return 0;
+}
+
+struct DeviceTimer::Impl {
+    bool cuda = false;
+    std::chrono::steady_clock::time_point t0, t1;
+#ifdef HSRING_TORCH_CUDA
+    at::cuda::CUDAEvent e0{cudaEventDefault}, e1{cudaEventDefault};
+#endif
+};
+
+DeviceTimer::DeviceTimer(const at::Device& d) : impl_(std::make_unique<Impl>()) { impl_->cuda = d.is_cuda(); }
+DeviceTimer::~DeviceTimer() = default;
+
+void DeviceTimer::start() {
+#ifdef HSRING_TORCH_CUDA
+    if (impl_->cuda) return impl_->e0.record();
+#endif
+    impl_->t0 = std::chrono::steady_clock::now();
+}
+
+void DeviceTimer::stop() {
+#ifdef HSRING_TORCH_CUDA
+    if (impl_->cuda) return impl_->e1.record();
+#endif
+    impl_->t1 = std::chrono::steady_clock::now();
+}
+
+double DeviceTimer::seconds() {
+#ifdef HSRING_TORCH_CUDA
+    if (impl_->cuda) {
+        impl_->e1.synchronize();
+        return impl_->e0.elapsed_time(impl_->e1) / 1000.0;
+    }
+#endif
+    return std::chrono::duration<double>(impl_->t1 - impl_->t0).count();
 }
 
 } // namespace hsring::worker

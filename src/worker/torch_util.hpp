@@ -8,6 +8,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <memory>
+
 namespace hsring::worker {
 
 at::ScalarType scalar_type(DType t);
@@ -23,5 +25,22 @@ void configure_cpu_threads(const Config& cfg);
 transport::GpuStream current_stream(const at::Device& d);
 // Peak device memory allocated by this process so far (0 on CPU).
 std::uint64_t device_peak_bytes(const at::Device& d);
+
+// Time of the work queued on a device's current stream between start() and stop(), on the device's
+// clock (CUDA events); the host's clock on the CPU. seconds() waits for stop()'s event.
+class DeviceTimer {
+public:
+    explicit DeviceTimer(const at::Device& d);
+    ~DeviceTimer();
+    DeviceTimer(const DeviceTimer&) = delete;
+    DeviceTimer& operator=(const DeviceTimer&) = delete;
+    void start();
+    void stop();
+    double seconds();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 } // namespace hsring::worker

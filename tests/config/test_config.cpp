@@ -6,8 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 using namespace hsring;
@@ -180,7 +183,10 @@ TEST_CASE("bad topologies are refused") {
     CHECK(error_of(topo("[topology]\ntargets = [0, 0]\ndrafters = [1]\n")).find("GPU 0 is used twice (target.0 and target.1)") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = []\n")).find("[topology] drafters: must name at least one") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [0]\n")).find("GPU 0 is used twice (target.0 and drafter.0)") != std::string::npos);
-    CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, 2, 1]\n")).find("GPU 1 is used twice (drafter.0 and drafter.2)") != std::string::npos);
+    // Two drafter ranks on one GPU: NCCL refuses them, so allow_shared_gpus is not the fix to offer.
+    std::string e = error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, 2, 1]\n"));
+    CHECK(e.find("[topology] drafters: GPU 1 holds two drafter ranks (drafter.0 and drafter.2)") != std::string::npos);
+    CHECK(e.find("allow_shared_gpus = true to share it") == std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [\"gpu\"]\ndrafters = [1]\n")).find("GPU indices or \"cpu\"") != std::string::npos);
     CHECK(error_of(topo("[topology]\ntargets = [0]\ndrafters = [1, \"cpu\"]\n")).find("mixes GPUs and \"cpu\"") != std::string::npos);
     // Sharing is allowed when asked for: targets with targets, and a target with a drafter.
@@ -188,6 +194,15 @@ TEST_CASE("bad topologies are refused") {
     CHECK(c.topology.targets.size() == 2);
     c = parse_config(topo("[topology]\ntargets = [0]\ndrafters = [0, 1]\nallow_shared_gpus = true\n"), "t.toml");
     CHECK(c.topology.drafters.size() == 2);
+    c = parse_config(topo("[topology]\ntargets = [0, 0]\ndrafters = [0]\nallow_shared_gpus = true\n"), "t.toml");
+    CHECK(c.topology.targets.size() == 2);
+    c = parse_config(topo("[topology]\ntargets = [\"cpu\"]\ndrafters = [\"cpu\", \"cpu\"]\n"), "t.toml");
+    CHECK(c.topology.drafters.size() == 2);  // CPU drafter ranks (Gloo) may repeat
+    // ... but never two drafter ranks on one GPU: the gang (NCCL) could never form.
+    e = error_of(topo("[topology]\ntargets = [1]\ndrafters = [0, 0]\nallow_shared_gpus = true\n"));
+    CHECK(e.find("t.toml:4:") != std::string::npos);
+    CHECK(e.find("[topology] drafters: GPU 0 holds two drafter ranks (drafter.0 and drafter.1): NCCL") != std::string::npos);
+    CHECK(e.find("give each drafter rank its own GPU") != std::string::npos);
 }
 
 TEST_CASE("data-parallel drafters: a step is whole slots shared out between every rank of every machine") {
@@ -330,6 +345,72 @@ TEST_CASE("model-dependent checks name the key") {
     s = kMinimal;
     s.replace(s.find("num_layers = 1"), 14, "num_layers = 1\nmask_token_id = 600");
     CHECK(error_of(s).find("mask_token_id 600 is not a row") != std::string::npos);
+}
+
+TEST_CASE("the data files must exist and hold something; each message names its key and the resolved path") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("hsring-config-data-" + std::to_string(::getpid()));
+    fs::create_directories(dir / "sub");
+    const std::string file = (dir / "run.toml").string();
+    const std::string sample = "{\"input_ids\": [1, 2, 3]}\n";
+    std::ofstream(dir / "train.jsonl") << sample;
+    std::ofstream(dir / "empty.jsonl");
+    std::ofstream(dir / "blank.jsonl") << "\n  \n";
+    auto error_for = [&](const std::string& path, const std::string& eval) -> std::string {
+        std::string s = kMinimal;
+        s.replace(s.find("data/demo.jsonl"), 15, path);
+        if (!eval.empty()) s += "eval_path = \"" + eval + "\"\n";
+        const Config c = parse_config(s, file);
+        try {
+            check_data_files(c);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    CHECK(error_for("train.jsonl", "") == "");
+    CHECK(error_for((dir / "train.jsonl").string(), "sub/../train.jsonl") == "");
+    // Relative to the config file's directory, and the message says so.
+    std::string e = error_for("absent.jsonl", "");
+    CHECK(e.find(file + ": [data] path = \"absent.jsonl\": cannot read " + (dir / "absent.jsonl").string() + ": no such file "
+                 "(a relative path is resolved against the config file's directory): give a pre-tokenized JSONL "
+                 "file") != std::string::npos);
+    e = error_for("sub", "");
+    CHECK(e.find("[data] path = \"sub\": " + (dir / "sub").string()) != std::string::npos);
+    CHECK(e.find("is a directory, not a file") != std::string::npos);
+    // The held-out set is named as such, missing, empty or blank.
+    for (const char* eval : {"absent.jsonl", "empty.jsonl", "blank.jsonl"}) {
+        e = error_for("train.jsonl", eval);
+        CHECK_MESSAGE(e.find("[data] eval_path = \"" + std::string(eval) + "\"") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("[data] path") == std::string::npos, e);
+    }
+    CHECK(error_for("train.jsonl", "empty.jsonl").find("is empty (no sample)") != std::string::npos);
+    CHECK(error_for("blank.jsonl", "").find("[data] path = \"blank.jsonl\"") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a config path that is a directory or missing is refused, not read as an empty config") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("hsring-config-dir-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    auto error_of_load = [](const fs::path& p) -> std::string {
+        try {
+            load_config(p);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    std::string e = error_of_load(dir);
+    CHECK(e.find(dir.string() + " is a directory, not a config file") != std::string::npos);
+    CHECK(e.find("[topology]") == std::string::npos);  // not "missing [topology]": it was never read
+    std::ofstream(dir / "b.toml") << kMinimal;
+    std::ofstream(dir / "a.toml") << kMinimal;
+    CHECK(error_of_load(dir).find("e.g. " + (dir / "a.toml").string() + ", " + (dir / "b.toml").string()) !=
+          std::string::npos);
+    e = error_of_load(dir / "nope.toml");
+    CHECK(e.find((dir / "nope.toml").string() + ": no such config file") != std::string::npos);
+    fs::remove_all(dir);
 }
 
 TEST_CASE("invalid TOML reports line and column") {

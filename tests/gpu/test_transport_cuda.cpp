@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -134,6 +135,54 @@ TEST_CASE("a staged copy dropped before its copy completed still releases its sl
     CHECK(t.ring.counters().releases == 3);
     reader.reset();
     cudaFree(buffer);
+}
+
+TEST_CASE("a peer writer waiting for a free buffer stops when the ring is stopping or its worker's stop flag is set") {
+    // Its one buffer holds a READY batch no drafter takes: before, begin() waited for a year.
+    const RingGeometry g = geometry();
+    const std::uint64_t n = 300, row = std::uint64_t{g.hidden} * g.dtype_bytes;
+    void* rows = nullptr;
+    HSRING_CUDA(cudaMalloc(&rows, n * row));
+    HSRING_CUDA(cudaMemset(rows, 0, n * row));
+    for (const bool by_ring : {false, true}) {
+        CAPTURE(by_ring);
+        TempRing t;
+        std::atomic<bool> stop{false};
+        transport::TransportOptions o;
+        o.cuda = true;
+        o.kind = TransportKind::Peer;
+        o.peer_buffers = 1;
+        o.stop = [&] { return stop.load(); };
+        auto writer = transport::make_slot_writer(t.ring, o);
+        auto w = t.ring.claim(0ms);
+        REQUIRE(w);
+        w->meta().set_counts(1, n);
+        writer->begin(*w, n);
+        for (std::uint32_t l = 0; l < g.n_layers; ++l) writer->put_layer(l, rows, nullptr, nullptr);
+        writer->finish();
+        REQUIRE(w->commit());
+        auto next = t.ring.claim(0ms);
+        REQUIRE(next);
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(300ms);
+            if (by_ring) t.ring.set_stopping(true);
+            else stop = true;
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        CHECK_THROWS_AS(writer->begin(*next, n), transport::WriteStopped);
+        CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+        stopper.join();
+        next->abort();
+        // The READY batch taken, so the writer's exit does not wait for a drafter.
+        Ring reader = Ring::attach(t.name);
+        reader.join(Role::Reader, 2, "reader");
+        t.ring.set_stopping(false);
+        auto r = reader.acquire(0ms);
+        REQUIRE(r);
+        r->release();
+        writer.reset();
+    }
+    cudaFree(rows);
 }
 
 // --- the peer kinds, with a target process ---------------------------------------------------

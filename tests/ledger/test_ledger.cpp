@@ -1,5 +1,6 @@
-// The sample ledger and the train log: state machine, re-issue, tickets that protect against
-// double training, recovery after a drafter death, concurrent takers, and lineage verification.
+// The sample ledger and the train log: the plan's slots taken whole and in order within the
+// window, re-issue, tickets that protect against double training, recovery after a drafter death,
+// rejected samples, concurrent takers, and lineage verification.
 #include "hsring/error.hpp"
 #include "hsring/ledger.hpp"
 #include "hsring/train_log.hpp"
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -26,12 +28,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
+LedgerInfo info(std::uint64_t n, std::uint32_t epochs = 1, std::uint32_t ranks = 1) {
+    LedgerInfo i{0xabc, n, epochs, 7, true};
+    i.drafter_ranks = ranks;
+    return i;
+}
+
+// A plan of slots of `per` positions each (the last one shorter).
+std::vector<std::uint64_t> plan_of(std::uint64_t total, std::uint64_t per) {
+    std::vector<std::uint64_t> first;
+    for (std::uint64_t p = 0; p < total; p += per) first.push_back(p);
+    first.push_back(total);
+    return first;
+}
+
 struct TempLedger {
     std::string name;
     Ledger l;
-    explicit TempLedger(LedgerInfo info)
+    explicit TempLedger(LedgerInfo info, std::uint64_t per_slot = 1, const std::vector<Ledger::Trained>& durable = {})
         : name("hsring-test-ledger-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++)),
-          l(Ledger::create(name, info)) {}
+          l(Ledger::create(name, info, plan_of(info.total(), per_slot), {}, durable)) {}
     ~TempLedger() { Ledger::remove(name); }
     static std::atomic<int>& counter() {
         static std::atomic<int> c{0};
@@ -39,79 +55,107 @@ struct TempLedger {
     }
 };
 
-LedgerInfo info(std::uint64_t n, std::uint32_t epochs = 1) { return LedgerInfo{0xabc, n, epochs, 7, true}; }
+constexpr std::uint64_t kAll = ~std::uint64_t{0};
 
 } // namespace
 
-TEST_CASE("targets take positions in order until the data is exhausted") {
-    TempLedger t(info(5, 2));
+TEST_CASE("targets take plan slots whole, lowest first, within the window") {
+    TempLedger t(info(10), 3);  // plan slots: [0,3) [3,6) [6,9) [9,10)
     Ledger& l = t.l;
-    CHECK(l.total() == 10);
-    for (std::uint64_t p = 0; p < 10; ++p) CHECK(l.take(1) == p);
-    CHECK_FALSE(l.take(1));
+    REQUIRE(l.plan_slots() == 4);
+    CHECK(l.first(1) == 3);
+    CHECK(l.first(4) == 10);
+    CHECK(l.take_slot(1, 2) == 0u);
+    for (std::uint64_t p = 0; p < 3; ++p) CHECK(l.state(p) == EntryState::InSlot);
+    CHECK(l.state(3) == EntryState::Pending);
+    CHECK(l.take_slot(2, 2) == 1u);
+    CHECK_FALSE(l.take_slot(3, 2));  // slot 2 is beyond the window [0, 2)
+    CHECK(l.take_slot(3, kAll) == 2u);
+    CHECK(l.take_slot(4, kAll) == 3u);
+    CHECK_FALSE(l.take_slot(5, kAll));
     CHECK(l.counts().in_slot == 10);
-    CHECK(l.epoch_of(7) == 1);
 }
 
-TEST_CASE("an untaken or re-issued position is handed out again before new ones") {
-    TempLedger t(info(10));
+TEST_CASE("the drafters' needs open the window; a re-issued slot is taken again before later ones") {
+    TempLedger t(info(8, 1, 2), 2);  // 4 plan slots, 2 drafter ranks
     Ledger& l = t.l;
-    for (int i = 0; i < 6; ++i) l.take(i < 3 ? 1 : 2);
-    CHECK(l.untake(4, 2));
-    CHECK_FALSE(l.untake(4, 2));  // already PENDING
-    CHECK(l.take(3) == 4);
-    // A reclaimed slot's ticket sends exactly its positions back.
-    CHECK(l.repend_ticket(1) == 3);
-    CHECK(l.state(0) == EntryState::Pending);
-    CHECK(l.state(3) == EntryState::InSlot);
-    CHECK(l.take(4) == 0);
-    CHECK(l.take(4) == 1);
-    CHECK(l.take(4) == 2);
-    CHECK(l.take(4) == 6);
+    CHECK(l.window_base() == 0);
+    l.set_need(0, 2);
+    CHECK(l.window_base() == 0);  // rank 1 still needs slot 0
+    l.set_need(1, 3);
+    CHECK(l.window_base() == 2);
+    REQUIRE(l.take_slot(10, kAll) == 0u);
+    REQUIRE(l.take_slot(11, kAll) == 1u);
+    // Slot 10's writer died: its plan slot goes back whole and is the next one taken.
+    CHECK(l.repend_ticket(10) == 2);
+    CHECK(l.slot_view(0).state == EntryState::Pending);
+    CHECK(l.take_slot(12, kAll) == 0u);
+    CHECK(l.take_slot(12, kAll) == 2u);
 }
 
-TEST_CASE("consume needs the ticket of the slot the sample came in") {
-    TempLedger t(info(4));
+TEST_CASE("consume needs the ticket of the ring slot the plan slot came in") {
+    TempLedger t(info(4), 2);
     Ledger& l = t.l;
-    REQUIRE(l.take(10) == 0u);
-    REQUIRE(l.take(10) == 1u);
-    CHECK(l.consume(0, 10, 0, 1));
-    CHECK_FALSE(l.consume(0, 10, 0, 1));  // no double consumption
-    // Slot 10's writer died: its unconsumed sample is re-issued and taken by slot 11...
-    CHECK(l.repend_ticket(10) == 1);
-    REQUIRE(l.take(11) == 1u);
-    // ...so a late redelivery of slot 10 cannot train it again.
-    CHECK_FALSE(l.consume(1, 10, 0, 1));
-    CHECK(l.consume(1, 11, 0, 2));
-    CHECK(l.consumed_or_durable() == 2);
+    REQUIRE(l.take_slot(10, kAll) == 0u);
+    CHECK(l.consume_slot(0, 10, 0, 1));
+    CHECK_FALSE(l.consume_slot(0, 10, 0, 1));  // no double consumption
+    CHECK(l.state(1) == EntryState::Consumed);
+    CHECK(l.view(1).step == 1);
+    // Slot 11's writer died after its samples were re-issued and taken again by slot 12: a late
+    // redelivery of 11 cannot train them.
+    REQUIRE(l.take_slot(11, kAll) == 1u);
+    CHECK(l.repend_ticket(11) == 2);
+    REQUIRE(l.take_slot(12, kAll) == 1u);
+    CHECK_FALSE(l.consume_slot(1, 11, 0, 1));
+    CHECK(l.consume_slot(1, 12, 0, 1));
 }
 
-TEST_CASE("a checkpoint makes consumed samples durable; a drafter death re-issues the rest") {
-    TempLedger t(info(6));
+TEST_CASE("a checkpoint makes consumed slots durable; a drafter death re-issues the later ones whole") {
+    TempLedger t(info(6), 1);
     Ledger& l = t.l;
-    for (std::uint64_t p = 0; p < 6; ++p) {
-        REQUIRE(l.take(p + 1) == p);
-        REQUIRE(l.consume(p, p + 1, 0, p / 2 + 1));  // steps 1,1,2,2,3,3
+    for (std::uint64_t j = 0; j < 6; ++j) {
+        REQUIRE(l.take_slot(j + 1, kAll) == j);
+        REQUIRE(l.consume_slot(j, j + 1, 0, j / 2 + 1));  // steps 1,1,2,2,3,3
     }
     CHECK(l.make_durable(0, 1) == 2);
-    // The drafter dies; its checkpoint was step 2: step 3's samples are trained again.
+    CHECK(l.slot_view(1).state == EntryState::Durable);
+    // The drafter dies; its checkpoint was step 2: step 3's plan slots are produced again.
     auto r = l.recover(0, 2);
     CHECK(r.durable == 2);
     CHECK(r.repended == 2);
     LedgerCounts c = l.counts();
     CHECK(c.durable == 4);
     CHECK(c.pending == 2);
-    CHECK(l.consumed_or_durable() == 4);
-    CHECK(l.take(9) == 4u);
-    CHECK(l.take(9) == 5u);
-    CHECK_FALSE(l.take(9));
+    CHECK(l.take_slot(9, kAll) == 4u);
+    CHECK(l.take_slot(9, kAll) == 5u);
+    CHECK_FALSE(l.take_slot(9, kAll));
+}
+
+TEST_CASE("a rejected sample stays rejected: never trained, never re-issued, its slot produced again whole") {
+    TempLedger t(info(4), 2);
+    Ledger& l = t.l;
+    REQUIRE(l.take_slot(5, kAll) == 0u);
+    CHECK(l.reject(1, 5, RejectReason::NonFiniteHidden));
+    CHECK_FALSE(l.reject(1, 5, RejectReason::NonFiniteHidden));
+    CHECK(l.view(1).reason == RejectReason::NonFiniteHidden);
+    // The writer dies before its commit: the plan slot comes back, the rejection stays.
+    CHECK(l.repend_ticket(5) == 1);
+    CHECK(l.state(1) == EntryState::Rejected);
+    REQUIRE(l.take_slot(6, kAll) == 0u);
+    CHECK(l.state(0) == EntryState::InSlot);
+    CHECK(l.state(1) == EntryState::Rejected);
+    REQUIRE(l.consume_slot(0, 6, 0, 1));
+    CHECK(l.state(1) == EntryState::Rejected);
+    CHECK(l.recover(0, 0).repended == 1);  // the drafter resumes before step 1: only sample 0 goes back
+    CHECK(l.counts().rejected == 1);
 }
 
 TEST_CASE("concurrent takers, re-issues and consumers account for every position exactly once") {
     constexpr std::uint64_t kN = 20000;
-    TempLedger t(info(kN));
+    TempLedger t(info(kN), 5);
     Ledger& l = t.l;
-    std::atomic<std::uint64_t> next_ticket{1};
+    std::atomic<std::uint64_t> next_ticket{1}, slots_done{0};
+    const std::uint64_t slots = l.plan_slots();
     std::mutex m;
     std::vector<int> consumed(kN, 0);
     std::vector<std::thread> threads;
@@ -120,23 +164,20 @@ TEST_CASE("concurrent takers, re-issues and consumers account for every position
             std::mt19937 rng(static_cast<unsigned>(k));
             for (;;) {
                 const std::uint64_t ticket = next_ticket++;
-                std::vector<std::uint64_t> got;
-                for (int i = 0; i < 8; ++i)
-                    if (auto p = l.take(ticket)) got.push_back(*p);
-                if (got.empty()) {
-                    if (l.consumed_or_durable() == kN) return;
+                const auto j = l.take_slot(ticket, kAll);
+                if (!j) {
+                    if (slots_done == slots) return;
                     std::this_thread::yield();
                     continue;
                 }
                 if (rng() % 5 == 0) {  // this "writer died": its slot is reclaimed
-                    CHECK(l.repend_ticket(ticket) == got.size());
+                    CHECK(l.repend_ticket(ticket) == l.first(*j + 1) - l.first(*j));
                     continue;
                 }
-                for (auto p : got) {
-                    REQUIRE(l.consume(p, ticket, 0, 1));
-                    std::lock_guard g(m);
-                    consumed[p]++;
-                }
+                REQUIRE(l.consume_slot(*j, ticket, 0, 1));
+                ++slots_done;
+                std::lock_guard g(m);
+                for (std::uint64_t p = l.first(*j); p < l.first(*j + 1); ++p) consumed[p]++;
             }
         });
     }
@@ -150,6 +191,7 @@ TEST_CASE("attach refuses another data set or settings") {
     LedgerInfo same = info(5, 2);
     Ledger a = Ledger::attach(t.name, &same);
     CHECK(a.total() == 10);
+    CHECK(a.plan() == t.l.plan());
     LedgerInfo other = same;
     other.data_fingerprint = 1;
     CHECK_THROWS_WITH_AS(Ledger::attach(t.name, &other), doctest::Contains("another data set"), Error);
@@ -217,7 +259,39 @@ TEST_CASE("train log lineage: weights that died are not counted, resumes bound e
     fs::remove_all(dir);
 }
 
-// --- a process killed between an entry's CAS and its bookkeeping (issue 12, finding 9) -------
+TEST_CASE("train log lineage: a rejected sample counts once, apart from the trained ones") {
+    fs::path dir = fs::temp_directory_path() / ("hsring-trainlog-x-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::path f = dir / "train-log.0.txt";
+    {
+        TrainLog log(f);
+        log.resume(1, 0);
+        std::vector<std::uint64_t> a{0, 2}, x{1};
+        log.trained(1, 1, a);
+        log.rejected(1, 1, x);
+        log.checkpoint(1, 1);
+    }
+    LineageReport r = verify_lineage(f, 1, info(3));
+    CHECK(r.ok());
+    CHECK(r.epochs[0].exactly_once == 2);
+    CHECK(r.epochs[0].rejected == 1);
+    CHECK(r.rejected() == 1);
+    const auto records = surviving_records(f, 0, 1);
+    REQUIRE(records.size() == 3);
+    CHECK(std::count_if(records.begin(), records.end(), [](const Ledger::Trained& t) { return t.rejected; }) == 1);
+    // Rejected and trained both: more than once.
+    {
+        TrainLog log(f);
+        std::vector<std::uint64_t> again{1};
+        log.trained(1, 1, again);
+        log.sync();
+    }
+    r = verify_lineage(f, 1, info(3));
+    CHECK(r.epochs[0].more_than_once == 1);
+    fs::remove_all(dir);
+}
+
+// --- a process killed between a word's CAS and its bookkeeping (issue 12, finding 9) --------
 
 namespace {
 
@@ -240,68 +314,57 @@ void in_child_killed_at(const char* point, const std::function<void()>& body) {
     CHECK(WEXITSTATUS(status) == 0);
 }
 
-std::uint64_t trained_entries(const Ledger& l) {
-    const LedgerCounts c = l.counts();
-    return c.consumed + c.durable;
-}
-
 } // namespace
 
-TEST_CASE("a drafter killed between a consume's CAS and its count: recover recounts, nothing ends early or late") {
-    TempLedger t(info(4));
+TEST_CASE("a drafter killed between a plan slot's consume and its samples': recover re-issues the slot whole") {
+    TempLedger t(info(4), 4);
     Ledger& l = t.l;
-    for (int i = 0; i < 4; ++i) REQUIRE(l.take(7));
-    in_child_killed_at("consume.cas", [&] {
-        Ledger mine = Ledger::attach(t.name);
-        mine.consume(0, 7, 0, 1);
-    });
-    CHECK(l.state(0) == EntryState::Consumed);
-    // The drafter's next incarnation resumes from no checkpoint: position 0 goes back to PENDING.
+    REQUIRE(l.take_slot(7, kAll) == 0u);
+    in_child_killed_at("consume.cas", [&] { Ledger::attach(t.name).consume_slot(0, 7, 0, 1); });
+    CHECK(l.slot_view(0).state == EntryState::Consumed);
+    CHECK(l.state(0) == EntryState::InSlot);  // its samples did not follow
+    // The drafter's next incarnation resumes from no checkpoint: the slot and all its samples go back.
     const auto rec = l.recover(0, 0);
-    CHECK(rec.repended == 1);
-    CHECK(l.consumed_or_durable() == trained_entries(l));  // was 2^64 - 1: "everything consumed"
-    // Everything trained once: the count reaches the total exactly then.
-    REQUIRE(l.take(8) == 0u);
-    for (std::uint64_t p = 0; p < 4; ++p) REQUIRE(l.consume(p, p == 0 ? 8 : 7, 0, 1));
-    CHECK(l.consumed_or_durable() == 4);
+    CHECK(rec.repended == 4);
+    CHECK(l.counts().pending == 4);
+    REQUIRE(l.take_slot(8, kAll) == 0u);
+    CHECK(l.consume_slot(0, 8, 0, 1));
+    CHECK(l.counts().consumed == 4);
 }
 
-TEST_CASE("the supervisor's repair recounts what a killed drafter left uncounted") {
+TEST_CASE("a plan slot re-pended by a process killed before it lowered the mark is taken again") {
     TempLedger t(info(3));
     Ledger& l = t.l;
-    for (int i = 0; i < 3; ++i) REQUIRE(l.take(1));
-    in_child_killed_at("consume.cas", [&] { Ledger::attach(t.name).consume(2, 1, 0, 4); });
-    CHECK(l.consumed_or_durable() == 0);  // the CAS happened, its count did not
-    l.repair();
-    CHECK(l.consumed_or_durable() == 1);
-}
-
-TEST_CASE("a position re-pended by a process killed before it lowered the mark is taken again") {
-    TempLedger t(info(3));
-    Ledger& l = t.l;
-    for (int i = 0; i < 3; ++i) REQUIRE(l.take(5));
+    for (std::uint64_t j = 0; j < 3; ++j) REQUIRE(l.take_slot(5 + j, kAll) == j);
     in_child_killed_at("repend.cas", [&] { Ledger::attach(t.name).repend_ticket(5); });
-    CHECK(l.counts().pending == 1);  // the first re-pended position; the mark still says "none below"
+    CHECK(l.counts().pending == 1);  // the mark still says "none below"
     // A target's idle path sweeps for it (at most once a second), so it is produced again.
     std::optional<std::uint64_t> got;
     for (int i = 0; i < 40 && !got; ++i) {
-        got = l.take(6);
+        got = l.take_slot(9, kAll);
         if (!got) std::this_thread::sleep_for(100ms);
     }
     CHECK(got == 0u);
+    // The supervisor's repair (no worker attached) lowers the mark at once.
+    in_child_killed_at("repend.cas", [&] { Ledger::attach(t.name).repend_ticket(9); });
+    l.repair();
+    CHECK(l.take_slot(10, kAll) == 0u);
 }
 
 TEST_CASE("a ledger of another run is refused; a new one is built complete before it has its name") {
     const std::string name = "hsring-test-ledger-tag-" + std::to_string(::getpid());
     const RunTag mine = RunTag::of("/tmp/run-a", 0x11, 0xabc, 0, 1);
-    std::vector<Ledger::Trained> durable{{0, 0, 3}, {2, 1, 4}};
+    // Plan slots [0,2) [2,4): slot 0 in the checkpoint (one sample rejected), slot 1 not.
+    std::vector<Ledger::Trained> durable{{0, 0, 3}, {1, 0, 3, true}};
+    const auto plan = plan_of(4, 2);
     {
-        Ledger l = Ledger::create(name, info(4), mine, durable);
+        Ledger l = Ledger::create(name, info(4), plan, mine, durable);
         CHECK(l.state(0) == EntryState::Durable);
-        CHECK(l.state(1) == EntryState::Pending);
-        CHECK(l.view(2).rank == 1);
-        CHECK(l.view(2).step == 4);
-        CHECK(l.consumed_or_durable() == 2);
+        CHECK(l.state(1) == EntryState::Rejected);
+        CHECK(l.state(2) == EntryState::Pending);
+        CHECK(l.view(0).step == 3);
+        CHECK(l.slot_view(0).state == EntryState::Durable);
+        CHECK(l.slot_view(1).state == EntryState::Pending);
     }
     CHECK_NOTHROW(Ledger::attach(name, nullptr, &mine));
     const RunTag other = RunTag::of("/tmp/run-b", 0x11, 0xabc, 0, 1);
@@ -309,7 +372,12 @@ TEST_CASE("a ledger of another run is refused; a new one is built complete befor
                          doctest::Contains("belongs to another run: run dir /tmp/run-a (this run: /tmp/run-b)"), Error);
     Ledger::remove(name);
     // A train record beyond the data set: refused, and no ledger by that name appears.
-    durable.push_back({99, 0, 1});
-    CHECK_THROWS_WITH_AS(Ledger::create(name, info(4), mine, durable), doctest::Contains("another data set"), Error);
+    auto beyond = durable;
+    beyond.push_back({99, 0, 1});
+    CHECK_THROWS_WITH_AS(Ledger::create(name, info(4), plan, mine, beyond), doctest::Contains("another data set"), Error);
+    CHECK_FALSE(Ledger::exists(name));
+    // Records that cover a plan slot in part were written with another plan.
+    std::vector<Ledger::Trained> part{{2, 0, 1}};
+    CHECK_THROWS_WITH_AS(Ledger::create(name, info(4), plan, mine, part), doctest::Contains("another packing plan"), Error);
     CHECK_FALSE(Ledger::exists(name));
 }

@@ -82,7 +82,8 @@ TEST_CASE("the status board sits beside the ring under its own name and refuses 
     CHECK(StatusBoard::name_for_ring("hsring-demo") == "hsring-demo-status");
     CHECK(StatusBoard::name_for_ring("hsring-demo") != Ledger::name_for_ring("hsring-demo"));
     const std::string name = unique_name("not-a-board");
-    Ledger ledger = Ledger::create(name, LedgerInfo{0xabc, 4, 1, 7, true});
+    const std::vector<std::uint64_t> plan{0, 4};
+    Ledger ledger = Ledger::create(name, LedgerInfo{0xabc, 4, 1, 7, true}, plan);
     CHECK(StatusBoard::exists(name));
     CHECK_THROWS_WITH_AS(StatusBoard::attach(name), doctest::Contains("is not an hsring status board"), Error);
     CHECK(StatusBoard::remove(name));

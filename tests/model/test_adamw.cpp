@@ -1,11 +1,15 @@
 // The drafter's optimizer step (model/fused_adamw.hpp) on the CPU: the same weights, moments and
 // gradient norm as dividing, clip_grad_norm_ and torch::optim::AdamW; its state survives
-// torch::save / torch::load (a checkpoint) and the resumed steps equal the uninterrupted ones.
+// torch::save / torch::load (a checkpoint) and the resumed steps equal the uninterrupted ones; a
+// non-finite gradient changes nothing.
 #include "adamw_check.hpp"
 #include "model/fused_adamw.hpp"
 #include "model_test_util.hpp"
 
 #include <torch/serialize.h>
+
+#include <cmath>
+#include <limits>
 
 using namespace hsring;
 
@@ -55,6 +59,36 @@ TEST_CASE("fused AdamW state through torch::save / torch::load: the resumed step
         CHECK(at::equal(whole[i].detach(), resumed[i].detach()));
         const auto& st = static_cast<torch::optim::AdamWParamState&>(*opt_resumed.state().at(resumed[i].unsafeGetTensorImpl()));
         CHECK(st.step() == 5);
+    }
+}
+
+TEST_CASE("a gradient with a NaN or an inf changes nothing: weights, moments and step counts stay") {
+    at::manual_seed(9);
+    std::vector<at::Tensor> ps{at::randn({16, 8}).set_requires_grad(true), at::randn({8}).set_requires_grad(true)};
+    torch::optim::AdamW opt(ps, torch::optim::AdamWOptions(1e-2));
+    model::FusedAdamW fused(opt);
+    for (auto& p : ps) p.mutable_grad() = at::randn(p.sizes());
+    REQUIRE(std::isfinite(fused.step(1.0, 1.0).item<double>()));  // one good step: state exists
+    opt.zero_grad();
+    std::vector<at::Tensor> weights, m, v;
+    for (auto& p : ps) {
+        weights.push_back(p.detach().clone());
+        const auto& st = static_cast<torch::optim::AdamWParamState&>(*opt.state()[p.unsafeGetTensorImpl()]);
+        m.push_back(st.exp_avg().clone());
+        v.push_back(st.exp_avg_sq().clone());
+    }
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+        for (auto& p : ps) p.mutable_grad() = at::randn(p.sizes());
+        ps[1].mutable_grad()[3] = bad;
+        CHECK_FALSE(std::isfinite(fused.step(1.0, 1.0).item<double>()));
+        opt.zero_grad();
+        for (std::size_t i = 0; i < ps.size(); ++i) {
+            const auto& st = static_cast<torch::optim::AdamWParamState&>(*opt.state()[ps[i].unsafeGetTensorImpl()]);
+            CHECK(at::equal(ps[i].detach(), weights[i]));
+            CHECK(at::equal(st.exp_avg(), m[i]));
+            CHECK(at::equal(st.exp_avg_sq(), v[i]));
+            CHECK(st.step() == 1);
+        }
     }
 }
 

@@ -56,13 +56,19 @@ TEST_CASE("hsring-bench drafter --json reports the step's FLOPs, TFLOP/s and the
     CHECK(j.at("peak_allocated_bytes") == 0);  // no device memory on the CPU
     const auto& f = j.at("flops");
     const double total = f.at("total");
+    // The total is the useful work; attention over padded and masked keys is reported apart.
     CHECK(total == doctest::Approx(double(f.at("layers")) + double(f.at("context_kv")) + double(f.at("attention")) +
                                    double(f.at("fc")) + double(f.at("lm_head"))));
-    // Every group's keys pad to 256 here, so any anchors with the same grouping count the same;
-    // all 3 non-anchor slots of the 6 blocks are scored.
+    CHECK(double(f.at("computed")) == doctest::Approx(total + double(f.at("attention_padded"))));
+    // Every group's keys pad to 256 here, so any anchors with the same grouping compute the same
+    // (the useful part depends on the anchors); all 3 non-anchor slots of the 6 blocks are scored.
     const DFlashConfig c = dflash_config_for(preset_shape("tiny"), 2, 4, -1, {});
     const DFlashStepFlops want = dflash_step_flops(c, 96, {1, 2, 3, 49, 50, 51}, {0, 0, 0, 48, 48, 48}, 18, BlockAttentionLayout{.group_blocks = 2});
-    CHECK(total == doctest::Approx(want.total()));
+    CHECK(double(f.at("computed")) == doctest::Approx(want.computed()));
+    CHECK(double(f.at("attention")) + double(f.at("attention_padded")) ==
+          doctest::Approx(want.attention + want.attention_padded));
+    CHECK(double(f.at("attention")) < 0.5 * double(f.at("attention_padded")));  // 48-token sequences, 256 keys
+    CHECK(double(f.at("layers")) == doctest::Approx(want.layers));
     CHECK(double(f.at("lm_head")) == doctest::Approx(want.lm_head));
     const double step = j.at("step_s"), tflops = j.at("tflops_per_s"), ratio = j.at("gemm_ratio");
     CHECK(step > 0);

@@ -610,7 +610,7 @@ TEST_CASE("AdamW steps on one batch lower the loss and raise the accuracy") {
     CHECK(acc > acc0 + 0.1);
 }
 
-TEST_CASE("the step's FLOP count: layers, context k/v, attention over the grouped keys, fc, LM head on scored rows") {
+TEST_CASE("the step's FLOP count: layers, context k/v, attention over the keys each row sees (the grouped and padded rest apart), fc, LM head on scored rows") {
     // A shape small enough to count by hand: H 8, 2 query heads and 1 kv head of 4 dims (q 8,
     // kv 4), I 16, V 50, 2 layers, 3 captured layers, block 4.
     DFlashConfig c;
@@ -630,13 +630,18 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     CHECK(f.layers == 110592.0);
     // per layer k and v: 2 x 2 x 40 x 8 x 4 = 5,120; x 3 x 2
     CHECK(f.context_kv == 30720.0);
-    // per layer and group: QK^T + PV = 2 x 2 x (2 heads x rows) x 4 x 256 = 8,192 x rows; 16 rows; x 3 x 2
-    CHECK(f.attention == 786432.0);
+    // Useful, per layer and block: QK^T + PV = 2 x 2 x (2 heads x 4 rows) x 4 x keys = 128 x keys, keys =
+    // context before the anchor + the block's 4: 3 + 4, 7 + 4, 12 + 4, (25 - 20) + 4 = 43 keys; x 3 x 2
+    CHECK(f.attention == 33024.0);
+    // Computed, per layer and group: 2 x 2 x (2 heads x rows) x 4 x 256 = 8,192 x rows; 16 rows; x 3 x 2 =
+    // 786,432, of which all but the useful part is over padding and masked keys.
+    CHECK(f.attention_padded == 786432.0 - 33024.0);
     // forward + weight gradient: 2 x 2 x 40 x 24 x 8
     CHECK(f.fc == 30720.0);
     // logits + d(hidden) of the 11 scored rows: 2 x 2 x 11 x 8 x 50
     CHECK(f.lm_head == 17600.0);
-    CHECK(f.total() == 976064.0);
+    CHECK(f.total() == 976064.0 - 786432.0 + 33024.0);  // the useful work
+    CHECK(f.computed() == 976064.0);                    // what runs
     CHECK(dflash_step_flops(c, 40, {}, {}, 0, BlockAttentionLayout{.group_blocks = 2}).total() == 0.0);
 
     // From sampled blocks: the scored rows are the weighted ones, the groups those attention runs.
@@ -649,10 +654,15 @@ TEST_CASE("the step's FLOP count: layers, context k/v, attention over the groupe
     const DFlashStepFlops s = dflash_step_flops(dc, t, blocks, BlockAttentionLayout{.group_blocks = 3});
     const auto scored = (blocks.weights > 0).sum().item<std::int64_t>();
     CHECK(s.lm_head == 4.0 * double(scored) * double(dc.hidden_size) * double(dc.vocab_size));
-    double keys = 0;
+    double keys = 0, seen = 0;
     for (const auto& grp : plan_block_attention(blocks.anchors, blocks.seq_begin, 4, t, BlockAttentionLayout{.group_blocks = 3}, 1, at::kCPU, at::kFloat).groups)
         keys += double(grp.rows) * double(grp.key_len);
-    CHECK(s.attention == doctest::Approx(double(dc.num_layers) * 3 * 4 * double(dc.num_heads * dc.head_dim) * keys));
+    for (std::size_t b = 0; b < blocks.anchors.size(); ++b)
+        seen += 4.0 * double(blocks.anchors[b] - blocks.seq_begin[b] + 4);
+    const double per_key = double(dc.num_layers) * 3 * 4 * double(dc.num_heads * dc.head_dim);
+    CHECK(s.attention == doctest::Approx(per_key * seen));
+    CHECK(s.attention + s.attention_padded == doctest::Approx(per_key * keys));
+    CHECK(s.attention_padded > 0);
 }
 
 } // TEST_SUITE

@@ -195,7 +195,12 @@ class PlanCli(unittest.TestCase):
         missing = os.path.join(self.tmp, "missing.toml")
         r = self.plan(missing, "--gpu-mem", "80GiB")
         self.assertEqual(r.returncode, 2)
-        self.assertIn(missing, r.stderr)
+        self.assertIn(f"{missing}: no such config file", r.stderr)
+        # A directory was read as an empty config ("[topology] targets is required").
+        r = self.plan(self.tmp, "--gpu-mem", "80GiB")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"{self.tmp} is a directory, not a config file: give a TOML config, e.g. ", r.stderr)
+        self.assertNotIn("[topology]", r.stderr)
         r = self.plan(cfg, "--seconds", "5")
         self.assertEqual(r.returncode, 2)
         self.assertIn("go with --measure", r.stderr)

@@ -180,6 +180,35 @@ TEST_CASE("readers take the oldest READY slot first") {
     }
 }
 
+TEST_CASE("a reader with a filter takes only the slots it wants, oldest of them first, and leaves the rest READY") {
+    TempRing t(small_geometry(4));
+    Ring& r = t.ring;
+    r.join(Role::Writer, 0, "test");
+    // Each slot's metadata names what it holds (here: a word the reader orders by).
+    for (std::uint64_t key : {7u, 3u, 9u, 3u}) {
+        auto w = r.claim(0ms);
+        REQUIRE(w);
+        w->meta().user()[1] = key;
+        REQUIRE(w->commit());
+    }
+    auto want = [](std::uint64_t key) { return [key](const SlotMeta& m) { return SlotMeta(m).user()[1] == key; }; };
+    CHECK_FALSE(r.acquire(0ms, want(5)));  // none holds 5: nothing is taken
+    auto a = r.acquire(0ms, want(3));
+    REQUIRE(a);
+    auto b = r.acquire(0ms, want(3));
+    REQUIRE(b);
+    CHECK(a->ticket() < b->ticket());  // the oldest wanted one first
+    CHECK(r.occupancy().ready == 2);
+    auto c = r.acquire(0ms, want(9));
+    REQUIRE(c);
+    CHECK(a->release());
+    CHECK(b->release());
+    CHECK(c->release());
+    auto d = r.acquire(0ms);  // no filter: the oldest READY, the one nobody wanted
+    REQUIRE(d);
+    CHECK(SlotMeta(d->meta()).user()[1] == 7);
+}
+
 TEST_CASE("illegal transitions are refused") {
     TempRing t;
     Ring& r = t.ring;

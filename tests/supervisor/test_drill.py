@@ -1,6 +1,8 @@
 """`hsring drill` on CI: at least 200 random faults (SIGKILL and SIGSTOP of workers and of the
 supervisor, graceful restarts, injected faults) over a few synthetic runs, with one drafter rank
-and with two (a data-parallel gang); every run must complete and verify: 0 lost, 0 doubled."""
+and with two (a data-parallel gang); every run must complete and verify (0 lost, 0 doubled) and
+end with the weights of an unkilled run of the same config (the synthetic drafter's state chains
+its steps in order, so a step that held other samples, or steps in another order, would differ)."""
 import os
 import re
 import subprocess
@@ -20,7 +22,10 @@ def drill(r, faults, seed):
     check(res.returncode == 0, f"hsring drill exited {res.returncode}:\n{out}")
     m = re.search(r"drill: (\d+) faults survived in (\d+) runs", out)
     check(m and int(m.group(1)) >= faults and int(m.group(2)) >= 2, out)
-    check(re.search(r"samples: [1-9]\d* passes verified, 0 lost, 0 doubled", out), out)
+    m2 = re.search(r"samples: [1-9]\d* passes verified, 0 lost, 0 doubled; exports equal to the unkilled run's: "
+                   r"(\d+) of (\d+)", out)
+    check(m2 and m2.group(1) == m2.group(2), out)
+    check("ended with the unkilled run's weights" in out, out)
     # The drill's total (each run's own line lists only what that run was dealt).
     total = next((l for l in out.splitlines() if "faults survived in" in l), "")
     kinds = re.search(r"(\d+) SIGKILL of a worker, (\d+) SIGSTOP of a worker, (\d+) graceful worker restarts, (\d+) "

@@ -1,7 +1,8 @@
 """What must fail, fails clearly: a crash loop hits the restart cap and stops the run; a worker's
-user error (exit code 3) stops the run with its message; bad topologies, unknown worker names,
-a changed ring layout, a second supervisor, a missing supervisor, an over-long socket path and
-removing a ring in use are refused with messages that say what to do."""
+user error (exit code 3) stops the run with its message; missing data files, a directory given as
+the config, bad topologies, unknown worker names, a changed ring layout, a second supervisor, a
+missing supervisor, an over-long socket path, removing a ring in use and a misspelled HSRING_FAULT
+are refused with messages that say what to do; `hsring ring rm` removes every region of a run."""
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from harness import HSRING, Run, check, main
+from harness import BUILD, HSRING, Run, check, main, write_data
 
 
 def test_crash_loop_hits_the_cap_and_stops():
@@ -61,6 +62,14 @@ def test_bad_topologies_are_refused():
         r.write_config(targets="[0]", drafters="[0]")
         res = r.cli("run", r.config, run_dir=False, expect=2)
         check("GPU 0 is used twice (target.0 and drafter.0)" in res.stderr, res.stderr)
+        # Issue 20: two drafter ranks on one GPU were accepted with allow_shared_gpus, and NCCL's
+        # refusal became a restart loop. Refused by config check and run, naming the key.
+        r.write_config(targets="[0]", drafters="[1, 1]\nallow_shared_gpus = true")
+        for cmd in (["config", "check", r.config], ["run", r.config]):
+            res = r.cli(*cmd, run_dir=False, expect=2)
+            check(re.search(r":\d+:\d+: \[topology\] drafters: GPU 1 holds two drafter ranks \(drafter\.0 and "
+                            r"drafter\.1\)", res.stderr) and "give each drafter rank its own GPU" in res.stderr,
+                  res.stderr)
         check(r.shm_exists() == (False, False), "nothing is created for a refused config")
     finally:
         r.cleanup()
@@ -148,6 +157,44 @@ def test_a_run_name_too_long_for_a_ring_is_a_config_error():
         r.cleanup()
 
 
+def test_missing_data_and_config_paths_are_named():
+    # Issue 20: `config check` passed without the data files, a missing or empty held-out set
+    # was reported as [data] path, and a directory given as the config read as an empty config.
+    r = Run("paths")
+    try:
+        with open(r.config) as f:
+            text = f.read()
+        absent = os.path.join(r.tmp, "absent.jsonl")
+        with open(r.config, "w") as f:
+            f.write(text.replace(f'path = "{r.data}"', f'path = "{absent}"'))
+        for cmd in ("config", "check", r.config), ("run", r.config):
+            res = r.cli(*cmd, run_dir=False, expect=2)
+            check(f'{r.config}: [data] path = "{absent}": cannot read {absent}: no such file' in res.stderr, res.stderr)
+        heldout = os.path.join(r.tmp, "heldout.jsonl")
+        open(heldout, "w").close()
+        with open(r.config, "w") as f:
+            f.write(text.replace(f'path = "{r.data}"', f'path = "{r.data}"\neval_path = "heldout.jsonl"'))
+        for cmd in ("config", "check", r.config), ("run", r.config):
+            res = r.cli(*cmd, run_dir=False, expect=2)
+            check(f'[data] eval_path = "heldout.jsonl": {heldout} is empty' in res.stderr and
+                  "[data] path" not in res.stderr, res.stderr)
+        check(r.shm_exists() == (False, False) and not os.path.exists(os.path.join(r.run_dir, "run.json")),
+              "nothing is made for a refused config")
+        with open(r.config, "w") as f:
+            f.write(text)
+        res = r.cli("config", "check", r.config, run_dir=False)
+        check(f"data          {r.data}, 2 epochs" in res.stdout, res.stdout)
+        for cmd in ("config", "check", r.tmp), ("plan", r.tmp), ("run", r.tmp):
+            res = r.cli(*cmd, run_dir=False, expect=2)
+            check(f"{r.tmp} is a directory, not a config file: give a TOML config, e.g. {r.config}" in res.stderr,
+                  res.stderr)
+        missing = os.path.join(r.tmp, "missing.toml")
+        res = r.cli("config", "check", missing, run_dir=False, expect=2)
+        check(f"{missing}: no such config file" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
 def make_unwritable(path):
     """A directory nobody may write into, root included where chattr works; returns the undo."""
     if os.geteuid() != 0:
@@ -213,10 +260,70 @@ def test_a_suspended_worker_shows_suspended_with_no_rates():
         r.cleanup()
 
 
+def test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop():
+    # Seen on a GPU machine: a disk that filled up failed every checkpoint write halfway; the drafter
+    # exited 1 and was restarted five times before the run stopped. Restarting cannot free space.
+    r = Run("dfull", env={"HSRING_TEST_DISK_FREE": "1000"})  # the drafter sees 1000 bytes free
+    try:
+        r.start()
+        r.expect_exit(3, timeout=60)
+        out = r.output()
+        check("drafter.0 stopped the run with a user error" in out and "needs about" in out and "free disk space" in out,
+              out)
+        check(r.record()["workers"] and all(w.get("restarts", 0) == 0 for w in r.record()["workers"]), str(r.record()))
+    finally:
+        r.cleanup()
+
+
+def test_ring_rm_removes_the_evaluation_board_too():
+    # The held-out evaluation board <ring>-eval stayed in /dev/shm after `hsring ring rm`.
+    r = Run("rmev", step_ms=20, data_extra='eval_path = "heldout.jsonl"', train_extra="eval_every = 5")
+    eval_board = f"/dev/shm/{r.ring}-eval"
+    try:
+        write_data(os.path.join(r.tmp, "heldout.jsonl"), 20, seed=8)
+        r.start()
+        r.wait_running()
+        r.cli("stop", "--now")
+        r.expect_exit(0)
+        check(r.shm_exists() == (True, True) and os.path.exists(eval_board), "stop --now keeps every region")
+        res = r.cli("ring", "rm", r.ring, run_dir=False)
+        check(f"evaluation board '{r.ring}-eval'" in res.stdout and "ledger" in res.stdout, res.stdout)
+        check(r.shm_exists() == (False, False) and not os.path.exists(eval_board), "ring rm removes every region")
+        res = r.cli("ring", "rm", r.ring, run_dir=False, expect=2)
+        check(f"no evaluation board '{r.ring}-eval'" in res.stderr, res.stderr)
+    finally:
+        r.cleanup()
+
+
+def test_a_misspelled_fault_is_refused_at_start():
+    # HSRING_FAULT with a misspelled point or worker was accepted and never fired: a test or drill
+    # passed without its fault.
+    r = Run("fspell", env={"HSRING_FAULT": "target.0:write:2,target.0:wirte:3"})
+    try:
+        r.start()
+        r.expect_exit(2, timeout=30)
+        out = r.output()
+        check("HSRING_FAULT: 'target.0:wirte:3': 'target.0' never passes a point 'wirte'" in out and
+              "valid: <who> target.0, target.1, drafter.0, target.*, drafter.*, * or supervisor" in out and
+              "for targets write, hidden" in out, out)
+        check(r.shm_exists() == (False, False), "nothing is created for a refused HSRING_FAULT")
+        # A worker started by hand checks it too, against its config's topology, before it attaches.
+        worker = os.path.join(BUILD, "src", "worker", "hsring-synth-worker")
+        env = dict(r.env, HSRING_FAULT="drafter.1:train:1")
+        res = subprocess.run([worker, "--role", "target", "--config", r.config, "--run-dir", r.run_dir],
+                             capture_output=True, text=True, env=env, timeout=30)
+        check(res.returncode == 3 and "'drafter.1' is no worker of this run (targets: 2, drafters: 1)" in res.stderr,
+              f"exit {res.returncode}: {res.stderr}")
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
+          test_missing_data_and_config_paths_are_named, test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop,
           test_bad_topologies_are_refused, test_control_errors_while_running,
           test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
           test_a_run_name_too_long_for_a_ring_is_a_config_error,
           test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop,
-          test_a_suspended_worker_shows_suspended_with_no_rates])
+          test_a_suspended_worker_shows_suspended_with_no_rates, test_ring_rm_removes_the_evaluation_board_too,
+          test_a_misspelled_fault_is_refused_at_start])

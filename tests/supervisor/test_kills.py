@@ -140,8 +140,30 @@ def test_training_goes_on_while_a_checkpoint_is_written_and_a_kill_mid_write_los
     check(step == 5, f"training paused at the checkpoint: step {step}")
 
 
+def test_a_drafter_killed_after_the_run_is_done_restarts_and_exits_at_once():
+    # Adversarial campaign (issue 20): a drafter SIGKILLed after the ledger said "done" but before
+    # it exited was restarted, resumed at its last step, began the final held-out evaluation with
+    # the targets gone and busy-looped until the stop timeout. Now a restarted drafter sees the run
+    # is complete and exits 0.
+    heldout = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "demo-heldout.jsonl")
+    r = Run("kdone", step_ms=10, data_extra=f'eval_path = "{heldout}"', train_extra="eval_every = 20",
+            env={"HSRING_FAULT": "drafter.0:done:1:kill"})
+    try:
+        t0 = time.time()
+        r.start()
+        r.expect_exit(0, timeout=60)
+        out = r.output()
+        check("injected fault in drafter.0 at pass 1 of point 'done'" in out, out)
+        check("the run is complete already" in out and "complete (verified)" in out, out)
+        check(time.time() - t0 < 45, f"no wait for the stop timeout: {time.time() - t0:.0f} s")
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_sigkill_target_mid_write, test_sigkill_drafter,
           test_sigkill_supervisor_workers_exit_and_a_new_run_reattaches,
           test_a_rank_killed_while_the_gang_first_starts_restarts_the_gang,
-          test_training_goes_on_while_a_checkpoint_is_written_and_a_kill_mid_write_loses_nothing])
+          test_training_goes_on_while_a_checkpoint_is_written_and_a_kill_mid_write_loses_nothing,
+          test_a_drafter_killed_after_the_run_is_done_restarts_and_exits_at_once])

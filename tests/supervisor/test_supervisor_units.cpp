@@ -8,7 +8,9 @@
 #include "supervisor/exit_reason.hpp"
 #include "supervisor/line_reader.hpp"
 #include "supervisor/restart_policy.hpp"
+#include "hsring/train_log.hpp"
 #include "supervisor/run_files.hpp"
+#include "supervisor/run_verify.hpp"
 #include "supervisor/status.hpp"
 #include "supervisor/worker_spec.hpp"
 
@@ -234,6 +236,99 @@ TEST_CASE("run.json round-trips; the latest checkpoint is a step or absent") {
     std::ofstream(files.latest_checkpoint()) << "2x0\n";
     CHECK_THROWS_AS(read_latest_checkpoint(files), Error);
     fs::remove_all(files.dir);
+}
+
+namespace {
+
+// Machine `node` of a finished 2-machine run of 4 samples, 1 epoch, in `dir`: its run.json, a
+// checkpoint of step 1 and a train log holding its 2 ledger positions, trained in step 1.
+RunRecord write_machine(const std::filesystem::path& dir, std::uint32_t node, const nlohmann::json& identity,
+                        std::uint32_t master_port) {
+    std::filesystem::create_directories(dir / "checkpoints");
+    RunRecord r;
+    r.config = "/x/run.toml";
+    r.ring = r.name = "m" + std::to_string(node);  // machines on one host have names of their own
+    r.ledger = r.ring + "-ledger";
+    r.samples = 4;
+    r.fingerprint = 0xabcull;
+    r.seed = 3;
+    r.nnodes = 2;
+    r.node_rank = node;
+    r.started = iso_time_now();
+    r.supervisor_pid = 42;
+    r.master_addr = node == 0 ? "127.0.0.1" : "10.0.0.1";  // machine 0 may reach itself otherwise
+    r.master_port = master_port;
+    r.identity = identity;
+    r.end = RunEnd{"t", 0, "complete", true};
+    write_run_record(RunFiles{dir}, r);
+    std::ofstream(dir / "checkpoints" / "latest") << "1\n";
+    TrainLog log(dir / "train-log.0.txt");
+    log.resume(1, 0);
+    const std::vector<std::uint64_t> positions{0, 1};
+    log.trained(1, 1, positions);
+    log.checkpoint(1, 1);
+    log.sync();
+    return r;
+}
+
+std::string verify_error(const std::vector<std::filesystem::path>& dirs) {
+    try {
+        verify_run_dirs(dirs);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+} // namespace
+
+TEST_CASE("ledger verify refuses the run dirs of two different runs, naming what differs") {
+    namespace fs = std::filesystem;
+    const fs::path root = fs::temp_directory_path() / ("hsring-sup-verify-" + std::to_string(::getpid()));
+    const fs::path a0 = root / "a0", a1 = root / "a1", b1 = root / "b1", old0 = root / "old0", old1 = root / "old1";
+    const nlohmann::json id_a = {{"[train] lr", 0.0006}, {"[data] epochs", 1}};
+    nlohmann::json id_b = id_a;
+    id_b["[train] lr"] = 0.001;
+    write_machine(a0, 0, id_a, 29511);
+    write_machine(a1, 1, id_a, 29511);
+    // One run: machines of one run differ only in what is theirs (name, ring, master address).
+    const RunVerification ok = verify_run_dirs({a0, a1});
+    CHECK(ok.report.ok());
+    CHECK(ok.finished);
+
+    // Machine 1 of another run of the same data set: another setting ...
+    write_machine(b1, 1, id_b, 29511);
+    std::string e = verify_error({a0, b1});
+    CHECK(e.find("belong to different runs") != std::string::npos);
+    CHECK(e.find("[train] lr is 0.0006 in " + a0.string() + ", 0.001 in " + b1.string()) != std::string::npos);
+    // ... or another rendezvous port.
+    write_machine(b1, 1, id_a, 29600);
+    e = verify_error({a0, b1});
+    CHECK(e.find("[distributed] master_port is 29511 in " + a0.string() + ", 29600 in " + b1.string()) !=
+          std::string::npos);
+    // The data facts are named one by one.
+    RunRecord r = read_run_record(RunFiles{b1}.run_json());
+    r.master_port = 29511;
+    r.seed = 4;
+    write_run_record(RunFiles{b1}, r);
+    CHECK(verify_error({a0, b1}).find("[run] seed is 3 in " + a0.string() + ", 4 in " + b1.string()) !=
+          std::string::npos);
+
+    // A run.json of an older hsring holds neither identity nor port: unknown, not a difference.
+    write_machine(old0, 0, nullptr, 0);
+    write_machine(old1, 1, nullptr, 0);
+    for (const auto& dir : {old0, old1}) {
+        nlohmann::json j = nlohmann::json::parse(*safe::read_file(dir / "run.json"));
+        for (const char* key : {"name", "master_addr", "master_port", "identity"}) j.erase(key);
+        std::ofstream(dir / "run.json") << j.dump(2);
+        const RunRecord back = read_run_record(RunFiles{dir}.run_json());
+        CHECK(back.name.empty());
+        CHECK(back.master_port == 0);
+        CHECK(back.identity.is_null());
+    }
+    CHECK(verify_run_dirs({old0, old1}).report.ok());
+    CHECK(verify_run_dirs({old0, a1}).report.ok());
+    fs::remove_all(root);
 }
 
 TEST_CASE("a socket path over 107 bytes is refused with the fix") {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -214,17 +215,18 @@ TEST_CASE("a SIGKILLed target's READY peer slots: the peer-only ones go back to 
     LedgerInfo info;
     info.samples = 8;
     info.dataset_samples = 8;
-    Ledger ledger = Ledger::create(ledger_name, info);
+    std::vector<std::uint64_t> plan{0, 1, 2, 3, 4, 5, 6, 7, 8};  // one sample per plan slot
+    Ledger ledger = Ledger::create(ledger_name, info, plan);
     struct RemoveLedger {
         std::string n;
         ~RemoveLedger() { Ledger::remove(n); }
     } cleanup{ledger_name};
 
     Holder h = spawn_holder(t.name, 11, {Copies::Peer, Copies::HostAndPeer, Copies::Peer});
-    // The samples the target took under each slot's ticket (what the target loop does).
+    // The plan slots the target took under each slot's ticket (what the target loop does).
     std::vector<std::uint64_t> pos;
     for (std::uint64_t ticket : h.tickets) {
-        auto p = ledger.take(ticket);
+        auto p = ledger.take_slot(ticket, ~std::uint64_t{0});
         REQUIRE(p);
         pos.push_back(*p);
     }
@@ -241,7 +243,7 @@ TEST_CASE("a SIGKILLed target's READY peer slots: the peer-only ones go back to 
     CHECK(s->ticket() == h.tickets[1]);
     CHECK(s->copies() == Copies::Host);
     CHECK(test::checksum(s->payload().first(4096)) == s->meta().checksum());
-    CHECK(ledger.consume(pos[1], h.tickets[1], 0, 1));
+    CHECK(ledger.consume_slot(pos[1], h.tickets[1], 0, 1));
     s->release();
     CHECK(!r.acquire(0ms));
     CHECK(ledger.state(pos[0]) == EntryState::Pending);
@@ -317,6 +319,54 @@ TEST_CASE("a writer's buffer is free again only once its slot let go of that com
     int st = 0;
     ::waitpid(child, &st, 0);
     CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("a writer waiting for a buffer stops waiting when the ring is stopping or its worker's stop flag is set") {
+    // Only drafters free a buffer: with none left (a stop, drafters gone) a writer waited forever.
+    TempRing t(test::small_geometry(4));
+    Ring w = joined(t.name, Role::Writer, 1);
+    PeerBuffers pool(1);
+    auto s = w.claim(0ms);
+    REQUIRE(s);
+    pool.hold(0, s->index(), s->ticket());
+    s->set_copies(Copies::Peer);
+    REQUIRE(s->commit());
+    REQUIRE(!pool.find_free(t.ring));
+
+    // The worker's stop flag (SIGTERM), set while it waits.
+    std::atomic<bool> stop{false};
+    std::thread flag([&] {
+        std::this_thread::sleep_for(200ms);
+        stop = true;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(!pool.wait_free(t.ring, 30s, [&] { return stop.load(); }));
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    flag.join();
+
+    // `hsring stop` from another process: set_stopping wakes the wait at once.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        Ring r = Ring::attach(t.name);
+        std::this_thread::sleep_for(200ms);
+        r.set_stopping(true);
+        ::_exit(0);
+    }
+    t0 = std::chrono::steady_clock::now();
+    CHECK(!pool.wait_free(t.ring, 30s));
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    ::waitpid(child, nullptr, 0);
+    CHECK(!pool.wait_free(t.ring, 30s));  // already stopping: no wait at all
+
+    // A free buffer is still handed out while stopping (the batch may be written).
+    t.ring.set_stopping(false);
+    Ring r = joined(t.name, Role::Reader, 2);
+    auto a = r.acquire(0ms);
+    REQUIRE(a);
+    a->release();
+    t.ring.set_stopping(true);
+    CHECK(pool.wait_free(t.ring, 30s) == 0u);
 }
 
 TEST_CASE("imports: once per (target, incarnation); a restarted or dead target's handles are closed before any other use") {

@@ -1,6 +1,7 @@
 #include "pipeline_fixture.hpp"
 
 #include "hsring/programs.hpp"
+#include "hsring/slot_plan.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -78,7 +79,11 @@ checkpoint_every = 4
     LedgerInfo info{ds.fingerprint(), ds.size(), epochs, cfg_.run.seed, cfg_.data.shuffle};
     info.dataset_samples = ds.size();
     info.tokens_per_epoch = ds.total_tokens();
-    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info, tag));
+    info.drafter_ranks = static_cast<std::uint32_t>(cfg_.topology.drafters.size());
+    // The packer's plan, as `hsring run` makes it.
+    const auto plan = plan_slots(ds, cfg_.run.seed, cfg_.data.shuffle, 1, 0, epochs, cfg_.ring.slot_tokens,
+                                 d.max_samples_per_slot);
+    ledger_ = std::make_unique<Ledger>(Ledger::create(ledger_name_, info, plan, tag));
     status_name_ = StatusBoard::name_for_ring(ring_name_);
     status_ = std::make_unique<StatusBoard>(StatusBoard::create(status_name_, tag));
 }

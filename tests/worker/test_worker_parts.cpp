@@ -1,4 +1,5 @@
-// Small worker parts: LR schedule, acceptance estimate, checkpoint store commits and pruning.
+// Small worker parts: LR schedule, acceptance estimate, checkpoint store commits, pruning and
+// crashes at every instant of a commit.
 #include "worker/checkpoint_store.hpp"
 #include "worker/lr_schedule.hpp"
 #include "worker/metrics.hpp"
@@ -6,10 +7,13 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 using namespace hsring::worker;
 using hsring::expected_accept_length;
@@ -73,5 +77,80 @@ TEST_CASE("checkpoints commit atomically, `latest` follows, old ones are pruned"
     // `latest` naming a missing directory is a clear error, not a silent restart from scratch.
     fs::remove_all(again.dir_of(15));
     CHECK_THROWS_WITH(again.latest_step(), doctest::Contains("directory is missing"));
+    fs::remove_all(dir);
+}
+
+namespace {
+
+const char* g_crash_at = nullptr;  // the commit instant at which the child process dies
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+} // namespace
+
+TEST_CASE("a checkpoint replacing one of the same step: a crash at any instant leaves `latest` naming a complete one") {
+    // An incarnation that died after committing step 10 (which `latest` names) is followed by one
+    // that commits step 10 again. The old code removed the old directory before the rename: a crash
+    // in between left `latest` naming nothing, and the run could not resume.
+    const fs::path dir = fs::temp_directory_path() / ("hsring-ckpt-crash-" + std::to_string(::getpid()));
+    for (const bool exchange : {true, false})  // false: a filesystem without RENAME_EXCHANGE
+        for (const char* at : {"synced", "exchanged", "aside", "renamed", "latest", "none"}) {
+            CAPTURE(exchange);
+            const std::string instant = at;
+            CAPTURE(instant);
+            fs::remove_all(dir);
+            {
+                CheckpointStore store(dir, 2);
+                for (std::uint64_t s : {5, 10}) {
+                    auto tmp = store.begin(s);
+                    std::ofstream(tmp / "w.bin") << "old " << s;
+                    std::ofstream(tmp / "state.json") << "{}";
+                    store.commit(s, tmp);
+                }
+            }
+            const pid_t pid = ::fork();
+            REQUIRE(pid >= 0);
+            if (pid == 0) {
+                g_crash_at = at;
+                set_checkpoint_test_hooks({[](const char* instant) {
+                                               if (std::strcmp(instant, g_crash_at) == 0) ::_exit(42);
+                                           },
+                                           exchange});
+                try {
+                    CheckpointStore store(dir, 2);
+                    auto tmp = store.begin(10);
+                    std::ofstream(tmp / "w.bin") << "new 10";
+                    std::ofstream(tmp / "state.json") << "{}";
+                    store.commit(10, tmp);
+                } catch (...) {
+                    ::_exit(3);
+                }
+                ::_exit(0);
+            }
+            int st = 0;
+            REQUIRE(::waitpid(pid, &st, 0) == pid);
+            REQUIRE(WIFEXITED(st));
+            const bool passes = std::strcmp(at, "none") != 0 && (exchange ? std::strcmp(at, "aside") != 0
+                                                                          : std::strcmp(at, "exchanged") != 0);
+            CHECK(WEXITSTATUS(st) == (passes ? 42 : 0));
+            // The next start: `latest` names step 10, complete (the old or the new one, never a
+            // mix), and nothing temporary is left.
+            CheckpointStore again(dir, 2);
+            REQUIRE(again.latest_step() == 10);
+            const std::string w = slurp(again.dir_of(10) / "w.bin");
+            // The new one once it has its name (or when the commit was not stopped), else the old.
+            const bool after_rename = !passes || std::strcmp(at, "renamed") == 0 || std::strcmp(at, "latest") == 0 ||
+                                      std::strcmp(at, "exchanged") == 0;
+            CHECK(w == (after_rename ? "new 10" : "old 10"));
+            CHECK(fs::exists(again.dir_of(10) / "state.json"));
+            CHECK(fs::exists(again.dir_of(5)));
+            for (const auto& e : fs::directory_iterator(dir))
+                CHECK_MESSAGE(e.path().filename().string()[0] != '.', e.path().string());
+        }
     fs::remove_all(dir);
 }

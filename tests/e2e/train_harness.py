@@ -1,0 +1,96 @@
+"""The real workers under `hsring run` on the CPU, for the e2e tests: a tiny Qwen3-shaped target
+(preset:tiny unless `model` says otherwise), a 1-layer DFlash drafter, the first `samples` samples
+of data/demo.jsonl; and metrics.jsonl read the way a user reads it (the surviving history)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
+from harness import Run  # noqa: E402
+
+SOURCE = os.environ["HSRING_SOURCE_ROOT"]
+sys.path.insert(0, os.path.join(SOURCE, "bin"))
+from plot_run import read_metrics  # noqa: E402
+
+
+def surviving_rows(run_dir):
+    """metrics.jsonl's step rows as in the final weights' history (bin/plot_run.py's read_metrics:
+    a {"resume": {"step": S}} line drops the rows of later steps written before it, whose weights
+    died). Held-out evaluations are left out."""
+    return read_metrics(run_dir)[0]
+
+
+class TrainRun(Run):
+    """Keywords: the config's topology, data and training keys (defaults below); `model`, a target
+    dir; `drafter_extra` / `train_extra` / `tail`, more TOML lines; `eval_every` > 0 adds the demo's
+    held-out set."""
+
+    def __init__(self, tag, targets='["cpu"]', drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=300,
+                 eval_every=0, model="preset:tiny", lr=1e-2, warmup_steps=20, checkpoint_every=25, min_lr_ratio=0.1,
+                 drafter_extra="", train_extra="", data_path=None, **kw):
+        self.settings = dict(targets=targets, drafters=drafters, tokens_per_step=tokens_per_step, epochs=epochs,
+                             samples=samples, eval_every=eval_every, model=model, lr=lr, warmup_steps=warmup_steps,
+                             checkpoint_every=checkpoint_every, min_lr_ratio=min_lr_ratio,
+                             drafter_extra=drafter_extra, train_extra2=train_extra, data_path=data_path)
+        super().__init__(tag, **kw)
+
+    def write_config(self, *args, **kwargs):
+        c = self.settings
+        data = c["data_path"]
+        if data is None:
+            data = os.path.join(self.tmp, "train.jsonl")
+            with open(os.path.join(SOURCE, "data", "demo.jsonl")) as src, open(data, "w") as dst:
+                for i, line in enumerate(src):
+                    if i < c["samples"]:
+                        dst.write(line)
+        heldout = os.path.join(SOURCE, "data", "demo-heldout.jsonl")
+        with open(self.config, "w") as f:
+            f.write(f"""
+[run]
+name = "{self.name}"
+run_dir = "{self.run_dir}"
+seed = 11
+[topology]
+targets = {c["targets"]}
+drafters = {c["drafters"]}
+[ring]
+slots = 6
+slot_tokens = 512
+huge_pages = "off"
+[target]
+model = "{c["model"]}"
+[drafter]
+num_layers = 1
+block_size = 8
+{c["drafter_extra"]}
+[data]
+path = "{data}"
+epochs = {c["epochs"]}
+{f'eval_path = "{heldout}"' if c["eval_every"] else ""}
+[train]
+lr = {c["lr"]}
+min_lr_ratio = {c["min_lr_ratio"]}
+warmup_steps = {c["warmup_steps"]}
+tokens_per_step = {c["tokens_per_step"]}
+num_anchors = 64
+loss_decay_gamma = 4.0
+checkpoint_every = {c["checkpoint_every"]}
+eval_every = {c["eval_every"]}
+{c["train_extra2"]}
+[supervisor]
+status_interval_s = 0.5
+backoff_initial_s = 0.1
+backoff_max_s = 0.5
+stop_timeout_s = 60
+{self.tail}
+""")
+
+    def rows(self):
+        return surviving_rows(self.run_dir)
+
+    def evals(self):
+        """The held-out evaluations of steps that survived."""
+        return read_metrics(self.run_dir)[1]
+
+    def export(self):
+        with open(os.path.join(self.run_dir, "drafter", "model.safetensors"), "rb") as f:
+            return f.read()
