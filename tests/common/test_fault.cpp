@@ -43,7 +43,7 @@ TEST_CASE("HSRING_FAULT: a misspelled point is refused with what is valid") {
     const std::string e = refusal("target.0:wirte:3");
     CHECK(e.find("'target.0:wirte:3': 'target.0' never passes a point 'wirte'") != std::string::npos);
     CHECK(e.find("<who> target.0, target.1, drafter.0, target.*, drafter.*, * or supervisor") != std::string::npos);
-    CHECK(e.find("for targets write, hidden, for drafters restore, stage, train, grad, checkpoint, commit, for the "
+    CHECK(e.find("for targets write, hidden, for drafters restore, stage, train, grad, checkpoint, commit, done, for the "
                  "supervisor rebuild") != std::string::npos);
     CHECK(e.find("nan (only at hidden and grad)") != std::string::npos);
     CHECK(e.find("src/worker/CONTRACT.md") != std::string::npos);
