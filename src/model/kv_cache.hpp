@@ -19,6 +19,7 @@
 //
 // Not thread-safe: one caller drives a cache (and the model forward that extends it).
 #include "hsring/model_shape.hpp"
+#include "model/attention.hpp"
 
 #include <ATen/core/Tensor.h>
 
@@ -91,6 +92,7 @@ private:
     std::vector<std::int64_t> counts_, cu_;
     std::int64_t max_new_ = 0, max_keys_ = 0;
     bool fresh_ = false;     // every row was empty: a plain packed causal attention (prefill)
+    PackedSequences packed_;  // fresh_ only
     at::Tensor positions_;   // [T]
     at::Tensor slot_;        // [T]: row * capacity + position, where each new key goes
     at::Tensor pad_index_;   // [T]: row * max_new + i, the token's place in the padded queries
