@@ -1,5 +1,5 @@
 // The decode engine: KV-cached forward equal to the packed forward, cache crop, sampling that a
-// batch cannot change, stop tokens (suite "generate"); greedy tokens equal to
+// batch cannot change, stop tokens, the generate CLI (suite "generate"); greedy tokens equal to
 // transformers' generate() on tiny random Qwen3 and Llama directories (suite "generate_hf", exits
 // 77 only where tests/model/hf_reference.py cannot import transformers).
 #include "model/generate.hpp"
@@ -47,6 +47,13 @@ void run_reference(const std::string& args) {
         std::exit(77);
     }
     REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
+}
+
+// Runs hsring-model with `args`: stdout to `out`, stderr to `log`; returns the exit code.
+int run_cli(const std::string& args, const std::filesystem::path& out, const std::filesystem::path& log) {
+    const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/src/model/hsring-model";
+    int rc = std::system(("'" + exe + "' " + args + " >'" + out.string() + "' 2>'" + log.string() + "'").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 std::string slurp(const std::filesystem::path& p) {
@@ -328,6 +335,62 @@ TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny
     s.rope_theta = 10000.0;
     s.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
     check_greedy_against_transformers(s);
+}
+
+} // TEST_SUITE
+
+TEST_SUITE("generate") {
+
+TEST_CASE("hsring-model generate --json prints each prompt's new tokens and tokens/s; bad input is one line") {
+    TempDir dir;
+    const auto prompts = dir.path() / "prompts.jsonl";
+    // The second line's prompt is the part before its first loss_mask 1.
+    std::ofstream(prompts) << R"({"input_ids": [1, 2, 3]})" << "\n"
+                           << R"({"input_ids": [5, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 1, 1]})" << "\n"
+                           << R"({"input_ids": [40, 41]})" << "\n";
+    const auto out = dir.path() / "out.json", log = dir.path() / "log";
+    REQUIRE(run_cli("generate preset:tiny --prompts " + q(prompts) + " --max-new-tokens 6 --batch 2 --preset-seed 3 --json",
+                    out, log) == 0);
+    const auto j = nlohmann::json::parse(slurp(out));
+    REQUIRE(j["outputs"].size() == 3);
+    CHECK(j["new_tokens"] == 18);
+    CHECK(j["prompt_tokens"] == 8);
+    CHECK(j["tokens_per_s"].get<double>() > 0);
+    CHECK(j["stop_tokens"].empty());
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 3);
+    GenerateOptions o;
+    o.max_new_tokens = 6;
+    const auto want = generate(m, {{{1, 2, 3}, 0}, {{5, 6, 7}, 0}, {{40, 41}, 0}}, o);
+    for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(j["outputs"][i]["output_ids"].get<std::vector<std::int64_t>>() == want.outputs[i].tokens);
+        CHECK(j["outputs"][i]["finish"] == "length");
+    }
+    // Sampling through the CLI: the same tokens with --batch 1 and --batch 3.
+    const auto out1 = dir.path() / "s1.json", out3 = dir.path() / "s3.json";
+    const std::string sample = "generate preset:tiny --prompts " + q(prompts) + " --max-new-tokens 5 --temperature 0.8 --top-p 0.95 --seed 5 --json --batch ";
+    REQUIRE(run_cli(sample + "1", out1, log) == 0);
+    REQUIRE(run_cli(sample + "3", out3, log) == 0);
+    CHECK(nlohmann::json::parse(slurp(out1))["outputs"] == nlohmann::json::parse(slurp(out3))["outputs"]);
+
+    // Bad input: one line, exit 1.
+    std::ofstream(dir.path() / "long.jsonl") << nlohmann::json{{"input_ids", iota_tokens(4096, 1)}}.dump() << "\n";
+    CHECK(run_cli("generate preset:tiny --prompts " + q(dir.path() / "long.jsonl"), out, log) == 1);
+    const std::string msg = slurp(log);
+    CHECK(msg.find("long.jsonl: sample 0: the prompt of 4096 tokens is too long for preset:tiny "
+                   "(max_position_embeddings 4096") != std::string::npos);
+    // One error line (after the data set's info line), ending the output.
+    const auto at = msg.find("hsring-model: ");
+    REQUIRE(at != std::string::npos);
+    CHECK(msg.find('\n', at) == msg.size() - 1);
+    CHECK(run_cli("generate preset:tiny --prompts " + q(dir.path() / "missing.jsonl"), out, log) == 1);
+    CHECK(slurp(log).find("missing.jsonl: no such file") != std::string::npos);
+    std::ofstream(dir.path() / "empty.jsonl") << R"({"input_ids": []})" << "\n";
+    CHECK(run_cli("generate preset:tiny --prompts " + q(dir.path() / "empty.jsonl"), out, log) == 1);
+    CHECK(slurp(log).find("empty.jsonl:1: \"input_ids\" is empty") != std::string::npos);
+    std::ofstream(dir.path() / "answer_only.jsonl") << R"({"input_ids": [4, 5], "loss_mask": [1, 0]})" << "\n";
+    CHECK(run_cli("generate preset:tiny --prompts " + q(dir.path() / "answer_only.jsonl"), out, log) == 1);
+    CHECK(slurp(log).find("sample 0: the prompt is empty") != std::string::npos);
+    CHECK(run_cli("generate preset:tiny --prompts " + q(prompts) + " --top-p 0", out, log) == 2);
 }
 
 } // TEST_SUITE
