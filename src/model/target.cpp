@@ -218,8 +218,7 @@ TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::Sc
     return build(shape, archive_getter(open_checkpoint(shape), device, dtype), device, dtype);
 }
 
-at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope,
-                                      const PackedSequences& seqs) const {
+at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const {
     const std::int64_t t = h.size(0), hq = shape_.num_heads, hkv = shape_.num_kv_heads, d = shape_.head_dim;
     const double eps = shape_.rms_norm_eps;
     at::Tensor qkv = dense(rms_norm(h, l.input_norm, eps), l.qkv);
@@ -232,10 +231,18 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
     }
     q = apply_rope(q, rope);
     k = apply_rope(k, rope);
-    at::Tensor attn = causal_packed_attention(q, k, v, seqs, 1.0 / std::sqrt(static_cast<double>(d)));
+    at::Tensor attn = attend(q, k, v);
     // Out of place on purpose: the tensor handed to a layer callback is never written again.
     at::Tensor mid = h + dense(attn.reshape({t, hq * d}), l.o);
     return mid + dense(swiglu(dense(rms_norm(mid, l.post_norm, eps), l.gate_up)), l.down);
+}
+
+void TargetModel::check_tokens(const at::Tensor& tokens, const std::string& what) const {
+    // One sync, but an out-of-range id would otherwise be a device-side assert.
+    auto [lo, hi] = at::aminmax(tokens);
+    if (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= shape_.vocab_size)
+        fail("{}: token ids must lie in [0, {}), got [{}, {}]", what, shape_.vocab_size, lo.item<std::int64_t>(),
+             hi.item<std::int64_t>());
 }
 
 at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<std::int64_t>& cu_seqlens,
@@ -255,17 +262,17 @@ at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<s
     if (t == 0) fail("{}: empty batch", what);
     at::NoGradGuard no_grad;
     at::Tensor tokens = tokens_in.to(device_);
-    // One sync, but an out-of-range id would otherwise be a device-side assert.
-    auto [lo, hi] = at::aminmax(tokens);
-    if (lo.item<std::int64_t>() < 0 || hi.item<std::int64_t>() >= shape_.vocab_size)
-        fail("{}: token ids must lie in [0, {}), got [{}, {}]", what, shape_.vocab_size, lo.item<std::int64_t>(),
-             hi.item<std::int64_t>());
+    check_tokens(tokens, what);
 
     const RopeTables rope = rope_tables(inv_freq_, seqs.positions(device_), dtype_);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(shape_.head_dim));
     const int stop = want_logits ? static_cast<int>(shape_.num_layers) - 1 : last;
     at::Tensor h = embed_.index_select(0, tokens);
     for (int i = 0; i <= stop; ++i) {
-        h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope, seqs);
+        h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
+                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                              return causal_packed_attention(q, k, v, seqs, scale);
+                          });
         at::Tensor reported;
         for (std::size_t idx = 0; idx < layer_ids.size(); ++idx) {
             if (layer_ids[idx] != i) continue;
@@ -275,6 +282,42 @@ at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<s
         }
     }
     if (!want_logits) return {};
+    return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
+}
+
+at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::vector<std::int64_t>& counts,
+                                       KVCache& cache, bool all_logits) {
+    const std::string what = "target cached forward (" + shape_.source + ")";
+    if (tokens_in.dim() != 1 || tokens_in.scalar_type() != at::kLong)
+        fail("{}: tokens must be a 1-D int64 tensor, got {} {}", what, c10::toString(tokens_in.scalar_type()),
+             shape_str(tokens_in.sizes()));
+    if (cache.num_layers() != shape_.num_layers || cache.device() != device_)
+        fail("{}: the cache was made for {} layers on {}, the model has {} on {}", what, cache.num_layers(),
+             cache.device().str(), shape_.num_layers, device_.str());
+    const CacheExtension ext(cache, counts, what);
+    if (tokens_in.size(0) != ext.total())
+        fail("{}: {} tokens for counts summing to {}", what, tokens_in.size(0), ext.total());
+    if (!all_logits)
+        for (std::size_t r = 0; r < counts.size(); ++r)
+            if (counts[r] < 1) fail("{}: row {} has no new token to take the logits of", what, r);
+    at::NoGradGuard no_grad;
+    at::Tensor tokens = tokens_in.to(device_);
+    check_tokens(tokens, what);
+
+    const RopeTables rope = rope_tables(inv_freq_, ext.positions(), dtype_);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(shape_.head_dim));
+    at::Tensor h = embed_.index_select(0, tokens);
+    for (std::int64_t i = 0; i < shape_.num_layers; ++i)
+        h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
+                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                              return ext.attend(i, q, k, v, scale);
+                          });
+    ext.commit();
+    if (!all_logits) {
+        std::vector<std::int64_t> last;
+        for (std::size_t r = 0; r + 1 < ext.cu().size(); ++r) last.push_back(ext.cu()[r + 1] - 1);
+        h = h.index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(device_));
+    }
     return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
 }
 

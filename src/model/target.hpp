@@ -2,7 +2,8 @@
 // The frozen target: a Qwen3 or Llama-3 decoder-only model, loaded from a HF model directory
 // (config.json + safetensors, tied embeddings allowed) or random-initialised from a preset.
 // Forward runs a packed batch (no KV cache, no autograd) and hands out the hidden states of the
-// requested layers as soon as each is computed.
+// requested layers as soon as each is computed; forward_cached extends a KVCache (generation,
+// generate.hpp).
 //
 // Layer ids follow HF: layer id k = the output of decoder layer k = transformers'
 // output_hidden_states[k + 1]. For the LAST layer (k = N-1) transformers 5 returns the final
@@ -14,10 +15,12 @@
 // the same (seed, name, device type) in any process (see load_target_head).
 #include "hsring/model_shape.hpp"
 #include "model/attention.hpp"
+#include "model/kv_cache.hpp"
 #include "model/ops.hpp"
 #include "model/safetensors.hpp"
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <functional>
@@ -66,6 +69,14 @@ public:
     at::Tensor forward(const at::Tensor& tokens, const std::vector<std::int64_t>& cu_seqlens,
                        const std::vector<int>& layer_ids, const LayerCallback& on_layer, bool want_logits = false);
 
+    // Generation: runs counts[r] new tokens of each row r of `cache` (tokens [sum counts] int64,
+    // packed row after row, any device) at positions cache.length(r) onwards, attending to the
+    // row's cached keys; stores the new keys/values and extends the rows (no autograd). Returns
+    // logits in the compute dtype: [rows, vocab] of each row's last new token (every count must
+    // be >= 1), or with all_logits [T, vocab] of every new token (verifying a drafted block).
+    at::Tensor forward_cached(const at::Tensor& tokens, const std::vector<std::int64_t>& counts, KVCache& cache,
+                              bool all_logits = false);
+
     const ModelShape& shape() const { return shape_; }
     at::Device device() const { return device_; }
     at::ScalarType dtype() const { return dtype_; }
@@ -79,8 +90,10 @@ private:
     struct Layer {
         at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm, gate_up, down;
     };
-    at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope,
-                             const PackedSequences& seqs) const;
+    // attend(q, k, v) -> [T, Hq, D]: the packed causal attention, or a cache extension's.
+    using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+    at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const;
+    void check_tokens(const at::Tensor& tokens, const std::string& what) const;
 
     ModelShape shape_;
     at::Device device_{at::kCPU};

@@ -13,6 +13,11 @@
       captured hidden states of the positions before the anchor, noise = embedding of
       [anchor token, MASK...], positions 0 .. anchor+B-1, non-causal. Saves block.{J} [B, H].
 
+  hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
+      transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
+      generation_config.json) on each prompt alone and on all of them in one left-padded batch;
+      writes {"alone": [[new tokens]], "batched": [[...]]}, each cut after its first eos.
+
 Exit code 77 (skip) only when transformers cannot be imported.
 """
 import argparse
@@ -129,6 +134,35 @@ def run_dflash(args):
     save_file(out, args.out)
 
 
+def run_generate(args):
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model.eval()
+    prompts = json.load(open(args.prompts))
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    pad = 0
+    common = dict(do_sample=False, max_new_tokens=args.max_new_tokens, pad_token_id=pad)
+
+    def cut(ids):
+        for i, t in enumerate(ids):
+            if t in eos:
+                return ids[: i + 1]
+        return ids
+
+    out = {"alone": [], "batched": []}
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([p])
+            res = model.generate(ids, attention_mask=torch.ones_like(ids), **common)
+            out["alone"].append(cut(res[0, len(p):].tolist()))
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        res = model.generate(ids, attention_mask=mask, **common)
+        out["batched"] = [cut(r[width:].tolist()) for r in res]
+    json.dump(out, open(args.out, "w"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -139,9 +173,13 @@ def main():
     d = sub.add_parser("dflash")
     for k in ("--drafter", "--embed", "--hidden", "--blocks", "--out"):
         d.add_argument(k, required=True)
+    g = sub.add_parser("generate")
+    for k in ("--model", "--prompts", "--out"):
+        g.add_argument(k, required=True)
+    g.add_argument("--max-new-tokens", type=int, required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
-    {"target": run_target, "dflash": run_dflash}[args.cmd](args)
+    {"target": run_target, "dflash": run_dflash, "generate": run_generate}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -20,4 +20,9 @@ int dump_hidden(int argc, char** argv);
 // (exit 0 if finite); without: load + one forward smoke check.
 int check_drafter(int argc, char** argv);
 
+// generate MODEL --prompts FILE.jsonl [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S]
+//          [--batch B] [--device D] [--preset-seed N] [--json]
+// The decode engine (model::generate) over pre-tokenized prompts: new tokens per prompt, tokens/s.
+int generate(int argc, char** argv);
+
 } // namespace hsring::model::tools

@@ -29,6 +29,14 @@ void usage() {
                "      logits of every block and the inputs that reproduce them (src/model/README.md).\n"
                "  check-drafter DRAFTER_DIR [--json]\n"
                "      Smoke check only: loads the drafter and runs one forward over random inputs.\n"
+               "  generate MODEL --prompts FILE.jsonl [--max-new-tokens N] [--temperature T] [--top-p P]\n"
+               "           [--seed S] [--batch B] [--device cpu|cuda[:I]] [--preset-seed N] [--json]\n"
+               "      Generates from the target (HF directory or preset:NAME, random weights from --preset-seed,\n"
+               "      default 1234) with a KV cache, B prompts in flight (default 16): greedy by default, else\n"
+               "      temperature/top-p sampling, prompt i seeded from S and i. A prompt is a JSONL line's\n"
+               "      input_ids before the first loss_mask 1 (the whole line without an answer). Stops at the\n"
+               "      model's eos_token_id (generation_config.json, config.json) or N new tokens (default 128).\n"
+               "      --json: one object with each prompt's output_ids (new tokens only) and tokens/s.\n"
                "exit codes: 0 ok, 1 an error (one line naming the file), 2 a bad command line.\n");
 }
 
@@ -42,6 +50,7 @@ int main(int argc, char** argv) {
     try {
         if (!std::strcmp(argv[1], "dump-hidden")) return hsring::model::tools::dump_hidden(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "check-drafter")) return hsring::model::tools::check_drafter(argc - 1, argv + 1);
+        if (!std::strcmp(argv[1], "generate")) return hsring::model::tools::generate(argc - 1, argv + 1);
         fmt::print(stderr, "hsring-model: unknown subcommand '{}'\n", argv[1]);
         usage();
         return 2;
