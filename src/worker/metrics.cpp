@@ -1,15 +1,44 @@
 #include "worker/metrics.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/log.hpp"
 #include "hsring/safe_file.hpp"
+#ifdef HSRING_HAVE_TENSORBOARD
+#include "tensorboard/metric_scalars.hpp"
+#else
+namespace hsring::tensorboard {
+class MetricsMirror {};
+}
+#endif
 
 #include <fcntl.h>
 #include <unistd.h>
 
 namespace hsring::worker {
 
-MetricsFile::MetricsFile(const std::filesystem::path& file) {
+bool tensorboard_built() {
+#ifdef HSRING_HAVE_TENSORBOARD
+    return true;
+#else
+    return false;
+#endif
+}
+
+MetricsFile::MetricsFile(const std::filesystem::path& file, const std::filesystem::path& tensorboard_dir) {
     fd_ = safe::open_file(file, O_WRONLY | O_CREAT | O_APPEND).release();  // never through a planted link
+    if (tensorboard_dir.empty()) return;
+#ifdef HSRING_HAVE_TENSORBOARD
+    try {
+        mirror_ = std::make_unique<tensorboard::MetricsMirror>(tensorboard_dir);
+        log::info("TensorBoard events: {} (tensorboard --logdir {})", mirror_->path().string(),
+                  tensorboard_dir.string());
+    } catch (const std::exception& e) {
+        log::warn("no TensorBoard events for this run: {} (metrics.jsonl is written as always)", e.what());
+    }
+#else
+    log::info("this hsring was built without TensorBoard support (protobuf missing when it was configured): "
+              "metrics go to {} only", file.string());
+#endif
 }
 
 MetricsFile::~MetricsFile() {
@@ -20,6 +49,15 @@ void MetricsFile::append(const std::string& obj) {
     std::string line = obj + "\n";
     if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         fail("cannot append to metrics.jsonl: {}", errno_text(errno));
+#ifdef HSRING_HAVE_TENSORBOARD
+    if (!mirror_) return;
+    try {
+        mirror_->append(nlohmann::json::parse(obj));
+    } catch (const std::exception& e) {
+        log::warn("TensorBoard events stopped: {} (metrics.jsonl is written as always)", e.what());
+        mirror_.reset();
+    }
+#endif
 }
 
 } // namespace hsring::worker

@@ -1,25 +1,37 @@
 #pragma once
 // RUN_DIR/metrics.jsonl: one JSON object per line, appended by the drafter per logged step
 // (loss, per-position accuracy, acceptance estimate, rates, waits, ring occupancy, memory).
-// A person plots it with bin/plot-run; the supervisor's status line reads the live counters
-// in the ledger instead.
+// A person plots it with bin/plot-run, or opens RUN_DIR/tensorboard in TensorBoard: every row is
+// mirrored there as scalars (src/tensorboard/metric_scalars.hpp) when hsring was built with
+// TensorBoard support. The supervisor's status line reads the live counters in the ledger instead.
 #include "hsring/acceptance.hpp"  // expected_accept_length (was here; the model tools use it too)
 
 #include <filesystem>
+#include <memory>
 #include <string>
+
+namespace hsring::tensorboard {
+class MetricsMirror;
+}
 
 namespace hsring::worker {
 
 class MetricsFile {
 public:
-    explicit MetricsFile(const std::filesystem::path& file);
+    // `tensorboard_dir` empty: metrics.jsonl only.
+    explicit MetricsFile(const std::filesystem::path& file, const std::filesystem::path& tensorboard_dir = {});
     ~MetricsFile();
     // Appends one line (a JSON object without the newline); one write(2), so a reader never sees
-    // half a line.
+    // half a line. The TensorBoard mirror gets the same row; a mirror that fails (a full disk)
+    // warns once and stops: metrics.jsonl is the record, the events are a view of it.
     void append(const std::string& json_object);
 
 private:
     int fd_ = -1;
+    std::unique_ptr<tensorboard::MetricsMirror> mirror_;
 };
+
+// Whether this build writes TensorBoard event files.
+bool tensorboard_built();
 
 } // namespace hsring::worker

@@ -87,6 +87,25 @@ def check_same(ref, run, what):
     print(f"{what}: export and all {len(rows)} steps' losses equal the unkilled run's", flush=True)
 
 
+def check_tensorboard(run, rows):
+    """TensorBoard's own reader sees each step once with the unkilled run's loss (the restarts'
+    SessionLog START dropped the rolled-back steps); skipped without the tensorboard package."""
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError:
+        print("TensorBoard: not checked (no tensorboard package)", flush=True)
+        return
+    tb = os.path.join(run.run_dir, "tensorboard")
+    check(os.path.isdir(tb), f"{tb}: the drafter writes TensorBoard events")
+    acc = event_accumulator.EventAccumulator(tb, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    loss = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    check([st for st, _ in loss] == [r["step"] for r in rows], f"TensorBoard steps: {[st for st, _ in loss]}")
+    check(all(abs(v - r["loss"]) <= 1e-6 * max(1.0, abs(r["loss"])) for (_, v), r in zip(loss, rows)),
+          "TensorBoard's train/loss is the unkilled run's")
+    print(f"TensorBoard: {len(os.listdir(tb))} event files, train/loss of all {len(rows)} steps as unkilled", flush=True)
+
+
 def test_one_slot_per_step_drafter_and_supervisor_killed():
     ref = reference("w1r")
     r = TrainRun("w1k")
@@ -103,6 +122,7 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
         check(len(open(os.path.join(r.run_dir, "metrics.jsonl")).read().split('"resume"')) >= 3,
               "metrics.jsonl marks each resume")
         check_same(ref, r, "drafter SIGKILL + supervisor SIGKILL")
+        check_tensorboard(r, ref[1])
     finally:
         r.cleanup()
 

@@ -32,7 +32,7 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 std::optional<MetricsFile> master_metrics(const Context& ctx, const Gang& gang) {
     if (!gang.place().is_master()) return std::nullopt;
-    return std::optional<MetricsFile>(std::in_place, ctx.env.run_dir / "metrics.jsonl");
+    return std::optional<MetricsFile>(std::in_place, ctx.env.run_dir / "metrics.jsonl", ctx.env.run_dir / "tensorboard");
 }
 
 } // namespace
