@@ -107,6 +107,51 @@ TEST_CASE("prefill + one-token decode steps in a batch give the packed forward's
     CHECK(cache.lengths() == std::vector<std::int64_t>{14, 9});
 }
 
+TEST_CASE("forward_cached captures the new tokens' layers: a cached prefill + decode + block equals the packed forward") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 7);
+    const auto a = iota_tokens(12, 5), b = iota_tokens(8, 60, 11);
+    // Layer 7 is the last (final-normed, as forward reports it); 2 is listed twice.
+    const std::vector<int> ids{2, 5, 7, 2};
+    auto packed = [&](const std::vector<std::int64_t>& seq) {
+        std::vector<at::Tensor> got(ids.size());
+        m.forward(tokens_of(seq), {0, static_cast<std::int64_t>(seq.size())}, ids,
+                  [&](std::size_t i, const at::Tensor& h) { got[i] = h; });
+        return got;
+    };
+    const auto want_a = packed(a), want_b = packed(b);
+    KVCache cache(m.shape(), 2, 16, at::kCPU, at::kFloat);
+    // Rows of packed new tokens: a's [a0, a1) and b's [b0, b1), captured in that order.
+    auto step = [&](std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1, bool all_logits) {
+        std::vector<at::Tensor> got(ids.size());
+        std::vector<std::size_t> order;
+        const auto na = static_cast<std::int64_t>(a1 - a0), nb = static_cast<std::int64_t>(b1 - b0);
+        m.forward_cached(tokens_of(cat(slice(a, a0, a1), slice(b, b0, b1))), {na, nb}, cache, all_logits, ids,
+                         [&](std::size_t i, const at::Tensor& h) {
+                             got[i] = h.clone();
+                             order.push_back(i);
+                         });
+        CHECK(order == std::vector<std::size_t>{0, 3, 1, 2});  // layer order, a repeated id reported twice
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            INFO("layer " << ids[i] << ", a [" << a0 << ", " << a1 << "), b [" << b0 << ", " << b1 << ")");
+            REQUIRE(got[i].size(0) == na + nb);
+            CHECK(at::allclose(got[i].narrow(0, 0, na), want_a[i].narrow(0, static_cast<std::int64_t>(a0), na), kRtol,
+                               kAtol));
+            CHECK(at::allclose(got[i].narrow(0, na, nb), want_b[i].narrow(0, static_cast<std::int64_t>(b0), nb), kRtol,
+                               kAtol));
+        }
+    };
+    step(0, 6, 0, 3, false);   // prefill (packed causal attention)
+    step(6, 7, 3, 4, false);   // one-token decode
+    step(7, 11, 4, 5, true);   // a verified block of 4 beside a decode
+    cache.crop(0, 9);          // two of the block's tokens rejected: they come again
+    step(9, 12, 5, 8, true);
+    CHECK(cache.lengths() == std::vector<std::int64_t>{12, 8});
+    // No callback, or an id outside the model: the error names it.
+    m.forward_cached(tokens_of({1}), {1, 0}, cache, true);
+    CHECK(test::error_of([&] { m.forward_cached(tokens_of({1}), {1, 0}, cache, true, {8}, {}); })
+              .find("layer id 8 is out of range") != std::string::npos);
+}
+
 TEST_CASE("a cropped row decodes exactly as a row prefilled with the shorter prefix") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 6);
     const auto s = iota_tokens(12, 11, 5), other = iota_tokens(8, 40, 3);
@@ -394,3 +439,4 @@ TEST_CASE("hsring-model generate --json prints each prompt's new tokens and toke
 }
 
 } // TEST_SUITE
+
