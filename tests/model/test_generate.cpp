@@ -2,9 +2,13 @@
 // batch cannot change, stop tokens, the generate CLI (suite "generate"); greedy tokens equal to
 // transformers' generate() on tiny random Qwen3 and Llama directories (suite "generate_hf", exits
 // 77 only where tests/model/hf_reference.py cannot import transformers).
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/dflash_export.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampling.hpp"
+#include "model/spec_decode.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
@@ -440,3 +444,136 @@ TEST_CASE("hsring-model generate --json prints each prompt's new tokens and toke
 
 } // TEST_SUITE
 
+TEST_SUITE("generate") {
+
+TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each step accepting 1..B tokens") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
+    const std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 0}, {iota_tokens(17, 200, 3), 0}, {{7}, 0}};
+    SpecDecodeOptions so;
+    so.max_new_tokens = 13;
+    GenerateOptions go;
+    go.max_new_tokens = 13;
+    const auto plain = generate(m, reqs, go);
+    const auto spec = spec_decode(m, d, reqs, so);
+    std::int64_t steps = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        INFO("prompt " << i);
+        const auto& out = spec.outputs[i];
+        CHECK(out.tokens == plain.outputs[i].tokens);
+        CHECK(out.finish == FinishReason::Length);
+        // The prefill's token, then each step's acceptance length (1..B; the last may be cut).
+        std::int64_t sum = 1;
+        for (std::int64_t a : out.acceptance_lengths) {
+            CHECK(a >= 1);
+            CHECK(a <= 4);
+            sum += a;
+        }
+        CHECK(sum >= 13);
+        CHECK(sum - out.acceptance_lengths.back() < 13);
+        steps += static_cast<std::int64_t>(out.acceptance_lengths.size());
+    }
+    CHECK(spec.stats.verify_steps == steps);
+    CHECK(spec.stats.new_tokens == 39);
+    CHECK(spec.stats.tau() >= 1.0);
+    // A stop token and max positions end it as they end generate.
+    ModelShape s = preset_shape("tiny");
+    s.max_position_embeddings = 24;
+    auto short_m = TargetModel::load(s, at::kCPU, at::kFloat, 12);
+    go.stop_tokens = so.stop_tokens = {plain.outputs[0].tokens[5]};
+    const auto plain2 = generate(short_m, reqs, go);
+    const auto spec2 = spec_decode(short_m, d, reqs, so);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        CHECK(spec2.outputs[i].tokens == plain2.outputs[i].tokens);
+        CHECK(spec2.outputs[i].finish == plain2.outputs[i].finish);
+    }
+    if (spec2.outputs[1].finish == FinishReason::Length) CHECK(spec2.outputs[1].tokens.size() == 7);  // 24 positions
+
+    // A drafter for another target.
+    ModelShape wide = preset_shape("tiny");
+    wide.hidden_size = 96;
+    DFlashDrafter other(dflash_config_for(wide, 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
+    CHECK(test::error_of([&] { spec_decode(m, other, reqs, so); }).find("hidden size 96") != std::string::npos);
+}
+
+TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the target says") {
+    // A tiny random target with tied embeddings echoes its last token; a drafter whose layers add
+    // nothing (o_proj, down_proj = 0) outputs norm(embed(block token)), whose argmax under the tied
+    // head is that token: with the mask token = the echoed one every draft is accepted.
+    ModelShape s = preset_shape("tiny");
+    s.tie_word_embeddings = true;
+    auto m = TargetModel::from_weights(s, random_target_weights(s, 4, at::kCPU, at::kFloat), at::kCPU, at::kFloat,
+                                       "test");
+    const std::vector<GenerateRequest> reqs{{iota_tokens(6, 30), 0}};
+    GenerateOptions go;
+    go.max_new_tokens = 17;
+    const auto plain = generate(m, reqs, go);
+    const std::int64_t echo = plain.outputs[0].tokens[0];
+    REQUIRE_MESSAGE(plain.outputs[0].tokens == std::vector<std::int64_t>(17, echo), "the tied target does not echo");
+    DFlashDrafter d(dflash_config_for(s, 1, 4, echo, {1, 4, 6}), 3, at::kCPU);
+    {
+        at::NoGradGuard ng;
+        for (auto& p : d->named_parameters())
+            if (p.key().ends_with("o_proj.weight") || p.key().ends_with("down_proj.weight")) p.value().zero_();
+    }
+    SpecDecodeOptions so;
+    so.max_new_tokens = 17;
+    const auto spec = spec_decode(m, d, reqs, so);
+    CHECK(spec.outputs[0].tokens == plain.outputs[0].tokens);
+    // 1 (prefill) + 4 x 4 = 17.
+    CHECK(spec.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4, 4});
+    CHECK(spec.stats.tau() == 4.0);
+}
+
+TEST_CASE("hsring-model spec-decode --json: acceptance lengths, tau, lossless, tokens/s; a drafter for another target is one line") {
+    TempDir dir;
+    const ModelShape shape = preset_shape("tiny");
+    const DFlashConfig cfg = dflash_config_for(shape, 1, 4, -1, {1, 4, 6});
+    DFlashDrafter d(cfg, 3, at::kCPU);
+    const auto drafter = dir.path() / "drafter";
+    export_dflash(drafter, d, cfg);
+    const auto prompts = dir.path() / "prompts.jsonl";
+    std::ofstream(prompts) << R"({"input_ids": [1, 2, 3]})" << "\n"
+                           << R"({"input_ids": [5, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 1, 1]})" << "\n"
+                           << R"({"input_ids": [40, 41]})" << "\n";
+    const auto out = dir.path() / "out.json", log = dir.path() / "log";
+    const std::string cmd = "spec-decode " + q(drafter) + " --target preset:tiny --prompts " + q(prompts);
+    REQUIRE(run_cli(cmd + " --max-new-tokens 9 --samples 2 --preset-seed 3 --json", out, log) == 0);
+    const auto j = nlohmann::json::parse(slurp(out));
+    CHECK(j["lossless"] == true);
+    CHECK(j["tau"].get<double>() >= 1.0);
+    CHECK(j["new_tokens"] == 18);
+    CHECK(j["spec_tokens_per_s"].get<double>() > 0);
+    CHECK(j["target_tokens_per_s"].get<double>() > 0);
+    CHECK(j["speedup"].get<double>() > 0);
+    REQUIRE(j["prompts"].size() == 2);
+    auto m = TargetModel::load(shape, at::kCPU, at::kFloat, 3);
+    GenerateOptions o;
+    o.max_new_tokens = 9;
+    const auto want = generate(m, {{{1, 2, 3}, 0}, {{5, 6, 7}, 0}}, o);
+    std::int64_t steps = 0;
+    for (std::size_t i = 0; i < 2; ++i) {
+        CHECK(j["prompts"][i]["output_ids"].get<std::vector<std::int64_t>>() == want.outputs[i].tokens);
+        steps += static_cast<std::int64_t>(j["prompts"][i]["acceptance_lengths"].size());
+    }
+    CHECK(j["verify_steps"] == steps);
+    REQUIRE(run_cli(cmd + " --max-new-tokens 4", out, log) == 0);
+    CHECK(slurp(out).find("lossless: yes") != std::string::npos);
+
+    // A drafter for another target: one line naming its config.json, exit 1.
+    ModelShape t = shape;
+    t.vocab_size = 600;
+    save_hf_model_dir(dir.path() / "vocab600", t, random_target_weights(t, 1, at::kCPU, at::kFloat));
+    CHECK(run_cli("spec-decode " + q(drafter) + " --target " + q(dir.path() / "vocab600") + " --prompts " + q(prompts),
+                  out, log) == 1);
+    std::string msg = slurp(log);
+    CHECK(msg.find((drafter / "config.json").string() + ": the drafter's vocab_size 512 does not match") !=
+          std::string::npos);
+    CHECK(msg.find('\n') == msg.size() - 1);
+    CHECK(run_cli("spec-decode " + q(drafter) + " --target preset:qwen3-8b --prompts " + q(prompts), out, log) == 1);
+    CHECK(slurp(log).find("hidden_size 64 does not match") != std::string::npos);
+    CHECK(run_cli("spec-decode " + q(drafter) + " --prompts " + q(prompts), out, log) == 2);
+    CHECK(slurp(log).find("--target MODEL is missing") != std::string::npos);
+}
+
+} // TEST_SUITE
