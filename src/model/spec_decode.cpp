@@ -109,14 +109,17 @@ struct Sequence {
                 ++accepted;
             keep_context(start, accepted + 1);
             cache.crop(0, start + accepted + 1);
-            out.acceptance_lengths.push_back(accepted + 1);
             ++st.verify_steps;
-            st.accepted_tokens += accepted + 1;
             st.verify_seconds += seconds_since(t0);
-            for (std::int64_t j = 1; j <= accepted; ++j)
-                if (!emit(draft[static_cast<std::size_t>(j)])) return;
+            // The step's acceptance length: the tokens it emits (a stop token or the end cuts it).
             last = want[static_cast<std::size_t>(accepted)];
-            if (!emit(last)) return;
+            std::int64_t emitted = 0;
+            bool running = true;
+            for (std::int64_t j = 1; j <= accepted + 1 && running; ++j, ++emitted)
+                running = emit(j <= accepted ? draft[static_cast<std::size_t>(j)] : last);
+            out.acceptance_lengths.push_back(emitted);
+            st.accepted_tokens += emitted;
+            if (!running) return;
         }
     }
 };

@@ -15,6 +15,9 @@
 //             acceptance length). The cache is cropped to start + n + 1 and the context grows by
 //             the verified tokens' captured layers t, d_1..d_n.
 //
+// Unlike z-lab's loop, the block is always B slots (the drafter is built for one block size); when
+// fewer tokens are left only the first ones are verified (z-lab drafts a shorter block there).
+//
 // Lossless: every emitted token is the target's argmax after the tokens before it, so the output
 // is plain greedy `generate`'s (up to float noise between a block forward and a one-token one).
 //
@@ -37,7 +40,9 @@ struct SpecDecodeOptions {
 
 struct SpecDecodeOutput {
     std::vector<std::int64_t> tokens;              // the new tokens only (the prefill's first included)
-    std::vector<std::int64_t> acceptance_lengths;  // per verify step: accepted drafts + 1
+    // Per verify step: the tokens it emitted, accepted drafts + 1 (z-lab's `produced`: a stop token
+    // or max_new_tokens may cut the last step). 1 + their sum = tokens.size().
+    std::vector<std::int64_t> acceptance_lengths;
     FinishReason finish = FinishReason::Length;
 };
 

@@ -462,15 +462,14 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
         const auto& out = spec.outputs[i];
         CHECK(out.tokens == plain.outputs[i].tokens);
         CHECK(out.finish == FinishReason::Length);
-        // The prefill's token, then each step's acceptance length (1..B; the last may be cut).
+        // The prefill's token, then each step's acceptance length (1..B, the tokens it emitted).
         std::int64_t sum = 1;
         for (std::int64_t a : out.acceptance_lengths) {
             CHECK(a >= 1);
             CHECK(a <= 4);
             sum += a;
         }
-        CHECK(sum >= 13);
-        CHECK(sum - out.acceptance_lengths.back() < 13);
+        CHECK(sum == 13);
         steps += static_cast<std::int64_t>(out.acceptance_lengths.size());
     }
     CHECK(spec.stats.verify_steps == steps);
@@ -486,6 +485,9 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
     for (std::size_t i = 0; i < reqs.size(); ++i) {
         CHECK(spec2.outputs[i].tokens == plain2.outputs[i].tokens);
         CHECK(spec2.outputs[i].finish == plain2.outputs[i].finish);
+        std::int64_t sum = 1;
+        for (std::int64_t a : spec2.outputs[i].acceptance_lengths) sum += a;
+        CHECK(sum == static_cast<std::int64_t>(spec2.outputs[i].tokens.size()));
     }
     if (spec2.outputs[1].finish == FinishReason::Length) CHECK(spec2.outputs[1].tokens.size() == 7);  // 24 positions
 
@@ -523,6 +525,11 @@ TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the tar
     // 1 (prefill) + 4 x 4 = 17.
     CHECK(spec.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4, 4});
     CHECK(spec.stats.tau() == 4.0);
+    // 1 + 4 + 4 + 2 = 11: the last step's whole block is accepted, two of its tokens are used.
+    so.max_new_tokens = 11;
+    const auto cut = spec_decode(m, d, reqs, so);
+    CHECK(cut.outputs[0].tokens == std::vector<std::int64_t>(11, echo));
+    CHECK(cut.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 2});
 }
 
 TEST_CASE("hsring-model spec-decode --json: acceptance lengths, tau, lossless, tokens/s; a drafter for another target is one line") {
