@@ -61,7 +61,6 @@ struct Sequence {
         // Context rows [L, capacity + 1, H]: rows < start hold the accepted tokens' captured layers;
         // row start (the anchor's own) is never attended by the block.
         at::Tensor ctx = at::zeros({l, capacity + 1, shape.hidden_size}, at::TensorOptions().device(dev).dtype(dt));
-        const at::Tensor positions = at::arange(capacity + b, at::TensorOptions().device(dev).dtype(at::kLong));
         std::vector<at::Tensor> captured(ids.size());
         auto capture = [&](std::size_t i, const at::Tensor& h) { captured[i] = h; };
         auto keep_context = [&](std::int64_t at_row, std::int64_t rows) {
@@ -76,24 +75,14 @@ struct Sequence {
         st.prefill_seconds += seconds_since(t0);
         if (!emit(last)) return;
 
-        DFlashBlocks blocks;
-        blocks.block_size = b;
-        blocks.seq_begin = {0};
         const at::Tensor masks = at::full({b - 1}, c.mask_token_id, at::TensorOptions().device(dev).dtype(at::kLong));
         while (true) {
             const std::int64_t start = cache.length(0);
             // Draft: [last, MASK x (B-1)] at positions start.., over the context rows < start.
             t0 = Clock::now();
-            blocks.anchors = {start};
-            blocks.block_tokens = at::cat({at::full({1}, last, masks.options()), masks});
-            blocks.block_positions = positions.narrow(0, start, b);
-            blocks.context_positions = positions.narrow(0, 0, start + 1);
-            DFlashInputs in;
-            in.context = ctx.narrow(1, 0, start + 1);
-            in.block_embeds = head.embed.index_select(0, blocks.block_tokens);
-            in.blocks = &blocks;
-            in.compute_dtype = dt;
-            at::Tensor drafted = at::matmul(drafter->forward(in).narrow(0, 1, b - 1), head.lm_head.t()).argmax(-1);
+            at::Tensor drafted =
+                at::matmul(draft_hidden(drafter, head, ctx, last, start, dt).narrow(0, 1, b - 1), head.lm_head.t())
+                    .argmax(-1);
             // Verify what can still be used: at most B tokens, within the cache and the tokens left.
             const auto left = options.max_new_tokens - static_cast<std::int64_t>(out.tokens.size());
             const std::int64_t k = std::min({b, capacity - start, left});
@@ -125,6 +114,28 @@ struct Sequence {
 };
 
 } // namespace
+
+at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
+                        std::int64_t start, at::ScalarType dtype) {
+    const DFlashConfig& c = drafter->config();
+    const std::int64_t b = c.block_size;
+    HSRING_ASSERT(context.dim() == 3 && context.size(1) > start, "draft_hidden: context {} for anchor {}",
+                  shape_str(context.sizes()), start);
+    const auto longs = at::TensorOptions().device(context.device()).dtype(at::kLong);
+    DFlashBlocks blocks;
+    blocks.block_size = b;
+    blocks.seq_begin = {0};
+    blocks.anchors = {start};
+    blocks.block_tokens = at::cat({at::full({1}, last, longs), at::full({b - 1}, c.mask_token_id, longs)});
+    blocks.block_positions = at::arange(start, start + b, longs);
+    blocks.context_positions = at::arange(start + 1, longs);
+    DFlashInputs in;
+    in.context = context.narrow(1, 0, start + 1);
+    in.block_embeds = head.embed.index_select(0, blocks.block_tokens);
+    in.blocks = &blocks;
+    in.compute_dtype = dtype;
+    return drafter->forward(in);
+}
 
 void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter) {
     const DFlashConfig& c = drafter->config();

@@ -64,6 +64,13 @@ struct SpecDecodeResult {
 // layer ids, mask token) or for a bad prompt (as generate: empty, too long, outside the vocabulary).
 void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter);
 
+// The drafter's output rows [B, H] (compute dtype `dtype`) for the block [last, MASK x (B-1)] at
+// positions start..start+B-1 of one sequence. context [L, >= start + 1, H]: row i < start holds the
+// captured target layers of token i (rows >= start are not attended). What dflash_hidden computes
+// for the same anchor of the whole sequence (dflash_blocks_at).
+at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
+                        std::int64_t start, at::ScalarType dtype);
+
 SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options);
 

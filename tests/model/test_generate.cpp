@@ -5,6 +5,7 @@
 #include "model/dflash_config.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_export.hpp"
+#include "model/dflash_loss.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampling.hpp"
@@ -496,6 +497,40 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
     wide.hidden_size = 96;
     DFlashDrafter other(dflash_config_for(wide, 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
     CHECK(test::error_of([&] { spec_decode(m, other, reqs, so); }).find("hidden size 96") != std::string::npos);
+}
+
+TEST_CASE("draft_hidden over the context before an anchor equals the drafter's block at that anchor of the whole sequence") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    const DFlashConfig cfg = dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6});
+    DFlashDrafter d(cfg, 3, at::kCPU);
+    {  // away from its fresh init, so the context matters
+        at::NoGradGuard ng;
+        at::Generator g = cpu_generator(8);
+        for (auto& p : d->parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+    }
+    const auto seq = iota_tokens(20, 9, 5);
+    DFlashBatch batch;
+    batch.tokens = tokens_of(seq);
+    batch.loss_mask = at::ones({20});
+    batch.cu_seqlens = {0, 20};
+    std::vector<at::Tensor> layers(3);
+    m.forward(batch.tokens, batch.cu_seqlens, cfg.target_layer_ids, [&](std::size_t i, const at::Tensor& h) { layers[i] = h; });
+    batch.hidden = at::stack(layers);
+    DFlashLossOptions opts;
+    opts.compute_dtype = at::kFloat;
+    at::NoGradGuard ng;
+    for (std::int64_t a : {1, 7, 16}) {
+        INFO("anchor " << a);
+        DFlashBlocks blocks = dflash_blocks_at(batch.tokens, batch.loss_mask, batch.cu_seqlens, 4, cfg.mask_token_id, {a}, 0);
+        const at::Tensor want = dflash_hidden(d, m.head(), batch, blocks, opts);
+        // Only rows < a are read: the rest may hold anything.
+        at::Tensor ctx = batch.hidden.clone();
+        ctx.narrow(1, a, 20 - a).fill_(7.0);
+        const at::Tensor got = draft_hidden(d, m.head(), ctx, seq[static_cast<std::size_t>(a)], a, at::kFloat);
+        CHECK(at::allclose(got, want, kRtol, kAtol));
+        CHECK(at::allclose(draft_hidden(d, m.head(), ctx.narrow(1, 0, a + 1), seq[static_cast<std::size_t>(a)], a, at::kFloat), want,
+                           kRtol, kAtol));
+    }
 }
 
 TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the target says") {
