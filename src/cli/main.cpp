@@ -30,7 +30,7 @@ const Command kCommands[] = {
     {"ledger", hsring::cli::ledger, "ledger verify RUN_DIR", "exactly-once check of the latest checkpoint"},
     {"drill", hsring::cli::drill, "drill CONFIG [--faults N] [--seed S]",
      "kill, stop and fault-inject a real run; verify nothing is lost or doubled"},
-    {"model", hsring::cli::model, "model dump-hidden|check-drafter|generate ...",
+    {"model", hsring::cli::model, "model dump-hidden|check-drafter|generate|spec-decode ...",
      "target layers to safetensors; evaluate an exported drafter; generate with the target (hsring-model)"},
 };
 

@@ -245,6 +245,27 @@ void TargetModel::check_tokens(const at::Tensor& tokens, const std::string& what
              hi.item<std::int64_t>());
 }
 
+int TargetModel::check_layer_ids(const std::vector<int>& layer_ids, const std::string& what) const {
+    int last = -1;
+    for (int k : layer_ids) {
+        if (k < 0 || k >= shape_.num_layers)
+            fail("{}: layer id {} is out of range: the model has layers 0..{}", what, k, shape_.num_layers - 1);
+        last = std::max(last, k);
+    }
+    return last;
+}
+
+void TargetModel::report_layer(int i, const at::Tensor& h, const std::vector<int>& layer_ids,
+                               const LayerCallback& on_layer) const {
+    at::Tensor reported;
+    for (std::size_t idx = 0; idx < layer_ids.size(); ++idx) {
+        if (layer_ids[idx] != i) continue;
+        if (!reported.defined())  // HF ties the last hidden state to the final norm's output
+            reported = i == shape_.num_layers - 1 ? rms_norm(h, final_norm_, shape_.rms_norm_eps) : h;
+        if (on_layer) on_layer(idx, reported);
+    }
+}
+
 at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<std::int64_t>& cu_seqlens,
                                 const std::vector<int>& layer_ids, const LayerCallback& on_layer, bool want_logits) {
     const std::string what = "target forward (" + shape_.source + ")";
@@ -253,12 +274,7 @@ at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<s
              shape_str(tokens_in.sizes()));
     const std::int64_t t = tokens_in.size(0);
     auto seqs = PackedSequences::make(cu_seqlens, t, device_, what);
-    int last = -1;
-    for (int k : layer_ids) {
-        if (k < 0 || k >= shape_.num_layers)
-            fail("{}: layer id {} is out of range: the model has layers 0..{}", what, k, shape_.num_layers - 1);
-        last = std::max(last, k);
-    }
+    const int last = check_layer_ids(layer_ids, what);
     if (t == 0) fail("{}: empty batch", what);
     at::NoGradGuard no_grad;
     at::Tensor tokens = tokens_in.to(device_);
@@ -273,20 +289,15 @@ at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<s
                           [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                               return causal_packed_attention(q, k, v, seqs, scale);
                           });
-        at::Tensor reported;
-        for (std::size_t idx = 0; idx < layer_ids.size(); ++idx) {
-            if (layer_ids[idx] != i) continue;
-            if (!reported.defined())  // HF ties the last hidden state to the final norm's output
-                reported = i == shape_.num_layers - 1 ? rms_norm(h, final_norm_, shape_.rms_norm_eps) : h;
-            if (on_layer) on_layer(idx, reported);
-        }
+        report_layer(i, h, layer_ids, on_layer);
     }
     if (!want_logits) return {};
     return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
 }
 
 at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::vector<std::int64_t>& counts,
-                                       KVCache& cache, bool all_logits) {
+                                       KVCache& cache, bool all_logits, const std::vector<int>& layer_ids,
+                                       const LayerCallback& on_layer) {
     const std::string what = "target cached forward (" + shape_.source + ")";
     if (tokens_in.dim() != 1 || tokens_in.scalar_type() != at::kLong)
         fail("{}: tokens must be a 1-D int64 tensor, got {} {}", what, c10::toString(tokens_in.scalar_type()),
@@ -300,6 +311,7 @@ at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::v
     if (!all_logits)
         for (std::size_t r = 0; r < counts.size(); ++r)
             if (counts[r] < 1) fail("{}: row {} has no new token to take the logits of", what, r);
+    check_layer_ids(layer_ids, what);
     at::NoGradGuard no_grad;
     at::Tensor tokens = tokens_in.to(device_);
     check_tokens(tokens, what);
@@ -307,11 +319,13 @@ at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::v
     const RopeTables rope = rope_tables(inv_freq_, ext.positions(), dtype_);
     const double scale = 1.0 / std::sqrt(static_cast<double>(shape_.head_dim));
     at::Tensor h = embed_.index_select(0, tokens);
-    for (std::int64_t i = 0; i < shape_.num_layers; ++i)
+    for (std::int64_t i = 0; i < shape_.num_layers; ++i) {
         h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
                           [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
                               return ext.attend(i, q, k, v, scale);
                           });
+        report_layer(static_cast<int>(i), h, layer_ids, on_layer);
+    }
     ext.commit();
     if (!all_logits) {
         std::vector<std::int64_t> last;

@@ -74,8 +74,12 @@ public:
     // row's cached keys; stores the new keys/values and extends the rows (no autograd). Returns
     // logits in the compute dtype: [rows, vocab] of each row's last new token (every count must
     // be >= 1), or with all_logits [T, vocab] of every new token (verifying a drafted block).
+    // Like forward, on_layer(i, hidden [T, H]) is called right after decoder layer layer_ids[i]
+    // with the new tokens' hidden states (packed as `tokens`; the last layer final-normed, as
+    // forward): a drafter's context grows by the captured layers of the tokens it accepts.
     at::Tensor forward_cached(const at::Tensor& tokens, const std::vector<std::int64_t>& counts, KVCache& cache,
-                              bool all_logits = false);
+                              bool all_logits = false, const std::vector<int>& layer_ids = {},
+                              const LayerCallback& on_layer = {});
 
     const ModelShape& shape() const { return shape_; }
     at::Device device() const { return device_; }
@@ -94,6 +98,11 @@ private:
     using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
     at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const;
     void check_tokens(const at::Tensor& tokens, const std::string& what) const;
+    // Throws for an id outside the model's layers; returns the largest id (-1 for none).
+    int check_layer_ids(const std::vector<int>& layer_ids, const std::string& what) const;
+    // Calls on_layer for every entry of layer_ids equal to i, with layer i's output h.
+    void report_layer(int i, const at::Tensor& h, const std::vector<int>& layer_ids,
+                      const LayerCallback& on_layer) const;
 
     ModelShape shape_;
     at::Device device_{at::kCPU};

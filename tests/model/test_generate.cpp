@@ -2,9 +2,14 @@
 // batch cannot change, stop tokens, the generate CLI (suite "generate"); greedy tokens equal to
 // transformers' generate() on tiny random Qwen3 and Llama directories (suite "generate_hf", exits
 // 77 only where tests/model/hf_reference.py cannot import transformers).
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/dflash_export.hpp"
+#include "model/dflash_loss.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampling.hpp"
+#include "model/spec_decode.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
@@ -105,6 +110,51 @@ TEST_CASE("prefill + one-token decode steps in a batch give the packed forward's
     CHECK(blk.size(0) == 2);
     CHECK(at::allclose(blk, full_a.narrow(0, 12, 2), kRtol, kAtol));
     CHECK(cache.lengths() == std::vector<std::int64_t>{14, 9});
+}
+
+TEST_CASE("forward_cached captures the new tokens' layers: a cached prefill + decode + block equals the packed forward") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 7);
+    const auto a = iota_tokens(12, 5), b = iota_tokens(8, 60, 11);
+    // Layer 7 is the last (final-normed, as forward reports it); 2 is listed twice.
+    const std::vector<int> ids{2, 5, 7, 2};
+    auto packed = [&](const std::vector<std::int64_t>& seq) {
+        std::vector<at::Tensor> got(ids.size());
+        m.forward(tokens_of(seq), {0, static_cast<std::int64_t>(seq.size())}, ids,
+                  [&](std::size_t i, const at::Tensor& h) { got[i] = h; });
+        return got;
+    };
+    const auto want_a = packed(a), want_b = packed(b);
+    KVCache cache(m.shape(), 2, 16, at::kCPU, at::kFloat);
+    // Rows of packed new tokens: a's [a0, a1) and b's [b0, b1), captured in that order.
+    auto step = [&](std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1, bool all_logits) {
+        std::vector<at::Tensor> got(ids.size());
+        std::vector<std::size_t> order;
+        const auto na = static_cast<std::int64_t>(a1 - a0), nb = static_cast<std::int64_t>(b1 - b0);
+        m.forward_cached(tokens_of(cat(slice(a, a0, a1), slice(b, b0, b1))), {na, nb}, cache, all_logits, ids,
+                         [&](std::size_t i, const at::Tensor& h) {
+                             got[i] = h.clone();
+                             order.push_back(i);
+                         });
+        CHECK(order == std::vector<std::size_t>{0, 3, 1, 2});  // layer order, a repeated id reported twice
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            INFO("layer " << ids[i] << ", a [" << a0 << ", " << a1 << "), b [" << b0 << ", " << b1 << ")");
+            REQUIRE(got[i].size(0) == na + nb);
+            CHECK(at::allclose(got[i].narrow(0, 0, na), want_a[i].narrow(0, static_cast<std::int64_t>(a0), na), kRtol,
+                               kAtol));
+            CHECK(at::allclose(got[i].narrow(0, na, nb), want_b[i].narrow(0, static_cast<std::int64_t>(b0), nb), kRtol,
+                               kAtol));
+        }
+    };
+    step(0, 6, 0, 3, false);   // prefill (packed causal attention)
+    step(6, 7, 3, 4, false);   // one-token decode
+    step(7, 11, 4, 5, true);   // a verified block of 4 beside a decode
+    cache.crop(0, 9);          // two of the block's tokens rejected: they come again
+    step(9, 12, 5, 8, true);
+    CHECK(cache.lengths() == std::vector<std::int64_t>{12, 8});
+    // No callback, or an id outside the model: the error names it.
+    m.forward_cached(tokens_of({1}), {1, 0}, cache, true);
+    CHECK(test::error_of([&] { m.forward_cached(tokens_of({1}), {1, 0}, cache, true, {8}, {}); })
+              .find("layer id 8 is out of range") != std::string::npos);
 }
 
 TEST_CASE("a cropped row decodes exactly as a row prefilled with the shorter prefix") {
@@ -391,6 +441,181 @@ TEST_CASE("hsring-model generate --json prints each prompt's new tokens and toke
     CHECK(run_cli("generate preset:tiny --prompts " + q(dir.path() / "answer_only.jsonl"), out, log) == 1);
     CHECK(slurp(log).find("sample 0: the prompt is empty") != std::string::npos);
     CHECK(run_cli("generate preset:tiny --prompts " + q(prompts) + " --top-p 0", out, log) == 2);
+}
+
+} // TEST_SUITE
+
+TEST_SUITE("generate") {
+
+TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each step accepting 1..B tokens") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
+    const std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 0}, {iota_tokens(17, 200, 3), 0}, {{7}, 0}};
+    SpecDecodeOptions so;
+    so.max_new_tokens = 13;
+    GenerateOptions go;
+    go.max_new_tokens = 13;
+    const auto plain = generate(m, reqs, go);
+    const auto spec = spec_decode(m, d, reqs, so);
+    std::int64_t steps = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        INFO("prompt " << i);
+        const auto& out = spec.outputs[i];
+        CHECK(out.tokens == plain.outputs[i].tokens);
+        CHECK(out.finish == FinishReason::Length);
+        // The prefill's token, then each step's acceptance length (1..B, the tokens it emitted).
+        std::int64_t sum = 1;
+        for (std::int64_t a : out.acceptance_lengths) {
+            CHECK(a >= 1);
+            CHECK(a <= 4);
+            sum += a;
+        }
+        CHECK(sum == 13);
+        steps += static_cast<std::int64_t>(out.acceptance_lengths.size());
+    }
+    CHECK(spec.stats.verify_steps == steps);
+    CHECK(spec.stats.new_tokens == 39);
+    CHECK(spec.stats.tau() >= 1.0);
+    // A stop token and max positions end it as they end generate.
+    ModelShape s = preset_shape("tiny");
+    s.max_position_embeddings = 24;
+    auto short_m = TargetModel::load(s, at::kCPU, at::kFloat, 12);
+    go.stop_tokens = so.stop_tokens = {plain.outputs[0].tokens[5]};
+    const auto plain2 = generate(short_m, reqs, go);
+    const auto spec2 = spec_decode(short_m, d, reqs, so);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        CHECK(spec2.outputs[i].tokens == plain2.outputs[i].tokens);
+        CHECK(spec2.outputs[i].finish == plain2.outputs[i].finish);
+        std::int64_t sum = 1;
+        for (std::int64_t a : spec2.outputs[i].acceptance_lengths) sum += a;
+        CHECK(sum == static_cast<std::int64_t>(spec2.outputs[i].tokens.size()));
+    }
+    if (spec2.outputs[1].finish == FinishReason::Length) CHECK(spec2.outputs[1].tokens.size() == 7);  // 24 positions
+
+    // A drafter for another target.
+    ModelShape wide = preset_shape("tiny");
+    wide.hidden_size = 96;
+    DFlashDrafter other(dflash_config_for(wide, 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
+    CHECK(test::error_of([&] { spec_decode(m, other, reqs, so); }).find("hidden size 96") != std::string::npos);
+}
+
+TEST_CASE("draft_hidden over the context before an anchor equals the drafter's block at that anchor of the whole sequence") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    const DFlashConfig cfg = dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6});
+    DFlashDrafter d(cfg, 3, at::kCPU);
+    {  // away from its fresh init, so the context matters
+        at::NoGradGuard ng;
+        at::Generator g = cpu_generator(8);
+        for (auto& p : d->parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+    }
+    const auto seq = iota_tokens(20, 9, 5);
+    DFlashBatch batch;
+    batch.tokens = tokens_of(seq);
+    batch.loss_mask = at::ones({20});
+    batch.cu_seqlens = {0, 20};
+    std::vector<at::Tensor> layers(3);
+    m.forward(batch.tokens, batch.cu_seqlens, cfg.target_layer_ids, [&](std::size_t i, const at::Tensor& h) { layers[i] = h; });
+    batch.hidden = at::stack(layers);
+    DFlashLossOptions opts;
+    opts.compute_dtype = at::kFloat;
+    at::NoGradGuard ng;
+    for (std::int64_t a : {1, 7, 16}) {
+        INFO("anchor " << a);
+        DFlashBlocks blocks = dflash_blocks_at(batch.tokens, batch.loss_mask, batch.cu_seqlens, 4, cfg.mask_token_id, {a}, 0);
+        const at::Tensor want = dflash_hidden(d, m.head(), batch, blocks, opts);
+        // Only rows < a are read: the rest may hold anything.
+        at::Tensor ctx = batch.hidden.clone();
+        ctx.narrow(1, a, 20 - a).fill_(7.0);
+        const at::Tensor got = draft_hidden(d, m.head(), ctx, seq[static_cast<std::size_t>(a)], a, at::kFloat);
+        CHECK(at::allclose(got, want, kRtol, kAtol));
+        CHECK(at::allclose(draft_hidden(d, m.head(), ctx.narrow(1, 0, a + 1), seq[static_cast<std::size_t>(a)], a, at::kFloat), want,
+                           kRtol, kAtol));
+    }
+}
+
+TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the target says") {
+    // A tiny random target with tied embeddings echoes its last token; a drafter whose layers add
+    // nothing (o_proj, down_proj = 0) outputs norm(embed(block token)), whose argmax under the tied
+    // head is that token: with the mask token = the echoed one every draft is accepted.
+    ModelShape s = preset_shape("tiny");
+    s.tie_word_embeddings = true;
+    auto m = TargetModel::from_weights(s, random_target_weights(s, 4, at::kCPU, at::kFloat), at::kCPU, at::kFloat,
+                                       "test");
+    const std::vector<GenerateRequest> reqs{{iota_tokens(6, 30), 0}};
+    GenerateOptions go;
+    go.max_new_tokens = 17;
+    const auto plain = generate(m, reqs, go);
+    const std::int64_t echo = plain.outputs[0].tokens[0];
+    REQUIRE_MESSAGE(plain.outputs[0].tokens == std::vector<std::int64_t>(17, echo), "the tied target does not echo");
+    DFlashDrafter d(dflash_config_for(s, 1, 4, echo, {1, 4, 6}), 3, at::kCPU);
+    {
+        at::NoGradGuard ng;
+        for (auto& p : d->named_parameters())
+            if (p.key().ends_with("o_proj.weight") || p.key().ends_with("down_proj.weight")) p.value().zero_();
+    }
+    SpecDecodeOptions so;
+    so.max_new_tokens = 17;
+    const auto spec = spec_decode(m, d, reqs, so);
+    CHECK(spec.outputs[0].tokens == plain.outputs[0].tokens);
+    // 1 (prefill) + 4 x 4 = 17.
+    CHECK(spec.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4, 4});
+    CHECK(spec.stats.tau() == 4.0);
+    // 1 + 4 + 4 + 2 = 11: the last step's whole block is accepted, two of its tokens are used.
+    so.max_new_tokens = 11;
+    const auto cut = spec_decode(m, d, reqs, so);
+    CHECK(cut.outputs[0].tokens == std::vector<std::int64_t>(11, echo));
+    CHECK(cut.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 2});
+}
+
+TEST_CASE("hsring-model spec-decode --json: acceptance lengths, tau, lossless, tokens/s; a drafter for another target is one line") {
+    TempDir dir;
+    const ModelShape shape = preset_shape("tiny");
+    const DFlashConfig cfg = dflash_config_for(shape, 1, 4, -1, {1, 4, 6});
+    DFlashDrafter d(cfg, 3, at::kCPU);
+    const auto drafter = dir.path() / "drafter";
+    export_dflash(drafter, d, cfg);
+    const auto prompts = dir.path() / "prompts.jsonl";
+    std::ofstream(prompts) << R"({"input_ids": [1, 2, 3]})" << "\n"
+                           << R"({"input_ids": [5, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 1, 1]})" << "\n"
+                           << R"({"input_ids": [40, 41]})" << "\n";
+    const auto out = dir.path() / "out.json", log = dir.path() / "log";
+    const std::string cmd = "spec-decode " + q(drafter) + " --target preset:tiny --prompts " + q(prompts);
+    REQUIRE(run_cli(cmd + " --max-new-tokens 9 --samples 2 --preset-seed 3 --json", out, log) == 0);
+    const auto j = nlohmann::json::parse(slurp(out));
+    CHECK(j["lossless"] == true);
+    CHECK(j["tau"].get<double>() >= 1.0);
+    CHECK(j["new_tokens"] == 18);
+    CHECK(j["spec_tokens_per_s"].get<double>() > 0);
+    CHECK(j["target_tokens_per_s"].get<double>() > 0);
+    CHECK(j["speedup"].get<double>() > 0);
+    REQUIRE(j["prompts"].size() == 2);
+    auto m = TargetModel::load(shape, at::kCPU, at::kFloat, 3);
+    GenerateOptions o;
+    o.max_new_tokens = 9;
+    const auto want = generate(m, {{{1, 2, 3}, 0}, {{5, 6, 7}, 0}}, o);
+    std::int64_t steps = 0;
+    for (std::size_t i = 0; i < 2; ++i) {
+        CHECK(j["prompts"][i]["output_ids"].get<std::vector<std::int64_t>>() == want.outputs[i].tokens);
+        steps += static_cast<std::int64_t>(j["prompts"][i]["acceptance_lengths"].size());
+    }
+    CHECK(j["verify_steps"] == steps);
+    REQUIRE(run_cli(cmd + " --max-new-tokens 4", out, log) == 0);
+    CHECK(slurp(out).find("lossless: yes") != std::string::npos);
+
+    // A drafter for another target: one line naming its config.json, exit 1.
+    ModelShape t = shape;
+    t.vocab_size = 600;
+    save_hf_model_dir(dir.path() / "vocab600", t, random_target_weights(t, 1, at::kCPU, at::kFloat));
+    CHECK(run_cli("spec-decode " + q(drafter) + " --target " + q(dir.path() / "vocab600") + " --prompts " + q(prompts),
+                  out, log) == 1);
+    std::string msg = slurp(log);
+    CHECK(msg.find((drafter / "config.json").string() + ": the drafter's vocab_size 512 does not match") !=
+          std::string::npos);
+    CHECK(msg.find('\n') == msg.size() - 1);
+    CHECK(run_cli("spec-decode " + q(drafter) + " --target preset:qwen3-8b --prompts " + q(prompts), out, log) == 1);
+    CHECK(slurp(log).find("hidden_size 64 does not match") != std::string::npos);
+    CHECK(run_cli("spec-decode " + q(drafter) + " --prompts " + q(prompts), out, log) == 2);
+    CHECK(slurp(log).find("--target MODEL is missing") != std::string::npos);
 }
 
 } // TEST_SUITE

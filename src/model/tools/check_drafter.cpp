@@ -102,24 +102,27 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// The drafter must read this target: its hidden size, vocabulary and captured layers.
-void check_fits(const Options& o, const DFlashConfig& c, const ModelShape& t) {
-    const std::string cfg = (o.dir / "config.json").string();
+} // namespace
+
+void check_drafter_fits(const fs::path& dir, const DFlashConfig& c, const std::string& target, const ModelShape& t) {
+    const std::string cfg = (dir / "config.json").string();
     const std::string fix = "pass the --target the drafter was trained for";
     if (c.hidden_size != t.hidden_size)
-        fail("{}: the drafter's hidden_size {} does not match the target {}'s {}: {}", cfg, c.hidden_size, o.target,
+        fail("{}: the drafter's hidden_size {} does not match the target {}'s {}: {}", cfg, c.hidden_size, target,
              t.hidden_size, fix);
     if (c.vocab_size != t.vocab_size)
-        fail("{}: the drafter's vocab_size {} does not match the target {}'s {}: {}", cfg, c.vocab_size, o.target,
+        fail("{}: the drafter's vocab_size {} does not match the target {}'s {}: {}", cfg, c.vocab_size, target,
              t.vocab_size, fix);
     if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
         fail("{}: the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers: {}", cfg,
-             c.num_target_layers, o.target, t.num_layers, fix);
+             c.num_target_layers, target, t.num_layers, fix);
     for (int k : c.target_layer_ids)
         if (k >= t.num_layers)
             fail("{}: target layer id {} (dflash_config.target_layer_ids) is out of range for {} ({} layers): {}", cfg,
-                 k, o.target, t.num_layers, fix);
+                 k, target, t.num_layers, fix);
 }
+
+namespace {
 
 at::Device parse_device(const std::string& s) {
     at::Device d(at::kCPU);
@@ -190,7 +193,7 @@ int evaluate(const Options& o) {
     const at::Device device = parse_device(o.device);
     auto [drafter, cfg] = import_dflash(o.dir, device);
     ModelShape shape = resolve_model_shape(o.target);
-    check_fits(o, cfg, shape);
+    check_drafter_fits(o.dir, cfg, o.target, shape);
     std::error_code ec;
     if (!fs::is_regular_file(o.data, ec))
         fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "

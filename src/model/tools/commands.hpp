@@ -1,6 +1,14 @@
 #pragma once
 // Subcommands of hsring-model (reached as `hsring model SUBCOMMAND` through the hsring CLI).
 #include "hsring/error.hpp"
+#include "hsring/model_shape.hpp"
+#include "model/dflash_config.hpp"
+#include "model/generate.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 namespace hsring::model::tools {
 
@@ -24,5 +32,22 @@ int check_drafter(int argc, char** argv);
 //          [--batch B] [--device D] [--preset-seed N] [--json]
 // The decode engine (model::generate) over pre-tokenized prompts: new tokens per prompt, tokens/s.
 int generate(int argc, char** argv);
+
+// spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] [--samples N]
+//             [--device D] [--preset-seed N] [--json]
+// DFlash speculative decoding, greedy, batch 1 (model::spec_decode): acceptance lengths, tau, and
+// the same prompts through plain greedy generate (lossless check, speedup).
+int spec_decode(int argc, char** argv);
+
+// The prompts of a data set (generate, spec-decode): each line's input_ids before its first
+// loss_mask 1 (the whole line without an answer), request i seeded mix64(seed ^ mix64(i + golden)).
+// Errors name the file and the sample (`model` names the target in a too-long message).
+std::vector<GenerateRequest> read_prompts(const std::filesystem::path& prompts, const std::string& model,
+                                          const ModelShape& shape, std::uint64_t seed);
+
+// Throws hsring::Error naming DIR/config.json when the drafter does not read `target` (hidden size,
+// vocabulary, layer count, captured layer ids).
+void check_drafter_fits(const std::filesystem::path& dir, const DFlashConfig& c, const std::string& target,
+                        const ModelShape& t);
 
 } // namespace hsring::model::tools

@@ -102,14 +102,16 @@ at::Device parse_device(const std::string& s) {
     return d;
 }
 
-// The prompts: each sample's tokens before its first loss-mask 1 (all of them without a mask).
-std::vector<GenerateRequest> read_prompts(const Options& o, const ModelShape& shape) {
+} // namespace
+
+std::vector<GenerateRequest> read_prompts(const fs::path& prompts, const std::string& model, const ModelShape& shape,
+                                          std::uint64_t seed) {
     std::error_code ec;
-    if (!fs::is_regular_file(o.prompts, ec))
+    if (!fs::is_regular_file(prompts, ec))
         fail("{}: {} (--prompts must name a JSONL file: {{\"input_ids\": [...]}} per line, optional \"loss_mask\": "
              "the prompt is the part before its first 1)",
-             o.prompts.string(), fs::exists(o.prompts, ec) ? "not a regular file" : "no such file");
-    const data::Dataset ds = data::Dataset::load(o.prompts, {OnBadLine::Fail, 0, shape.vocab_size});
+             prompts.string(), fs::exists(prompts, ec) ? "not a regular file" : "no such file");
+    const data::Dataset ds = data::Dataset::load(prompts, {OnBadLine::Fail, 0, shape.vocab_size});
     std::vector<GenerateRequest> out;
     for (std::size_t i = 0; i < ds.size(); ++i) {
         auto toks = ds.tokens(i);
@@ -122,25 +124,23 @@ std::vector<GenerateRequest> read_prompts(const Options& o, const ModelShape& sh
         if (n == 0)
             fail("{}: sample {}: the prompt is empty (its loss_mask starts with 1; the prompt is the part before the "
                  "first 1)",
-                 o.prompts.string(), i);
+                 prompts.string(), i);
         if (static_cast<std::int64_t>(n) >= shape.max_position_embeddings)
             fail("{}: sample {}: the prompt of {} tokens is too long for {} (max_position_embeddings {}, and one "
                  "new token needs a position)",
-                 o.prompts.string(), i, n, o.model, shape.max_position_embeddings);
+                 prompts.string(), i, n, model, shape.max_position_embeddings);
         GenerateRequest r;
         r.prompt.assign(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n));
-        r.seed = data::detail::mix64(o.seed ^ data::detail::mix64(i + data::detail::kGolden));
+        r.seed = data::detail::mix64(seed ^ data::detail::mix64(i + data::detail::kGolden));
         out.push_back(std::move(r));
     }
     return out;
 }
 
-} // namespace
-
 int generate(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const ModelShape shape = resolve_model_shape(o.model);
-    const std::vector<GenerateRequest> requests = read_prompts(o, shape);
+    const std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.model, shape, o.seed);
     const at::Device device = parse_device(o.device);
     const at::ScalarType dtype = default_compute_dtype(device);
     TargetModel model = TargetModel::load(shape, device, dtype, o.preset_seed);

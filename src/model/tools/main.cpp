@@ -37,6 +37,13 @@ void usage() {
                "      input_ids before the first loss_mask 1 (the whole line without an answer). Stops at the\n"
                "      model's eos_token_id (generation_config.json, config.json) or N new tokens (default 128).\n"
                "      --json: one object with each prompt's output_ids (new tokens only) and tokens/s.\n"
+               "  spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] [--samples N]\n"
+               "              [--device cpu|cuda[:I]] [--preset-seed N] [--json]\n"
+               "      DFlash speculative decoding with an exported drafter, greedy, one prompt at a time: the\n"
+               "      drafter drafts a block from the target's captured layers, one target forward verifies it.\n"
+               "      Prints each prompt's acceptance lengths, tau (their mean), whether the output equals plain\n"
+               "      greedy generate's (lossless) and both tokens/s (speedup). Prompts as for generate; the first\n"
+               "      N (default all); at most N new tokens each (default 128).\n"
                "exit codes: 0 ok, 1 an error (one line naming the file), 2 a bad command line.\n");
 }
 
@@ -51,6 +58,7 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[1], "dump-hidden")) return hsring::model::tools::dump_hidden(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "check-drafter")) return hsring::model::tools::check_drafter(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "generate")) return hsring::model::tools::generate(argc - 1, argv + 1);
+        if (!std::strcmp(argv[1], "spec-decode")) return hsring::model::tools::spec_decode(argc - 1, argv + 1);
         fmt::print(stderr, "hsring-model: unknown subcommand '{}'\n", argv[1]);
         usage();
         return 2;

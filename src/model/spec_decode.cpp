@@ -1,0 +1,180 @@
+#include "model/spec_decode.hpp"
+
+#include "hsring/error.hpp"
+#include "model/kv_cache.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace hsring::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::vector<std::int64_t> host_longs(const at::Tensor& t) {
+    at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+    return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+// One prompt's decode state: the target's cache row, the drafter's context rows.
+struct Sequence {
+    TargetModel& target;
+    DFlashDrafter& drafter;
+    const SpecDecodeOptions& options;
+    const std::vector<std::int64_t>& prompt;
+    SpecDecodeOutput& out;
+    SpecDecodeStats& st;
+
+    // Records token t; returns false when the sequence is finished.
+    bool emit(std::int64_t t) {
+        out.tokens.push_back(t);
+        ++st.new_tokens;
+        const auto& stops = options.stop_tokens;
+        const auto length = static_cast<std::int64_t>(prompt.size() + out.tokens.size());
+        if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+            out.finish = FinishReason::Stop;
+            return false;
+        }
+        if (static_cast<std::int64_t>(out.tokens.size()) >= options.max_new_tokens ||
+            length >= target.shape().max_position_embeddings) {
+            out.finish = FinishReason::Length;
+            return false;
+        }
+        return true;
+    }
+
+    void run() {
+        const ModelShape& shape = target.shape();
+        const DFlashConfig& c = drafter->config();
+        const std::int64_t b = c.block_size, n = static_cast<std::int64_t>(prompt.size());
+        const std::vector<int>& ids = c.target_layer_ids;
+        const auto l = static_cast<std::int64_t>(ids.size());
+        const at::Device dev = target.device();
+        const at::ScalarType dt = target.dtype();
+        const TargetHead head = target.head();
+        const std::int64_t capacity = std::min(n + options.max_new_tokens + b, shape.max_position_embeddings);
+        KVCache cache(shape, 1, capacity, dev, dt);
+        // Context rows [L, capacity + 1, H]: rows < start hold the accepted tokens' captured layers;
+        // row start (the anchor's own) is never attended by the block.
+        at::Tensor ctx = at::zeros({l, capacity + 1, shape.hidden_size}, at::TensorOptions().device(dev).dtype(dt));
+        std::vector<at::Tensor> captured(ids.size());
+        auto capture = [&](std::size_t i, const at::Tensor& h) { captured[i] = h; };
+        auto keep_context = [&](std::int64_t at_row, std::int64_t rows) {
+            for (std::int64_t i = 0; i < l; ++i) ctx[i].narrow(0, at_row, rows).copy_(captured[static_cast<std::size_t>(i)].narrow(0, 0, rows));
+        };
+
+        auto t0 = Clock::now();
+        at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), {n}, cache, false, ids, capture);
+        keep_context(0, n);
+        std::int64_t last = logits.argmax(-1).item<std::int64_t>();
+        st.prompt_tokens += n;
+        st.prefill_seconds += seconds_since(t0);
+        if (!emit(last)) return;
+
+        const at::Tensor masks = at::full({b - 1}, c.mask_token_id, at::TensorOptions().device(dev).dtype(at::kLong));
+        while (true) {
+            const std::int64_t start = cache.length(0);
+            // Draft: [last, MASK x (B-1)] at positions start.., over the context rows < start.
+            t0 = Clock::now();
+            at::Tensor drafted =
+                at::matmul(draft_hidden(drafter, head, ctx, last, start, dt).narrow(0, 1, b - 1), head.lm_head.t())
+                    .argmax(-1);
+            // Verify what can still be used: at most B tokens, within the cache and the tokens left.
+            const auto left = options.max_new_tokens - static_cast<std::int64_t>(out.tokens.size());
+            const std::int64_t k = std::min({b, capacity - start, left});
+            at::Tensor block = at::cat({at::full({1}, last, masks.options()), drafted}).narrow(0, 0, k);
+            const std::vector<std::int64_t> draft = host_longs(block);
+            st.draft_seconds += seconds_since(t0);
+
+            t0 = Clock::now();
+            at::Tensor verify = target.forward_cached(block, {k}, cache, true, ids, capture);
+            const std::vector<std::int64_t> want = host_longs(verify.argmax(-1));
+            std::int64_t accepted = 0;  // drafts equal to the target's argmax after the tokens before them
+            while (accepted + 1 < k && draft[static_cast<std::size_t>(accepted + 1)] == want[static_cast<std::size_t>(accepted)])
+                ++accepted;
+            keep_context(start, accepted + 1);
+            cache.crop(0, start + accepted + 1);
+            ++st.verify_steps;
+            st.verify_seconds += seconds_since(t0);
+            // The step's acceptance length: the tokens it emits (a stop token or the end cuts it).
+            last = want[static_cast<std::size_t>(accepted)];
+            std::int64_t emitted = 0;
+            bool running = true;
+            for (std::int64_t j = 1; j <= accepted + 1 && running; ++j, ++emitted)
+                running = emit(j <= accepted ? draft[static_cast<std::size_t>(j)] : last);
+            out.acceptance_lengths.push_back(emitted);
+            st.accepted_tokens += emitted;
+            if (!running) return;
+        }
+    }
+};
+
+} // namespace
+
+at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
+                        std::int64_t start, at::ScalarType dtype) {
+    const DFlashConfig& c = drafter->config();
+    const std::int64_t b = c.block_size;
+    HSRING_ASSERT(context.dim() == 3 && context.size(1) > start, "draft_hidden: context {} for anchor {}",
+                  shape_str(context.sizes()), start);
+    const auto longs = at::TensorOptions().device(context.device()).dtype(at::kLong);
+    DFlashBlocks blocks;
+    blocks.block_size = b;
+    blocks.seq_begin = {0};
+    blocks.anchors = {start};
+    blocks.block_tokens = at::cat({at::full({1}, last, longs), at::full({b - 1}, c.mask_token_id, longs)});
+    blocks.block_positions = at::arange(start, start + b, longs);
+    blocks.context_positions = at::arange(start + 1, longs);
+    DFlashInputs in;
+    in.context = context.narrow(1, 0, start + 1);
+    in.block_embeds = head.embed.index_select(0, blocks.block_tokens);
+    in.blocks = &blocks;
+    in.compute_dtype = dtype;
+    return drafter->forward(in);
+}
+
+void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter) {
+    const DFlashConfig& c = drafter->config();
+    const ModelShape& s = target.shape();
+    if (c.hidden_size != s.hidden_size || c.vocab_size != s.vocab_size)
+        fail("speculative decoding: the drafter reads hidden size {} and vocabulary {}, the target {} has {} and {}",
+             c.hidden_size, c.vocab_size, s.source, s.hidden_size, s.vocab_size);
+    if (c.target_layer_ids.empty()) fail("speculative decoding: the drafter has no target_layer_ids");
+    for (int k : c.target_layer_ids)
+        if (k < 0 || k >= s.num_layers)
+            fail("speculative decoding: target layer id {} is out of range for {} ({} layers)", k, s.source,
+                 s.num_layers);
+    if (c.mask_token_id < 0 || c.mask_token_id >= s.vocab_size)
+        fail("speculative decoding: mask_token_id {} is outside the target's vocabulary [0, {})", c.mask_token_id,
+             s.vocab_size);
+    if (c.block_size < 2) fail("speculative decoding: block_size {} drafts nothing", c.block_size);
+}
+
+SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
+                             const SpecDecodeOptions& options) {
+    check_spec_decode(target, drafter);
+    const ModelShape& s = target.shape();
+    if (options.max_new_tokens < 0)
+        fail("speculative decoding: max_new_tokens must be >= 0, got {}", options.max_new_tokens);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+        const auto& p = prompts[i].prompt;
+        if (p.empty()) fail("speculative decoding: prompt {} is empty (at least one token is needed)", i);
+        if (static_cast<std::int64_t>(p.size()) >= s.max_position_embeddings)
+            fail("speculative decoding: prompt {} of {} tokens leaves no room for a new token under the model's "
+                 "max_position_embeddings {} ({})",
+                 i, p.size(), s.max_position_embeddings, s.source);
+    }
+    at::NoGradGuard no_grad;
+    SpecDecodeResult res;
+    res.outputs.resize(prompts.size());
+    if (options.max_new_tokens == 0) return res;
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+        Sequence{target, drafter, options, prompts[i].prompt, res.outputs[i], res.stats}.run();
+    return res;
+}
+
+} // namespace hsring::model

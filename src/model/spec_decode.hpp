@@ -1,0 +1,77 @@
+#pragma once
+// DFlash speculative decoding with the frozen target, greedy (temperature 0), one prompt at a
+// time (batch 1): the loop of z-lab's `dflash_generate` (dflash/model.py).
+//
+//   prefill:  the target runs the prompt (KV cache), capturing the drafter's layers; its argmax is
+//             the first new token.
+//   step:     start = the cached length = the position of the last accepted token t (not yet run
+//             through the target). The drafter drafts one block [t, MASK x (B-1)] at positions
+//             start.., attending to the fused context of every accepted token before t (the
+//             captured layers) and to its own block, non-causally; its B-1 drafts are the argmax of
+//             the target's LM head over slots 1... The target verifies [t, drafts] in one cached
+//             forward (logits of every token, captured layers); the drafts that match the target's
+//             argmax of the previous slot are accepted up to the first mismatch (n of them), and
+//             the target's own next token after them comes free: n + 1 new tokens (the step's
+//             acceptance length). The cache is cropped to start + n + 1 and the context grows by
+//             the verified tokens' captured layers t, d_1..d_n.
+//
+// Unlike z-lab's loop, the block is always B slots (the drafter is built for one block size); when
+// fewer tokens are left only the first ones are verified (z-lab drafts a shorter block there).
+//
+// Lossless: every emitted token is the target's argmax after the tokens before it, so the output
+// is plain greedy `generate`'s (up to float noise between a block forward and a one-token one).
+//
+// First version: the drafter has no KV cache of its own; each step recomputes it over the whole
+// context (fc + k/v of every context row), O(context) per step, fine at batch 1 for measuring
+// acceptance; a drafter cache (only the new context rows projected) is the next step.
+#include "model/dflash_drafter.hpp"
+#include "model/generate.hpp"
+#include "model/target.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace hsring::model {
+
+struct SpecDecodeOptions {
+    std::int64_t max_new_tokens = 128;
+    std::vector<std::int64_t> stop_tokens;  // generation ends after one of these (kept in the output)
+};
+
+struct SpecDecodeOutput {
+    std::vector<std::int64_t> tokens;              // the new tokens only (the prefill's first included)
+    // Per verify step: the tokens it emitted, accepted drafts + 1 (z-lab's `produced`: a stop token
+    // or max_new_tokens may cut the last step). 1 + their sum = tokens.size().
+    std::vector<std::int64_t> acceptance_lengths;
+    FinishReason finish = FinishReason::Length;
+};
+
+struct SpecDecodeStats {
+    std::int64_t prompt_tokens = 0, new_tokens = 0, verify_steps = 0;
+    std::int64_t accepted_tokens = 0;  // tokens emitted by verify steps (sum of acceptance lengths)
+    double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
+    double seconds() const { return prefill_seconds + draft_seconds + verify_seconds; }
+    // Mean acceptance length over the verify steps (z-lab's tau); 0 without a step.
+    double tau() const { return verify_steps > 0 ? double(accepted_tokens) / double(verify_steps) : 0.0; }
+};
+
+struct SpecDecodeResult {
+    std::vector<SpecDecodeOutput> outputs;  // one per prompt, in order
+    SpecDecodeStats stats;
+};
+
+// Throws hsring::Error when the drafter does not fit the target (hidden size, vocabulary, captured
+// layer ids, mask token) or for a bad prompt (as generate: empty, too long, outside the vocabulary).
+void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter);
+
+// The drafter's output rows [B, H] (compute dtype `dtype`) for the block [last, MASK x (B-1)] at
+// positions start..start+B-1 of one sequence. context [L, >= start + 1, H]: row i < start holds the
+// captured target layers of token i (rows >= start are not attended). What dflash_hidden computes
+// for the same anchor of the whole sequence (dflash_blocks_at).
+at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
+                        std::int64_t start, at::ScalarType dtype);
+
+SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
+                             const SpecDecodeOptions& options);
+
+} // namespace hsring::model

@@ -1,0 +1,213 @@
+// hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl ...: DFlash speculative
+// decoding of pre-tokenized prompts, greedy, one prompt at a time (model::spec_decode), against
+// plain greedy generation of the same prompts (model::generate, batch 1): acceptance lengths, tau,
+// whether the output is the target's own (lossless) and the speedup in tokens/s.
+//
+// Prompts are read as `generate` reads them (the part of a line before its first loss_mask 1).
+// Both loops run once on the first prompt for a few tokens before they are timed (warm-up).
+#include "hsring/error.hpp"
+#include "hsring/model_shape.hpp"
+#include "model/dflash_export.hpp"
+#include "model/generate.hpp"
+#include "model/spec_decode.hpp"
+#include "model/tools/commands.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include <charconv>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace hsring::model::tools {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
+    "[--samples N] [--device cpu|cuda[:I]] [--preset-seed N] [--json]";
+
+struct Options {
+    fs::path dir;
+    std::string target;
+    fs::path prompts;
+    std::int64_t max_new_tokens = 128;
+    std::uint64_t samples = 0;         // 0 = all
+    std::string device = "cpu";
+    std::uint64_t preset_seed = 1234;  // [run] seed's default: the same random preset as a default run
+    bool json = false;
+};
+
+template <typename T>
+T number(const std::string& opt, const std::string& v) {
+    T x{};
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || ptr != v.data() + v.size())
+        throw UsageError(fmt::format("spec-decode: {} '{}' is not a non-negative whole number", opt, v));
+    return x;
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw UsageError(fmt::format("spec-decode: {} needs a value; {}", a, kUsage));
+            return argv[++i];
+        };
+        if (a == "--target") o.target = value();
+        else if (a == "--prompts") o.prompts = value();
+        else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>(a, value());
+        else if (a == "--samples") o.samples = number<std::uint64_t>(a, value());
+        else if (a == "--device") o.device = value();
+        else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>(a, value());
+        else if (a == "--json") o.json = true;
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kUsage));
+        else if (o.dir.empty()) o.dir = a;
+        else throw UsageError(fmt::format("spec-decode: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
+                                          o.dir.string(), kUsage));
+    }
+    if (o.dir.empty()) throw UsageError(fmt::format("spec-decode: DRAFTER_DIR is missing; {}", kUsage));
+    if (o.target.empty())
+        throw UsageError(fmt::format("spec-decode: --target MODEL is missing (the target the drafter was trained "
+                                     "for); {}", kUsage));
+    if (o.prompts.empty()) throw UsageError(fmt::format("spec-decode: --prompts FILE.jsonl is missing; {}", kUsage));
+    if (o.max_new_tokens < 1) throw UsageError("spec-decode: --max-new-tokens must be at least 1");
+    return o;
+}
+
+at::Device parse_device(const std::string& s) {
+    at::Device d(at::kCPU);
+    try {
+        d = at::Device(s);
+    } catch (const std::exception&) {
+        throw UsageError(fmt::format("spec-decode: --device '{}' is not a device (cpu, cuda, cuda:1)", s));
+    }
+    if (d.is_cuda() && !torch::cuda::is_available())
+        fail("spec-decode: --device {} but torch sees no CUDA device (or this build has no torch_cuda): use --device "
+             "cpu",
+             s);
+    return d;
+}
+
+// The first token where two outputs differ (their common length when one is a prefix of the other).
+std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    return i;
+}
+
+} // namespace
+
+int spec_decode(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    const ModelShape shape = resolve_model_shape(o.target);
+    const at::Device device = parse_device(o.device);
+    auto [drafter, cfg] = import_dflash(o.dir, device);
+    check_drafter_fits(o.dir, cfg, o.target, shape);
+    if (cfg.mask_token_id >= shape.vocab_size)
+        fail("{}: the drafter's mask_token_id {} is outside the vocabulary of {} ({} tokens): pass the --target the "
+             "drafter was trained for",
+             (o.dir / "config.json").string(), cfg.mask_token_id, o.target, shape.vocab_size);
+    std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.target, shape, 0);
+    if (o.samples > 0 && o.samples < requests.size()) requests.resize(o.samples);
+    if (requests.empty()) fail("{}: no prompts", o.prompts.string());
+
+    const at::ScalarType dtype = default_compute_dtype(device);
+    TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed);
+    drafter->eval();
+    SpecDecodeOptions sopts;
+    sopts.max_new_tokens = o.max_new_tokens;
+    sopts.stop_tokens = model_stop_tokens(shape);
+    GenerateOptions gopts;
+    gopts.max_new_tokens = o.max_new_tokens;
+    gopts.stop_tokens = sopts.stop_tokens;
+    gopts.batch = 1;  // as the speculative loop: one prompt at a time
+
+    {  // Warm-up (allocator, kernels), not timed.
+        SpecDecodeOptions w = sopts;
+        w.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 2 * cfg.block_size);
+        model::spec_decode(target, drafter, {requests[0]}, w);
+        GenerateOptions gw = gopts;
+        gw.max_new_tokens = w.max_new_tokens;
+        model::generate(target, {requests[0]}, gw);
+    }
+    const GenerateResult plain = model::generate(target, requests, gopts);
+    const SpecDecodeResult spec = model::spec_decode(target, drafter, requests, sopts);
+    const SpecDecodeStats& st = spec.stats;
+
+    bool lossless = true;
+    std::vector<bool> same(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        same[i] = spec.outputs[i].tokens == plain.outputs[i].tokens;
+        lossless = lossless && same[i];
+    }
+    const double spec_tps = st.seconds() > 0 ? double(st.new_tokens) / st.seconds() : 0.0;
+    const double plain_tps =
+        plain.stats.seconds() > 0 ? double(plain.stats.new_tokens) / plain.stats.seconds() : 0.0;
+    const double speedup = plain_tps > 0 ? spec_tps / plain_tps : 0.0;
+
+    if (o.json) {
+        nlohmann::json prompts = nlohmann::json::array();
+        for (std::size_t i = 0; i < requests.size(); ++i)
+            prompts.push_back({{"index", i},
+                               {"prompt_tokens", requests[i].prompt.size()},
+                               {"acceptance_lengths", spec.outputs[i].acceptance_lengths},
+                               {"output_ids", spec.outputs[i].tokens},
+                               {"finish", to_string(spec.outputs[i].finish)},
+                               {"lossless", same[i]}});
+        nlohmann::json j = {
+            {"drafter", o.dir.string()},
+            {"target", o.target},
+            {"data", o.prompts.string()},
+            {"device", device.str()},
+            {"dtype", c10::toString(dtype)},
+            {"block_size", cfg.block_size},
+            {"max_new_tokens", o.max_new_tokens},
+            {"stop_tokens", sopts.stop_tokens},
+            {"samples", requests.size()},
+            {"tau", st.tau()},
+            {"verify_steps", st.verify_steps},
+            {"new_tokens", st.new_tokens},
+            {"prompts", prompts},
+            {"lossless", lossless},
+            {"spec_seconds", st.seconds()},
+            {"draft_seconds", st.draft_seconds},
+            {"verify_seconds", st.verify_seconds},
+            {"prefill_seconds", st.prefill_seconds},
+            {"target_seconds", plain.stats.seconds()},
+            {"spec_tokens_per_s", spec_tps},
+            {"target_tokens_per_s", plain_tps},
+            {"speedup", speedup},
+        };
+        fmt::print("{}\n", j.dump());
+        return 0;
+    }
+    fmt::print("{}: DFlash drafter (block {}, target layers [{}]) on {} ({} {}), {} prompts, greedy, batch 1, stop "
+               "tokens [{}]\n",
+               o.dir.string(), cfg.block_size, fmt::join(cfg.target_layer_ids, ","), o.target, device.str(),
+               c10::toString(dtype), requests.size(), fmt::join(sopts.stop_tokens, ","));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const auto& out = spec.outputs[i];
+        fmt::print("{}: {} prompt tokens -> {} new ({}) in {} verify steps, acceptance lengths {}\n", i,
+                   requests[i].prompt.size(), out.tokens.size(), to_string(out.finish), out.acceptance_lengths.size(),
+                   fmt::join(out.acceptance_lengths, " "));
+        if (!same[i])
+            fmt::print("   NOT the target's greedy output: differs at new token {}\n",
+                       first_difference(out.tokens, plain.outputs[i].tokens));
+    }
+    fmt::print("tau {:.3f} ({} new tokens, {} verify steps); lossless: {}\n", st.tau(), st.new_tokens,
+               st.verify_steps, lossless ? "yes (equal to plain greedy generate)" : "NO");
+    fmt::print("speculative {:.1f} tokens/s ({:.3f} s: prefill {:.3f}, draft {:.3f}, verify {:.3f}); target alone "
+               "{:.1f} tokens/s ({:.3f} s); speedup {:.2f}x\n",
+               spec_tps, st.seconds(), st.prefill_seconds, st.draft_seconds, st.verify_seconds, plain_tps,
+               plain.stats.seconds(), speedup);
+    return 0;
+}
+
+} // namespace hsring::model::tools
