@@ -324,6 +324,10 @@ void check_config(const Config& c) {
              "the CPU (Gloo)", file);
     if (cpu && c.distributed.backend == DistBackend::Nccl)
         fail("{}: [distributed] backend = \"nccl\" needs GPU drafters; CPU drafters use \"gloo\" (or \"auto\")", file);
+    // GPU gradients over Gloo would need a device-to-host copy per bucket: not built. Refused
+    // rather than run on NCCL behind the user's back.
+    if (gpu && c.distributed.backend == DistBackend::Gloo)
+        fail("{}: [distributed] backend = \"gloo\" is for CPU drafters; GPU drafters use \"nccl\" (or \"auto\")", file);
 }
 
 } // namespace

@@ -1,9 +1,8 @@
 #pragma once
 // The drafter gang over c10d: rendezvous (rendezvous.hpp), then one process group of every
 // drafter rank of every machine: ProcessGroupNCCL for GPU drafters, ProcessGroupGloo for CPU
-// drafters (GangOptions::cuda, the worker's device, decides: [distributed] backend = "auto"; the
-// config refuses "nccl" for CPU drafters, and "gloo" for GPU drafters is not implemented: they
-// get NCCL). Every collective is waited for on the CPU, at most [distributed] timeout_s; a peer
+// drafters (GangOptions::cuda, the worker's device, decides; the config refuses "nccl" for CPU
+// drafters and "gloo" for GPU drafters). Every collective is waited for on the CPU, at most [distributed] timeout_s; a peer
 // that died or hangs turns into GangBroken ("the drafter gang broke during ...": the drafter
 // exits 1 with that one line).
 //

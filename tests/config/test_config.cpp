@@ -137,6 +137,15 @@ TEST_CASE("a wrong type names the key and what was expected") {
     CHECK(e.find("unknown key [train] sub") != std::string::npos);
 }
 
+TEST_CASE("[distributed] backend must fit the drafters' devices") {
+    std::string e = error_of(std::string(kMinimal) + "[distributed]\nbackend = \"nccl\"\n");
+    CHECK(e.find("[distributed] backend = \"nccl\" needs GPU drafters") != std::string::npos);
+    std::string s = kMinimal;
+    s.replace(s.find("drafters = [\"cpu\"]"), 18, "drafters = [0]");
+    e = error_of(s + "[distributed]\nbackend = \"gloo\"\n");
+    CHECK(e.find("[distributed] backend = \"gloo\" is for CPU drafters") != std::string::npos);
+}
+
 TEST_CASE("negative and out-of-range values say what is allowed") {
     std::string s = kMinimal;
     s.replace(s.find("slot_tokens = 512"), 17, "slot_tokens = -5");
