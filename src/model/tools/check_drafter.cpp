@@ -15,6 +15,7 @@
 #include "model/dflash_export.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
+#include "model/tools/cli_args.hpp"
 #include "model/tools/commands.hpp"
 
 #include <ATen/ATen.h>
@@ -52,16 +53,6 @@ struct Options {
     bool json = false;
 };
 
-template <typename T>
-T number(const std::string& opt, const std::string& v) {
-    T x{};
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || ptr != v.data() + v.size())
-        throw UsageError(fmt::format("check-drafter: {} '{}' is not a {}number", opt, v,
-                                     std::is_integral_v<T> ? "non-negative whole " : ""));
-    return x;
-}
-
 Options parse(int argc, char** argv) {
     Options o;
     std::string needs_target;  // the first option that means something only with --target
@@ -78,10 +69,10 @@ Options parse(int argc, char** argv) {
         if (a == "--target") o.target = value();
         else if (a == "--json") o.json = true;
         else if (a == "--data") o.data = eval_value();
-        else if (a == "--samples") o.samples = number<std::uint64_t>(a, eval_value());
-        else if (a == "--num-anchors") o.num_anchors = number<std::int64_t>(a, eval_value());
-        else if (a == "--seed") o.seed = number<std::uint64_t>(a, eval_value());
-        else if (a == "--gamma") o.gamma = number<double>(a, eval_value());
+        else if (a == "--samples") o.samples = number<std::uint64_t>("check-drafter", a, eval_value());
+        else if (a == "--num-anchors") o.num_anchors = number<std::int64_t>("check-drafter", a, eval_value());
+        else if (a == "--seed") o.seed = number<std::uint64_t>("check-drafter", a, eval_value());
+        else if (a == "--gamma") o.gamma = number<double>("check-drafter", a, eval_value());
         else if (a == "--device") o.device = eval_value();
         else if (a == "--dump") o.dump = eval_value();
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("check-drafter: unknown option {}; {}", a, kUsage));
@@ -123,20 +114,6 @@ void check_drafter_fits(const fs::path& dir, const DFlashConfig& c, const std::s
 }
 
 namespace {
-
-at::Device parse_device(const std::string& s) {
-    at::Device d(at::kCPU);
-    try {
-        d = at::Device(s);
-    } catch (const std::exception&) {
-        throw UsageError(fmt::format("check-drafter: --device '{}' is not a device (cpu, cuda, cuda:1)", s));
-    }
-    if (d.is_cuda() && !torch::cuda::is_available())
-        fail("check-drafter: --device {} but torch sees no CUDA device (or this build has no torch_cuda): use --device "
-             "cpu",
-             s);
-    return d;
-}
 
 const char* dtype_name(at::ScalarType t) {
     return t == at::kFloat ? "fp32" : t == at::kBFloat16 ? "bf16" : c10::toString(t);
@@ -190,7 +167,7 @@ struct Dump {
 };
 
 int evaluate(const Options& o) {
-    const at::Device device = parse_device(o.device);
+    const at::Device device = parse_device("check-drafter", o.device);
     auto [drafter, cfg] = import_dflash(o.dir, device);
     ModelShape shape = resolve_model_shape(o.target);
     check_drafter_fits(o.dir, cfg, o.target, shape);

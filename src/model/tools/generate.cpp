@@ -12,6 +12,7 @@
 #include "hsring/model_shape.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/generate.hpp"
+#include "model/tools/cli_args.hpp"
 #include "model/tools/commands.hpp"
 
 #include <ATen/ATen.h>
@@ -48,16 +49,6 @@ struct Options {
     bool json = false;
 };
 
-template <typename T>
-T number(const std::string& opt, const std::string& v) {
-    T x{};
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || ptr != v.data() + v.size())
-        throw UsageError(fmt::format("generate: {} '{}' is not a {}number", opt, v,
-                                     std::is_integral_v<T> ? "non-negative whole " : ""));
-    return x;
-}
-
 Options parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -67,13 +58,13 @@ Options parse(int argc, char** argv) {
             return argv[++i];
         };
         if (a == "--prompts") o.prompts = value();
-        else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>(a, value());
-        else if (a == "--temperature") o.temperature = number<double>(a, value());
-        else if (a == "--top-p") o.top_p = number<double>(a, value());
-        else if (a == "--seed") o.seed = number<std::uint64_t>(a, value());
-        else if (a == "--batch") o.batch = number<std::int64_t>(a, value());
+        else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>("generate", a, value());
+        else if (a == "--temperature") o.temperature = number<double>("generate", a, value());
+        else if (a == "--top-p") o.top_p = number<double>("generate", a, value());
+        else if (a == "--seed") o.seed = number<std::uint64_t>("generate", a, value());
+        else if (a == "--batch") o.batch = number<std::int64_t>("generate", a, value());
         else if (a == "--device") o.device = value();
-        else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>(a, value());
+        else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("generate", a, value());
         else if (a == "--json") o.json = true;
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("generate: unknown option {}; {}", a, kUsage));
         else if (o.model.empty()) o.model = a;
@@ -87,19 +78,6 @@ Options parse(int argc, char** argv) {
     if (!(o.temperature >= 0)) throw UsageError("generate: --temperature must be >= 0 (0 = greedy)");
     if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("generate: --top-p must lie in (0, 1]");
     return o;
-}
-
-at::Device parse_device(const std::string& s) {
-    at::Device d(at::kCPU);
-    try {
-        d = at::Device(s);
-    } catch (const std::exception&) {
-        throw UsageError(fmt::format("generate: --device '{}' is not a device (cpu, cuda, cuda:1)", s));
-    }
-    if (d.is_cuda() && !torch::cuda::is_available())
-        fail("generate: --device {} but torch sees no CUDA device (or this build has no torch_cuda): use --device cpu",
-             s);
-    return d;
 }
 
 } // namespace
@@ -141,7 +119,7 @@ int generate(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const ModelShape shape = resolve_model_shape(o.model);
     const std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.model, shape, o.seed);
-    const at::Device device = parse_device(o.device);
+    const at::Device device = parse_device("generate", o.device);
     const at::ScalarType dtype = default_compute_dtype(device);
     TargetModel model = TargetModel::load(shape, device, dtype, o.preset_seed);
 

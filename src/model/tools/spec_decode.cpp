@@ -10,6 +10,7 @@
 #include "model/dflash_export.hpp"
 #include "model/generate.hpp"
 #include "model/spec_decode.hpp"
+#include "model/tools/cli_args.hpp"
 #include "model/tools/commands.hpp"
 
 #include <ATen/ATen.h>
@@ -43,15 +44,6 @@ struct Options {
     bool json = false;
 };
 
-template <typename T>
-T number(const std::string& opt, const std::string& v) {
-    T x{};
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-    if (ec != std::errc() || ptr != v.data() + v.size())
-        throw UsageError(fmt::format("spec-decode: {} '{}' is not a non-negative whole number", opt, v));
-    return x;
-}
-
 Options parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -62,10 +54,10 @@ Options parse(int argc, char** argv) {
         };
         if (a == "--target") o.target = value();
         else if (a == "--prompts") o.prompts = value();
-        else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>(a, value());
-        else if (a == "--samples") o.samples = number<std::uint64_t>(a, value());
+        else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>("spec-decode", a, value());
+        else if (a == "--samples") o.samples = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--device") o.device = value();
-        else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>(a, value());
+        else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--json") o.json = true;
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kUsage));
         else if (o.dir.empty()) o.dir = a;
@@ -81,20 +73,6 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-at::Device parse_device(const std::string& s) {
-    at::Device d(at::kCPU);
-    try {
-        d = at::Device(s);
-    } catch (const std::exception&) {
-        throw UsageError(fmt::format("spec-decode: --device '{}' is not a device (cpu, cuda, cuda:1)", s));
-    }
-    if (d.is_cuda() && !torch::cuda::is_available())
-        fail("spec-decode: --device {} but torch sees no CUDA device (or this build has no torch_cuda): use --device "
-             "cpu",
-             s);
-    return d;
-}
-
 // The first token where two outputs differ (their common length when one is a prefix of the other).
 std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
     std::size_t i = 0;
@@ -107,7 +85,7 @@ std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vect
 int spec_decode(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const ModelShape shape = resolve_model_shape(o.target);
-    const at::Device device = parse_device(o.device);
+    const at::Device device = parse_device("spec-decode", o.device);
     auto [drafter, cfg] = import_dflash(o.dir, device);
     check_drafter_fits(o.dir, cfg, o.target, shape);
     if (cfg.mask_token_id >= shape.vocab_size)
