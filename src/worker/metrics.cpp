@@ -45,14 +45,14 @@ MetricsFile::~MetricsFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsFile::append(const std::string& obj) {
-    std::string line = obj + "\n";
+void MetricsFile::append(const nlohmann::json& row) {
+    std::string line = row.dump() + "\n";
     if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         fail("cannot append to metrics.jsonl: {}", errno_text(errno));
 #ifdef HSRING_HAVE_TENSORBOARD
     if (!mirror_) return;
     try {
-        mirror_->append(nlohmann::json::parse(obj));
+        mirror_->append(row);
     } catch (const std::exception& e) {
         log::warn("TensorBoard events stopped: {} (metrics.jsonl is written as always)", e.what());
         mirror_.reset();

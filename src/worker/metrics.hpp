@@ -6,6 +6,8 @@
 // TensorBoard support. The supervisor's status line reads the live counters in the ledger instead.
 #include "hsring/acceptance.hpp"  // expected_accept_length (was here; the model tools use it too)
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,10 +23,10 @@ public:
     // `tensorboard_dir` empty: metrics.jsonl only.
     explicit MetricsFile(const std::filesystem::path& file, const std::filesystem::path& tensorboard_dir = {});
     ~MetricsFile();
-    // Appends one line (a JSON object without the newline); one write(2), so a reader never sees
-    // half a line. The TensorBoard mirror gets the same row; a mirror that fails (a full disk)
-    // warns once and stops: metrics.jsonl is the record, the events are a view of it.
-    void append(const std::string& json_object);
+    // Appends `row` as one line; one write(2), so a reader never sees half a line. The
+    // TensorBoard mirror gets the same row; a mirror that fails (a full disk) warns once and
+    // stops: metrics.jsonl is the record, the events are a view of it.
+    void append(const nlohmann::json& row);
 
 private:
     int fd_ = -1;

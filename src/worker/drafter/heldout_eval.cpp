@@ -51,7 +51,7 @@ void HeldOutEval::add(const RoundStats& g, std::uint64_t step_now, double time_s
                         {"eval", {{"loss", loss}, {"acc", acc}, {"accept_len", accept},
                                   {"samples", static_cast<std::uint64_t>(round_.samples)},
                                   {"completed_at_step", step_now}, {"final", round_.final}}}};
-        metrics_->append(m.dump());
+        metrics_->append(m);
     }
     log::info("held-out evaluation after step {}: loss {:.4f}, position-1 accuracy {:.3f}, acceptance estimate {:.3f} "
               "({} samples)", round_.step, loss, acc.empty() ? 0.0 : acc[0], accept, round_.samples);

@@ -73,7 +73,7 @@ bool Drafter::restore() {
         // Rows of steps after s written by an earlier incarnation were rolled back (their weights
         // died with it): readers (bin/plot-run) keep the ones after this line instead.
         metrics_->append(json{{"resume", {{"step", s}, {"incarnation", ctx_.env.incarnation}}},
-                              {"time", seconds_since_start()}}.dump());
+                              {"time", seconds_since_start()}});
     }
     // Plan slots consumed into weights that are not the ones resumed from are produced again,
     // whole, and trained in the same steps as before.

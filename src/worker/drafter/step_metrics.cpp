@@ -59,7 +59,7 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
         m["allreduce_ms"] = local.sync_ms;  // gradient sum as the master saw it (exposed, not hidden by backward)
         m["stats_allreduce_ms"] = stats_ms;
     }
-    metrics_->append(m.dump());
+    metrics_->append(m);
 }
 
 } // namespace hsring::worker
