@@ -36,7 +36,9 @@ struct CUstream_st;
 
 namespace hsring::transport {
 
-// A CUDA stream (the same type as cudaStream_t) without the CUDA headers; nullptr on the CPU.
+// A CUDA stream (the same type as cudaStream_t) without the CUDA headers. On a GPU worker nullptr
+// is CUDA's legacy default stream (torch's default stream), a stream to wait for like any other,
+// never "nothing to wait for"; a CPU worker's transport ignores it.
 using GpuStream = CUstream_st*;
 
 // Keeps the source of a copy alive until the copy completed (a tensor, type-erased).
@@ -60,7 +62,7 @@ public:
     virtual void begin(WriteSlot& slot, std::uint64_t n_tokens) = 0;
     // Layer `layer`'s rows ([n_tokens][hidden] of the ring dtype, contiguous) at `rows`: device
     // memory on a GPU worker, host memory on the CPU. They are ready once the work queued on
-    // `producer` so far is done (nullptr: ready now); the copy overlaps the producer's later work,
+    // `producer` so far is done (see GpuStream); the copy overlaps the producer's later work,
     // and `keep` is held until the copy completed.
     virtual void put_layer(std::uint32_t layer, const void* rows, GpuStream producer, KeepAlive keep) = 0;
     // Returns when every byte of the batch is where readers will look for it.

@@ -43,7 +43,7 @@ public:
         cudaEventDestroy(released_);
     }
     void wait(GpuStream consumer) override {
-        if (consumer) HSRING_CUDA(cudaStreamWaitEvent(consumer, done_, 0));  // compute after the copy
+        HSRING_CUDA(cudaStreamWaitEvent(consumer, done_, 0));  // compute after the copy (null: legacy default stream)
         HSRING_CUDA(cudaEventSynchronize(done_));
         float ms = 0;
         HSRING_CUDA(cudaEventElapsedTime(&ms, start_, done_));

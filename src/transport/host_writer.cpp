@@ -52,11 +52,11 @@ void HostSlotWriter::put_layer(std::uint32_t layer, const void* rows, GpuStream 
     }
 #ifdef HSRING_HAVE_CUDA
     // The copy stream waits for this layer only (a wait captures the event's latest record, so
-    // one event serves every layer).
-    if (producer) {
-        HSRING_CUDA(cudaEventRecord(layer_ready_, producer));
-        HSRING_CUDA(cudaStreamWaitEvent(stream_, layer_ready_, 0));
-    }
+    // one event serves every layer). Always: a null producer is CUDA's legacy default stream,
+    // torch's default stream, and our copy stream is non-blocking, so without the wait the copy
+    // read the layer's memory before the forward wrote it (issue 20: stale rows, NaN after a restart).
+    HSRING_CUDA(cudaEventRecord(layer_ready_, producer));
+    HSRING_CUDA(cudaStreamWaitEvent(stream_, layer_ready_, 0));
     HSRING_CUDA(cudaMemcpyAsync(dst, rows, bytes, cudaMemcpyDeviceToHost, stream_));
     in_flight_.push_back(std::move(keep));
 #else

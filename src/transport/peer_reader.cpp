@@ -65,7 +65,7 @@ public:
             auto again = host_.stage(std::move(pending_->slot), buffer_);
             again->wait(consumer);
             ms_ += again->copy_ms();
-        } else if (consumer) {
+        } else {  // a null consumer is the legacy default stream, a stream like any other
             HSRING_CUDA(cudaStreamWaitEvent(consumer, done_, 0));
         }
         pending_.reset();

@@ -111,10 +111,9 @@ void PeerSlotWriter::begin(WriteSlot& slot, std::uint64_t n_tokens) {
 void PeerSlotWriter::put_layer(std::uint32_t layer, const void* rows, GpuStream producer, KeepAlive keep) {
     HSRING_ASSERT(slot_ && layer < ring_.geometry().n_layers, "put_layer({}) outside begin()/finish()", layer);
     if (host_) host_->put_layer(layer, rows, producer, keep);
-    if (producer) {
-        HSRING_CUDA(cudaEventRecord(layer_ready_, producer));
-        HSRING_CUDA(cudaStreamWaitEvent(stream_, layer_ready_, 0));
-    }
+    // Always (a null producer is the legacy default stream): see HostSlotWriter::put_layer.
+    HSRING_CUDA(cudaEventRecord(layer_ready_, producer));
+    HSRING_CUDA(cudaStreamWaitEvent(stream_, layer_ready_, 0));
     auto* dst = static_cast<std::byte*>(memory_[buffer_]) + layer * layer_stride_;
     HSRING_CUDA(cudaMemcpyAsync(dst, rows, n_tokens_ * row_bytes_, cudaMemcpyDeviceToDevice, stream_));
     in_flight_.push_back(std::move(keep));

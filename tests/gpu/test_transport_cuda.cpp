@@ -112,6 +112,48 @@ TEST_CASE("device rows -> host ring -> device buffer through the transport keep 
     cudaStreamDestroy(compute);
 }
 
+// Issue 20's root cause: torch computes on the legacy default stream, whose handle is null. The
+// writers took a null producer for "ready now" and copied at once on their non-blocking stream, so
+// the ring got whatever the layer's memory held before the forward wrote it (the previous batch's
+// rows; after a restart, a dead process's bytes, NaN among them). Here the rows are written on the
+// legacy stream behind ~100 ms of other work: the copy must wait for them.
+TEST_CASE("rows produced on the legacy default stream (null, torch's default) reach the slot only after they are written") {
+    for (const auto kind : {TransportKind::Host, TransportKind::PeerAndHost}) {
+        INFO("transport " << std::string(to_string(kind)));
+        TempRing t;
+        const RingGeometry g = geometry();
+        const std::uint64_t row = std::uint64_t{g.hidden} * g.dtype_bytes, n = 1000, bytes = n * row;
+        transport::TransportOptions opts{true};
+        opts.kind = kind;
+        auto writer = transport::make_slot_writer(t.ring, opts);
+        void *layer = nullptr, *ready = nullptr, *busy = nullptr;
+        const std::size_t busy_bytes = std::size_t{1} << 30;
+        HSRING_CUDA(cudaMalloc(&layer, bytes));
+        HSRING_CUDA(cudaMalloc(&ready, bytes));
+        HSRING_CUDA(cudaMalloc(&busy, busy_bytes));
+        HSRING_CUDA(cudaMemset(layer, 0x11, bytes));  // what the memory held before "the forward"
+        HSRING_CUDA(cudaMemset(ready, 0x5A, bytes));
+        HSRING_CUDA(cudaDeviceSynchronize());
+        auto w = t.ring.claim(0ms);
+        REQUIRE(w);
+        w->meta().set_counts(1, n);
+        writer->begin(*w, n);
+        // "The forward": long work on the legacy default stream, then the layer's rows.
+        for (int i = 0; i < 300; ++i) HSRING_CUDA(cudaMemsetAsync(busy, i & 0xff, busy_bytes, nullptr));
+        HSRING_CUDA(cudaMemcpyAsync(layer, ready, bytes, cudaMemcpyDeviceToDevice, nullptr));
+        writer->put_layer(0, layer, nullptr, nullptr);
+        writer->finish();
+        const auto* p = reinterpret_cast<const std::uint8_t*>(w->payload().data());
+        const auto wrong = std::count_if(p, p + bytes, [](std::uint8_t b) { return b != 0x5A; });
+        CHECK(wrong == 0);
+        w->abort();
+        HSRING_CUDA(cudaDeviceSynchronize());
+        cudaFree(layer);
+        cudaFree(ready);
+        cudaFree(busy);
+    }
+}
+
 TEST_CASE("a staged copy dropped before its copy completed still releases its slot, and nothing dangles") {
     TempRing t;
     const RingGeometry g = geometry();
