@@ -24,7 +24,10 @@ if [ "${gpus:-0}" -lt 1 ]; then
   say "FAIL: no GPU visible (nvidia-smi -L lists none): this script needs the GPU machine"
   exit 1
 fi
-for f in "$hs" "$build/bench/hsring-bench" "$build/tests/gpu/test_transport_cuda" "$build/src/worker/hsring-synth-worker"; do
+# SKIP_BENCH=1: sections 1 and 3 only (no hsring-bench needed).
+needed=("$hs" "$build/tests/gpu/test_transport_cuda" "$build/src/worker/hsring-synth-worker")
+[ "${SKIP_BENCH:-0}" = 1 ] || needed+=("$build/bench/hsring-bench" "$build/bench/ring/hsring-bench-ring")
+for f in "${needed[@]}"; do
   [ -x "$f" ] || { say "FAIL: $f is missing: build first (bin/gpu-build, or ninja -C $build)"; exit 1; }
 done
 tgpu=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
@@ -40,7 +43,7 @@ check test_transport_cuda $rc
 
 say "== 2. hsring-bench ring --cuda, ${SLOT_MIB:-64} MiB slots, ${BENCH_S:-5} s each"
 declare -A ratio gbs
-for kind in host peer peer+host; do
+for kind in $([ "${SKIP_BENCH:-0}" = 1 ] || echo host peer peer+host); do
   log="$work/bench_${kind/+/_}.txt"
   timeout 90 "$build/bench/hsring-bench" ring --cuda --transport "$kind" --slot-mib "${SLOT_MIB:-64}" --slots 8 \
     --seconds "${BENCH_S:-5}" --huge-pages auto > "$log" 2>&1

@@ -272,6 +272,9 @@ public:
     std::uint32_t free_sequence() const;
     void wait_free(std::uint32_t seen, std::chrono::milliseconds timeout);
     std::optional<Owner> owner_of(std::uint32_t slot) const;
+    // The writer holding the GPU copy of a READY slot's commit (peer kinds); nullopt for a slot
+    // that is not READY or whose bytes are in the host ring only.
+    std::optional<Owner> holder_of(std::uint32_t slot) const;
     // True while `o` is in the owner table and its process is alive (same start time). A peer
     // copy is valid while its holder is: a holder that left or died took its GPU buffers along.
     bool owner_alive(Owner o) const;

@@ -103,6 +103,12 @@ struct TransportOptions {
     // Writer, peer kinds: the worker's stop flag (SIGTERM); with the ring's stopping flag it ends a
     // wait for a free buffer (begin() throws WriteStopped). Empty: the ring's flag only.
     std::function<bool()> stop;
+    // Writer, peer kinds: called while every buffer holds a batch no reader has pulled, with the
+    // slot being written. The readers may need that batch before the ones the buffers hold (they
+    // train in an order of their own, and a kill re-issues an earlier batch): then the hook gives
+    // one of this writer's READY commits back to the ring (FREE, its samples re-issued), which
+    // frees its buffer, and returns true. Empty, or false: wait for the readers.
+    std::function<bool(WriteSlot& writing)> make_room;
     // Reader, peer kinds: this process's device ordinals of the targets' GPUs, whose peer access
     // is checked at start (without it: "peer" fails, "peer+host" reads those targets' host copies).
     std::vector<int> peer_devices;

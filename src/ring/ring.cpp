@@ -687,6 +687,12 @@ std::optional<Owner> Ring::owner_of(std::uint32_t slot) const {
     return std::nullopt;
 }
 
+std::optional<Owner> Ring::holder_of(std::uint32_t slot) const {
+    const std::uint64_t w = control(slot).word.load(memory_order_acquire);
+    if (!is_peer_ready(w)) return std::nullopt;
+    return word_owner(w);
+}
+
 bool Ring::owner_alive(Owner o) const {
     const std::uint64_t token = owner_token(o);
     for (std::uint32_t i = 0; i < kMaxOwners; ++i) {

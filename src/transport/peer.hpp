@@ -22,7 +22,9 @@ class PeerSlotWriter final : public SlotWriter {
 public:
     // copies: Peer, or HostAndPeer (then every batch also goes into the host ring).
     // stop: the worker's stop flag (TransportOptions::stop), may be empty.
-    PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers, std::function<bool()> stop = {});
+    // make_room: TransportOptions::make_room, may be empty.
+    PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers, std::function<bool()> stop = {},
+                   std::function<bool(WriteSlot&)> make_room = {});
     // Waits a little for readers to take this target's READY slots, hands the rest back to the ring
     // (peer-only: samples re-issued; peer+host: host copy only), leaves the owner table (readers
     // then distrust its copies) and only then frees the buffers.
@@ -37,6 +39,7 @@ private:
     std::uint64_t row_bytes_, layer_stride_;
     PeerBuffers pool_;
     std::function<bool()> stop_;
+    std::function<bool(WriteSlot&)> make_room_;
     std::vector<void*> memory_;
     std::vector<cudaEvent_t> events_;  // interprocess: one per buffer
     std::vector<PeerRef> refs_;

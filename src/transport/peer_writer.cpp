@@ -19,9 +19,11 @@ constexpr auto kBufferWaitLog = std::chrono::seconds(10);
 constexpr auto kDrainOnExit = std::chrono::seconds(10);
 } // namespace
 
-PeerSlotWriter::PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers, std::function<bool()> stop)
+PeerSlotWriter::PeerSlotWriter(Ring& ring, Copies copies, std::uint32_t buffers, std::function<bool()> stop,
+                               std::function<bool(WriteSlot&)> make_room)
     : ring_(ring), copies_(copies), row_bytes_(std::uint64_t{ring.geometry().hidden} * ring.geometry().dtype_bytes),
-      layer_stride_(ring.geometry().slot_tokens * row_bytes_), pool_(buffers), stop_(std::move(stop)) {
+      layer_stride_(ring.geometry().slot_tokens * row_bytes_), pool_(buffers), stop_(std::move(stop)),
+      make_room_(std::move(make_room)) {
     HSRING_ASSERT(copies != Copies::Host, "a peer writer makes peer copies");
     const std::uint64_t bytes = ring.geometry().n_layers * layer_stride_;
     int device = 0;
@@ -92,7 +94,13 @@ void PeerSlotWriter::begin(WriteSlot& slot, std::uint64_t n_tokens) {
     const auto t0 = std::chrono::steady_clock::now();
     bool warned = false;
     std::optional<std::uint32_t> b;
-    while (!(b = pool_.wait_free(ring_, std::chrono::milliseconds(1000), stop_))) {
+    // Every buffer busy: the readers may need this batch first (a re-issued or rolled-back one
+    // while the buffers hold later ones); then waiting would deadlock, and make_room_ gives a
+    // later commit back. Asked again after each wait, as the readers' needs move.
+    for (;;) {
+        if ((b = pool_.find_free(ring_))) break;
+        if (make_room_ && make_room_(slot) && (b = pool_.find_free(ring_))) break;
+        if ((b = pool_.wait_free(ring_, std::chrono::milliseconds(1000), stop_))) break;
         if (ring_.stopping() || (stop_ && stop_()))
             throw WriteStopped(fmt::format("peer transport: stopped while all {} buffers held batches no drafter "
                                            "had pulled; this slot's samples are produced again", pool_.count()));

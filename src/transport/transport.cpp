@@ -40,7 +40,8 @@ std::unique_ptr<SlotWriter> make_slot_writer(Ring& ring, const TransportOptions&
     if (opts.kind == TransportKind::Host) return std::make_unique<HostSlotWriter>(ring, opts.cuda);
     require_gpu(opts);
 #ifdef HSRING_HAVE_CUDA
-    return std::make_unique<PeerSlotWriter>(ring, copies_of(opts.kind), opts.peer_buffers, opts.stop);
+    return std::make_unique<PeerSlotWriter>(ring, copies_of(opts.kind), opts.peer_buffers, opts.stop,
+                                            opts.make_room);
 #else
     return nullptr;
 #endif

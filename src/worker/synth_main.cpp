@@ -12,6 +12,7 @@
 #include "hsring/log.hpp"
 #include "worker/context.hpp"
 #include "worker/gang_options.hpp"
+#include "worker/plan_room.hpp"
 #include "worker/synth_compute.hpp"
 
 #include <cstdlib>
@@ -49,7 +50,9 @@ int body(int argc, char** argv) {
                 list.erase(0, comma + 1);
             }
         }
-        SynthTarget t(ctx->ring, transport, hold);
+        auto writer = transport;  // see torch_target.cpp: a peer writer out of buffers makes room
+        writer.make_room = [&ring = ctx->ring](hsring::WriteSlot& w) { return give_back_later_commit(ring, w); };
+        SynthTarget t(ctx->ring, writer, hold);
         return run_target(*ctx, t);
     }
     const char* ms = std::getenv("HSRING_SYNTH_STEP_MS");

@@ -5,12 +5,23 @@
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
 #include "model/target.hpp"
+#include "worker/plan_room.hpp"
 #include "worker/torch_util.hpp"
 
 #include <chrono>
 #include <limits>
 
 namespace hsring::worker {
+
+namespace {
+// The writer's options: a peer writer out of buffers gives back a later plan slot of its own
+// (plan_room.hpp) rather than wait for drafters that need the one it is writing first.
+transport::TransportOptions writer_options(Context& c, bool cuda) {
+    auto o = transport::options_for(c.cfg, cuda);
+    o.make_room = [&ring = c.ring](WriteSlot& w) { return give_back_later_commit(ring, w); };
+    return o;
+}
+} // namespace
 
 struct TorchTarget::Impl {
     Context& ctx;
@@ -24,7 +35,7 @@ struct TorchTarget::Impl {
         : ctx(c), device(d), compute_dtype(d.is_cuda() ? scalar_type(c.cfg.target.dtype) : at::kFloat),
           ring_dtype(scalar_type(c.cfg.ring.dtype)),
           model(model::TargetModel::load(c.derived.target, d, compute_dtype, c.cfg.run.seed)),
-          writer(transport::make_slot_writer(c.ring, transport::options_for(c.cfg, d.is_cuda()))), timer(d) {}
+          writer(transport::make_slot_writer(c.ring, writer_options(c, d.is_cuda()))), timer(d) {}
 };
 
 TorchTarget::TorchTarget(Context& ctx) {

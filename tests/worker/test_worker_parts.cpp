@@ -3,6 +3,9 @@
 #include "worker/checkpoint_store.hpp"
 #include "worker/lr_schedule.hpp"
 #include "worker/metrics.hpp"
+#include "worker/packer.hpp"
+#include "worker/plan_room.hpp"
+#include "hsring/ring.hpp"
 #include "hsring/acceptance.hpp"
 
 #include <doctest/doctest.h>
@@ -10,7 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -153,4 +159,64 @@ TEST_CASE("a checkpoint replacing one of the same step: a crash at any instant l
                 CHECK_MESSAGE(e.path().filename().string()[0] != '.', e.path().string());
         }
     fs::remove_all(dir);
+}
+
+// A peer writer out of buffers while writing an earlier plan slot than its READY commits hold (a
+// target's death re-issued it, or a drafter rolled back): it gives the latest of its own back.
+TEST_CASE("a writer out of peer buffers gives back its own latest later plan slot, never an earlier or another's") {
+    using namespace std::chrono_literals;
+    hsring::RingGeometry g;
+    g.slot_count = 6;
+    g.slot_tokens = 16;
+    g.n_layers = 1;
+    g.hidden = 8;
+    g.dtype_bytes = 2;
+    g.slot_bytes = 16 * 8 * 2;
+    g.max_samples = 4;
+    const std::string name = "hsring-test-planroom-" + std::to_string(::getpid());
+    hsring::Ring ring = hsring::Ring::create({name, g, hsring::HugePages::Off, true});
+    ring.join(hsring::Role::Writer, 1, "test");
+    std::vector<std::uint64_t> repended;
+    ring.set_reclaim_hook([&](std::uint64_t t) { repended.push_back(t); });
+    std::map<std::uint64_t, std::uint64_t> ticket_of;  // plan slot -> ticket
+    auto commit = [&](std::uint64_t plan, hsring::Copies copies) {
+        auto w = ring.claim(0ms);
+        REQUIRE(w);
+        PackedBatch b;
+        b.plan_slot = plan;
+        b.positions = {plan};
+        b.lengths = {1};
+        b.tokens = {1};
+        b.loss_mask = {1};
+        b.flags = {0};
+        write_meta(w->meta(), b, 0);
+        w->set_copies(copies);
+        ticket_of[plan] = w->ticket();
+        REQUIRE(w->commit());
+    };
+    commit(5, hsring::Copies::Peer);
+    commit(7, hsring::Copies::Peer);
+    commit(6, hsring::Copies::HostAndPeer);
+    commit(9, hsring::Copies::Host);  // in the host ring only: holds none of our buffers
+    auto writing = ring.claim(0ms);
+    REQUIRE(writing);
+    PackedBatch b;
+    b.plan_slot = 3;
+    write_meta(writing->meta(), b, 0);
+    CHECK(give_back_later_commit(ring, *writing));  // plan slot 7: the latest of ours
+    REQUIRE(repended.size() == 1);
+    CHECK(repended[0] == ticket_of[7]);
+    CHECK(give_back_later_commit(ring, *writing));  // then 6 (peer+host)
+    CHECK(give_back_later_commit(ring, *writing));  // then 5
+    CHECK(repended == std::vector<std::uint64_t>{ticket_of[7], ticket_of[6], ticket_of[5]});
+    CHECK_FALSE(give_back_later_commit(ring, *writing));  // only the host-ring slot is left
+    const auto occ = ring.occupancy();
+    CHECK(occ.ready == 1);
+    CHECK(occ.free == 4);
+    // Nothing later than the batch being written: nothing given back.
+    commit(2, hsring::Copies::Peer);
+    CHECK_FALSE(give_back_later_commit(ring, *writing));
+    CHECK(repended.size() == 3);
+    writing->abort();
+    hsring::Ring::remove(name);
 }
