@@ -253,6 +253,19 @@ void read_data(Config& c, const toml::table& root, const std::string& file) {
     s.finish();
 }
 
+void read_generate(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "generate", file);
+    auto& g = c.generate;
+    s.integer("max_new_tokens", g.max_new_tokens, 1, 1u << 20);
+    s.number("temperature", g.temperature, 0.0, 100.0);
+    s.number("top_p", g.top_p, 1e-9, 1.0);
+    s.integer("seed", g.seed, 0, kU64Max);
+    s.integer("batch", g.batch, 1, 1u << 16);
+    g.stop_token_ids_set = s.has("stop_token_ids");
+    s.int_list("stop_token_ids", g.stop_token_ids, 0, std::numeric_limits<std::int32_t>::max());
+    s.finish();
+}
+
 void read_train(Config& c, const toml::table& root, const std::string& file) {
     Section s = section(root, "train", file);
     auto& t = c.train;
@@ -387,12 +400,14 @@ Config parse_config(const std::string& text, const std::string& source_name) {
         fail("{}:{}:{}: not valid TOML: {}", source_name, b.line, b.column, e.description());
     }
     static const std::set<std::string, std::less<>> kTables{
-        "run", "topology", "ring", "transport", "target", "drafter", "data", "train", "supervisor", "distributed"};
+        "run",  "topology", "ring",  "transport",  "target",     "drafter",
+        "data", "generate", "train", "supervisor", "distributed"};
     for (auto&& [k, v] : root) {
         if (!kTables.count(k.str())) {
             const auto& r = k.source();
             fail("{}:{}:{}: unknown table or key '{}' at the top level (allowed tables: [run], "
-                 "[topology], [ring], [transport], [target], [drafter], [data], [train], [supervisor], [distributed])",
+                 "[topology], [ring], [transport], [target], [drafter], [data], [generate], [train], [supervisor], "
+                 "[distributed])",
                  source_name, r.begin.line, r.begin.column, k.str());
         }
     }
@@ -412,6 +427,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_target(c, root, source_name);
     read_drafter(c, root, source_name);
     read_data(c, root, source_name);
+    read_generate(c, root, source_name);
     read_train(c, root, source_name);
     read_supervisor(c, root, source_name);
     read_distributed(c, root, source_name);

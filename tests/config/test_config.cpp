@@ -289,6 +289,26 @@ TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafte
     CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
 }
 
+TEST_CASE("[generate]: greedy defaults; stop_token_ids absent, [] and a list are told apart; bad values name the key") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.generate.temperature == 0.0);
+    CHECK(c.generate.max_new_tokens == 128);
+    CHECK_FALSE(c.generate.stop_token_ids_set);
+    c = parse_config(std::string(kMinimal) + "[generate]\nstop_token_ids = []\n", "t.toml");
+    CHECK(c.generate.stop_token_ids_set);
+    CHECK(c.generate.stop_token_ids.empty());
+    c = parse_config(std::string(kMinimal) + "[generate]\nstop_token_ids = [2, 151645]\ntemperature = 0.7\n", "t.toml");
+    CHECK(c.generate.stop_token_ids == std::vector<int>{2, 151645});
+    CHECK(c.generate.temperature == doctest::Approx(0.7));
+    CHECK(error_of(std::string(kMinimal) + "[generate]\ntop_p = 0.0\n").find("[generate] top_p: 0 is out of range") !=
+          std::string::npos);
+    CHECK(error_of(std::string(kMinimal) + "[generate]\nmax_new_tokens = 0\n").find("[generate] max_new_tokens") !=
+          std::string::npos);
+    CHECK(error_of(std::string(kMinimal) + "[generate]\nstop_token_ids = [-1]\n").find("[generate] stop_token_ids") !=
+          std::string::npos);
+    CHECK(error_of(std::string(kMinimal) + "[generate]\ntemprature = 1.0\n").find("temprature") != std::string::npos);
+}
+
 TEST_CASE("[train] matmul: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
     Config c = parse_config(kMinimal, "t.toml");
     CHECK(c.train.matmul == Matmul::BF16);
