@@ -17,6 +17,7 @@ int stop(Args args);              // control.cpp
 int ring(Args args);              // ring_rm.cpp
 int ledger(Args args);            // ledger_verify.cpp
 int model(Args args);
+int data(Args args);              // data.cpp: `data generate` (hsring-model data-generate)
 int plan(Args args);              // plan.cpp: predicted memory, fit, GPU split (src/plan)
 int drill(Args args);             // drill.cpp: faults against a real run, then verified (src/drill)
 

@@ -32,6 +32,8 @@ const Command kCommands[] = {
      "kill, stop and fault-inject a real run; verify nothing is lost or doubled"},
     {"model", hsring::cli::model, "model dump-hidden|check-drafter|generate|spec-decode ...",
      "target layers to safetensors; evaluate an exported drafter; generate with the target (hsring-model)"},
+    {"data", hsring::cli::data, "data generate CONFIG --out FILE.jsonl",
+     "the target answers the data set's prompts: its own responses as training data (hsring-model)"},
 };
 
 void usage() {

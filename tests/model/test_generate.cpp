@@ -443,6 +443,63 @@ TEST_CASE("hsring-model generate --json prints each prompt's new tokens and toke
     CHECK(run_cli("generate preset:tiny --prompts " + q(prompts) + " --top-p 0", out, log) == 2);
 }
 
+TEST_CASE("hsring-model data-generate: prompt + the target's own response per line, loss mask over the response") {
+    TempDir dir;
+    const auto prompts = dir.path() / "prompts.jsonl";
+    std::ofstream(prompts) << R"({"input_ids": [1, 2, 3]})" << "\n"
+                           << R"({"input_ids": [5, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 1, 1]})" << "\n"
+                           << R"({"input_ids": [40, 41], "loss_mask": [0, 1]})" << "\n";
+    const std::string base = "[run]\nname = \"dg\"\nseed = 3\n[topology]\ntargets = [\"cpu\"]\ndrafters = [\"cpu\"]\n"
+                             "[ring]\nslots = 4\nslot_tokens = 512\n[target]\nmodel = \"preset:tiny\"\n"
+                             "[data]\npath = \"prompts.jsonl\"\n";
+    const auto cfg = dir.path() / "dg.toml";
+    std::ofstream(cfg) << base << "[generate]\nmax_new_tokens = 6\nbatch = 2\nstop_token_ids = []\n";
+    const auto gen = dir.path() / "gen.jsonl", out = dir.path() / "out", log = dir.path() / "log";
+    REQUIRE(run_cli("data-generate " + q(cfg) + " --out " + q(gen), out, log) == 0);
+    CHECK(slurp(log).find("data generate: 3 of 3 samples, 18 new tokens") != std::string::npos);
+    // The run's preset weights ([run] seed 3), greedy: what the decode engine says for each prompt.
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 3);
+    GenerateOptions o;
+    o.max_new_tokens = 6;
+    const std::vector<std::vector<std::int64_t>> ps{{1, 2, 3}, {5, 6, 7}, {40}};
+    const auto want = generate(m, {{ps[0], 0}, {ps[1], 0}, {ps[2], 0}}, o);
+    std::ifstream in(gen);
+    std::string line;
+    for (std::size_t i = 0; i < 3; ++i) {
+        REQUIRE(std::getline(in, line));
+        const auto j = nlohmann::json::parse(line);
+        CHECK(j["input_ids"].get<std::vector<std::int64_t>>() == cat(ps[i], want.outputs[i].tokens));
+        std::vector<int> mask(ps[i].size(), 0);
+        mask.resize(ps[i].size() + 6, 1);
+        CHECK(j["loss_mask"].get<std::vector<int>>() == mask);
+    }
+    CHECK_FALSE(std::getline(in, line));
+    // Sampled: sample i draws from ([generate] seed, i), as `generate --seed` does; again the same file.
+    std::ofstream(cfg) << base << "[generate]\nmax_new_tokens = 5\ntemperature = 0.8\ntop_p = 0.95\nseed = 5\n"
+                       << "stop_token_ids = []\n";
+    const auto s1 = dir.path() / "s1.jsonl", s2 = dir.path() / "s2.jsonl", ref = dir.path() / "ref.json";
+    REQUIRE(run_cli("data-generate " + q(cfg) + " --out " + q(s1), out, log) == 0);
+    REQUIRE(run_cli("data-generate " + q(cfg) + " --out " + q(s2) + " --prompts " + q(prompts), out, log) == 0);
+    CHECK(slurp(s1) == slurp(s2));
+    REQUIRE(run_cli("generate preset:tiny --prompts " + q(prompts) + " --max-new-tokens 5 --temperature 0.8 "
+                    "--top-p 0.95 --seed 5 --preset-seed 3 --json", ref, log) == 0);
+    const auto r = nlohmann::json::parse(slurp(ref));
+    std::ifstream in1(s1);
+    for (std::size_t i = 0; i < 3 && std::getline(in1, line); ++i) {
+        auto ids = nlohmann::json::parse(line)["input_ids"].get<std::vector<std::int64_t>>();
+        CHECK(slice(ids, ps[i].size(), ids.size()) == r["outputs"][i]["output_ids"].get<std::vector<std::int64_t>>());
+    }
+    // A model that declares no eos id, and no [generate] stop_token_ids: one line naming the key.
+    std::ofstream(cfg) << base << "[generate]\nmax_new_tokens = 5\n";
+    CHECK(run_cli("data-generate " + q(cfg) + " --out " + q(dir.path() / "x.jsonl"), out, log) == 1);
+    CHECK(slurp(log).find("[generate] stop_token_ids is not set and the target preset:tiny declares no "
+                          "eos_token_id") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.path() / "x.jsonl"));
+    CHECK(run_cli("data-generate " + q(cfg) + " --out " + q(prompts), out, log) == 1);
+    CHECK(slurp(log).find("is the prompts' file") != std::string::npos);
+    CHECK(run_cli("data-generate " + q(cfg), out, log) == 2);
+}
+
 } // TEST_SUITE
 
 TEST_SUITE("generate") {

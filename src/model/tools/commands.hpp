@@ -39,6 +39,11 @@ int generate(int argc, char** argv);
 // the same prompts through plain greedy generate (lossless check, speedup).
 int spec_decode(int argc, char** argv);
 
+// data-generate CONFIG --out FILE.jsonl [--prompts FILE] [--samples N] [--device D] (`hsring data generate`)
+// The config's target answers each sample's prompt ([generate] settings); writes prompt + response
+// with the loss mask over the response, in prepare-data's JSONL format.
+int data_generate(int argc, char** argv);
+
 // The prompts of a data set (generate, spec-decode): each line's input_ids before its first
 // loss_mask 1 (the whole line without an answer), request i seeded mix64(seed ^ mix64(i + golden)).
 // Errors name the file and the sample (`model` names the target in a too-long message).

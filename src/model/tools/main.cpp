@@ -44,6 +44,11 @@ void usage() {
                "      Prints each prompt's acceptance lengths, tau (their mean), whether the output equals plain\n"
                "      greedy generate's (lossless) and both tokens/s (speedup). Prompts as for generate; the first\n"
                "      N (default all); at most N new tokens each (default 128).\n"
+               "  data-generate CONFIG --out FILE.jsonl [--prompts FILE.jsonl] [--samples N] [--device cpu|cuda[:I]]\n"
+               "      `hsring data generate`: the config's target answers each prompt of --prompts (default the\n"
+               "      config's [data] path; a prompt is a line's input_ids before the first loss_mask 1) with the\n"
+               "      [generate] settings, and writes prompt + response per line, loss_mask 1 over the response.\n"
+               "      Progress on stderr.\n"
                "exit codes: 0 ok, 1 an error (one line naming the file), 2 a bad command line.\n");
 }
 
@@ -58,6 +63,7 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[1], "dump-hidden")) return hsring::model::tools::dump_hidden(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "check-drafter")) return hsring::model::tools::check_drafter(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "generate")) return hsring::model::tools::generate(argc - 1, argv + 1);
+        if (!std::strcmp(argv[1], "data-generate")) return hsring::model::tools::data_generate(argc - 1, argv + 1);
         if (!std::strcmp(argv[1], "spec-decode")) return hsring::model::tools::spec_decode(argc - 1, argv + 1);
         fmt::print(stderr, "hsring-model: unknown subcommand '{}'\n", argv[1]);
         usage();
