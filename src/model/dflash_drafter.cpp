@@ -148,9 +148,11 @@ at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
     const auto& c = config_;
     const std::int64_t hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim, rows = blocks.rows();
     const std::int64_t t = in.context.size(1);
-    if (blocks.block_size != c.block_size)
-        fail("DFlash drafter: blocks of {} slots, but the drafter was built for block_size {}", blocks.block_size,
-             c.block_size);
+    // Shorter blocks than trained are speculative decoding's last block (drafted short, as the public
+    // DFlash loop does); longer ones were never trained.
+    if (blocks.block_size < 2 || blocks.block_size > c.block_size)
+        fail("DFlash drafter: blocks of {} slots, but the drafter was built for block_size {} (2..{} allowed)",
+             blocks.block_size, c.block_size, c.block_size);
     HSRING_ASSERT(in.block_embeds.size(0) == rows && blocks.context_positions.size(0) == t);
     if (rows == 0) return at::empty({0, c.hidden_size}, in.block_embeds.options().dtype(dt));
 

@@ -75,18 +75,21 @@ struct Sequence {
         st.prefill_seconds += seconds_since(t0);
         if (!emit(last)) return;
 
-        const at::Tensor masks = at::full({b - 1}, c.mask_token_id, at::TensorOptions().device(dev).dtype(at::kLong));
+        const auto longs = at::TensorOptions().device(dev).dtype(at::kLong);
         while (true) {
             const std::int64_t start = cache.length(0);
-            // Draft: [last, MASK x (B-1)] at positions start.., over the context rows < start.
+            // The block: [last, MASK x (k-1)] at positions start.., over the context rows < start. As in
+            // the public DFlash loop (z-lab's dflash_generate), it holds at most what can still be
+            // produced plus the anchor (left + 1), and a short last block is drafted short: the drafter
+            // attends the whole block, so its length changes the drafts (and the acceptance lengths).
             t0 = Clock::now();
-            at::Tensor drafted =
-                at::matmul(draft_hidden(drafter, head, ctx, last, start, dt).narrow(0, 1, b - 1), head.lm_head.t())
-                    .argmax(-1);
-            // Verify what can still be used: at most B tokens, within the cache and the tokens left.
             const auto left = options.max_new_tokens - static_cast<std::int64_t>(out.tokens.size());
-            const std::int64_t k = std::min({b, capacity - start, left});
-            at::Tensor block = at::cat({at::full({1}, last, masks.options()), drafted}).narrow(0, 0, k);
+            const std::int64_t k = std::min({b, capacity - start, left + 1});
+            at::Tensor block = at::full({1}, last, longs);
+            if (k > 1) {
+                const at::Tensor rows = draft_hidden(drafter, head, ctx, last, start, dt, k).narrow(0, 1, k - 1);
+                block = at::cat({block, at::matmul(rows, head.lm_head.t()).argmax(-1)});
+            }
             const std::vector<std::int64_t> draft = host_longs(block);
             st.draft_seconds += seconds_since(t0);
 
@@ -116,9 +119,9 @@ struct Sequence {
 } // namespace
 
 at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
-                        std::int64_t start, at::ScalarType dtype) {
+                        std::int64_t start, at::ScalarType dtype, std::int64_t block) {
     const DFlashConfig& c = drafter->config();
-    const std::int64_t b = c.block_size;
+    const std::int64_t b = block > 0 ? block : c.block_size;
     HSRING_ASSERT(context.dim() == 3 && context.size(1) > start, "draft_hidden: context {} for anchor {}",
                   shape_str(context.sizes()), start);
     const auto longs = at::TensorOptions().device(context.device()).dtype(at::kLong);

@@ -67,9 +67,11 @@ void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter);
 // The drafter's output rows [B, H] (compute dtype `dtype`) for the block [last, MASK x (B-1)] at
 // positions start..start+B-1 of one sequence. context [L, >= start + 1, H]: row i < start holds the
 // captured target layers of token i (rows >= start are not attended). What dflash_hidden computes
-// for the same anchor of the whole sequence (dflash_blocks_at).
+// for the same anchor of the whole sequence (dflash_blocks_at). `block` < B drafts a shorter block
+// (fewer MASK tokens, which the block's rows attend: not a prefix of the full block's rows);
+// 0 = the drafter's block size.
 at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
-                        std::int64_t start, at::ScalarType dtype);
+                        std::int64_t start, at::ScalarType dtype, std::int64_t block = 0);
 
 SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options);
