@@ -15,14 +15,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_harness import SOURCE, TrainRun  # noqa: E402
+from train_harness import SOURCE, TrainRun, tiny_qwen3_dir  # noqa: E402
 from harness import HSRING, check, main  # noqa: E402  (tests/supervisor, on the path through train_harness)
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "model"))
 import hf_reference  # noqa: E402  (exits 77 when transformers is missing)
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 MASK = 511
@@ -32,31 +30,7 @@ MAX_NEW = 24
 def sharp_target(tmp):
     """preset:tiny's shape (vocab 512) as a HF Qwen3 dir: random weights, norms in [0.5, 2.5] and a
     4x LM head, so greedy tokens do not hinge on float noise between two implementations."""
-    rng = np.random.default_rng(5)
-    h, layers, heads, kv, d, inter, vocab = 64, 8, 4, 2, 16, 192, 512
-    norm = lambda n: rng.uniform(0.5, 2.5, n)  # noqa: E731
-    w = {"model.embed_tokens.weight": rng.normal(0, 0.125, (vocab, h)), "model.norm.weight": norm(h),
-         "lm_head.weight": 4 * rng.normal(0, 0.125, (vocab, h))}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = norm(h)
-        w[p + "post_attention_layernorm.weight"] = norm(h)
-        w[p + "self_attn.q_norm.weight"] = norm(d)
-        w[p + "self_attn.k_norm.weight"] = norm(d)
-        for n, shape in (("self_attn.q_proj", (heads * d, h)), ("self_attn.k_proj", (kv * d, h)),
-                         ("self_attn.v_proj", (kv * d, h)), ("self_attn.o_proj", (h, heads * d)),
-                         ("mlp.gate_proj", (inter, h)), ("mlp.up_proj", (inter, h)), ("mlp.down_proj", (h, inter))):
-            w[p + n + ".weight"] = rng.normal(0, 0.08, shape)
-    out = os.path.join(tmp, "target")
-    os.makedirs(out)
-    save_file({k: v.astype(np.float32) for k, v in w.items()}, os.path.join(out, "model.safetensors"))
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h,
-                   "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
-                   "head_dim": d, "intermediate_size": inter, "vocab_size": vocab, "max_position_embeddings": 4096,
-                   "rms_norm_eps": 1e-6, "rope_theta": 1e6, "hidden_act": "silu", "tie_word_embeddings": False,
-                   "torch_dtype": "float32"}, f)
-    return out
+    return tiny_qwen3_dir(os.path.join(tmp, "target"), seed=5, proj_std=0.08, norms="random", head_scale=4.0)
 
 
 def load_drafter(export):

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, distributed, free_port, main, process_gone  # noqa: E402
-from train_harness import SOURCE, TrainRun as BaseRun  # noqa: E402
+from train_harness import SOURCE, TrainRun as BaseRun, tiny_qwen3_dir  # noqa: E402
 
 
 class TrainRun(BaseRun):
@@ -170,33 +170,7 @@ def test_two_rank_gang_rank_and_supervisor_killed():
 
 def nan_embedding_target(tmp, token):
     """A HF Qwen3 dir of preset:tiny's shape (vocab 512) whose embedding row `token` is NaN."""
-    import numpy as np
-    from safetensors.numpy import save_file
-    rng = np.random.default_rng(3)
-    h, layers, heads, kv, d, inter, vocab = 64, 8, 4, 2, 16, 192, 512
-    w = {"model.embed_tokens.weight": rng.normal(0, 0.125, (vocab, h)), "model.norm.weight": np.ones(h),
-         "lm_head.weight": rng.normal(0, 0.125, (vocab, h))}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = np.ones(h)
-        w[p + "post_attention_layernorm.weight"] = np.ones(h)
-        w[p + "self_attn.q_norm.weight"] = np.ones(d)
-        w[p + "self_attn.k_norm.weight"] = np.ones(d)
-        for n, shape in (("self_attn.q_proj", (heads * d, h)), ("self_attn.k_proj", (kv * d, h)),
-                         ("self_attn.v_proj", (kv * d, h)), ("self_attn.o_proj", (h, heads * d)),
-                         ("mlp.gate_proj", (inter, h)), ("mlp.up_proj", (inter, h)), ("mlp.down_proj", (h, inter))):
-            w[p + n + ".weight"] = rng.normal(0, 0.02, shape)
-    w["model.embed_tokens.weight"][token] = np.nan
-    out = os.path.join(tmp, "nan-target")
-    os.makedirs(out)
-    save_file({k: v.astype(np.float32) for k, v in w.items()}, os.path.join(out, "model.safetensors"))
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h,
-                   "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
-                   "head_dim": d, "intermediate_size": inter, "vocab_size": vocab, "max_position_embeddings": 4096,
-                   "rms_norm_eps": 1e-6, "rope_theta": 1e6, "hidden_act": "silu", "tie_word_embeddings": False,
-                   "torch_dtype": "float32"}, f)
-    return out
+    return tiny_qwen3_dir(os.path.join(tmp, "nan-target"), seed=3, proj_std=0.02, nan_token=token)
 
 
 def test_nan_embedding_target_rejects_its_samples_and_trains_nothing_nonfinite():

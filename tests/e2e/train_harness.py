@@ -19,6 +19,41 @@ def surviving_rows(run_dir):
     return read_metrics(run_dir)[0]
 
 
+def tiny_qwen3_dir(out, seed, proj_std, norms="ones", head_scale=1.0, nan_token=None):
+    """A HF Qwen3 dir of preset:tiny's shape (vocab 512), random fp32 weights: projections
+    N(0, proj_std); norm weights ones, or uniform in [0.5, 2.5] (norms="random"); the LM head
+    scaled by head_scale; the embedding row nan_token NaN when given. Returns `out`."""
+    import json
+    import numpy as np
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(seed)
+    h, layers, heads, kv, d, inter, vocab = 64, 8, 4, 2, 16, 192, 512
+    norm = (lambda n: rng.uniform(0.5, 2.5, n)) if norms == "random" else np.ones  # noqa: E731
+    w = {"model.embed_tokens.weight": rng.normal(0, 0.125, (vocab, h)), "model.norm.weight": norm(h),
+         "lm_head.weight": head_scale * rng.normal(0, 0.125, (vocab, h))}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(h)
+        w[p + "post_attention_layernorm.weight"] = norm(h)
+        w[p + "self_attn.q_norm.weight"] = norm(d)
+        w[p + "self_attn.k_norm.weight"] = norm(d)
+        for n, shape in (("self_attn.q_proj", (heads * d, h)), ("self_attn.k_proj", (kv * d, h)),
+                         ("self_attn.v_proj", (kv * d, h)), ("self_attn.o_proj", (h, heads * d)),
+                         ("mlp.gate_proj", (inter, h)), ("mlp.up_proj", (inter, h)), ("mlp.down_proj", (h, inter))):
+            w[p + n + ".weight"] = rng.normal(0, proj_std, shape)
+    if nan_token is not None:
+        w["model.embed_tokens.weight"][nan_token] = np.nan
+    os.makedirs(out)
+    save_file({k: v.astype(np.float32) for k, v in w.items()}, os.path.join(out, "model.safetensors"))
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h,
+                   "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+                   "head_dim": d, "intermediate_size": inter, "vocab_size": vocab, "max_position_embeddings": 4096,
+                   "rms_norm_eps": 1e-6, "rope_theta": 1e6, "hidden_act": "silu", "tie_word_embeddings": False,
+                   "torch_dtype": "float32"}, f)
+    return out
+
+
 class TrainRun(Run):
     """Keywords: the config's topology, data and training keys (defaults below); `model`, a target
     dir; `drafter_extra` / `train_extra` / `tail`, more TOML lines; `eval_every` > 0 adds the demo's
