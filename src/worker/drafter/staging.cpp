@@ -2,6 +2,7 @@
 // plan slots, strictly in plan order (a slot written early waits in the ring), and held-out slots
 // whenever they come.
 #include "worker/drafter/drafter.hpp"
+#include "worker/plan_room.hpp"
 
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
@@ -151,25 +152,18 @@ bool Drafter::stage_until(std::uint64_t j, RoundStats& r) {
 // Plan slot j is PENDING and nothing can write it: every ring slot holds a later plan slot, READY
 // (none is being written or read). That happens after a rollback: the gang resumed from a
 // checkpoint, so it needs slots again that were trained after it, while the ring filled up with
-// slots for a window further on. The READY slot with the latest plan slot makes room: its plan slot
-// goes back to PENDING (produced again later, the same), the ring slot to FREE.
+// slots for a window further on (worker/plan_room.hpp).
 void Drafter::make_room(std::uint64_t j) {
     const Occupancy o = ctx_.ring.occupancy();
     if (o.free > 0 || o.writing > 0 || o.reading > 0) return;
-    std::optional<std::uint64_t> latest;
-    for (std::uint32_t s = 0; s < ctx_.ring.geometry().slot_count; ++s) {
-        if (ctx_.ring.state(s) != SlotState::Ready) continue;
-        const auto p = plan_slot_of(ctx_.ring.meta(s));
-        if (p && *p > j && (!latest || *p > *latest)) latest = p;
-    }
-    if (!latest) return;
-    auto slot = ctx_.ring.acquire(std::chrono::milliseconds(0), [&](const SlotMeta& m) { return plan_slot_of(m) == latest; });
-    if (!slot) return;  // taken meanwhile: look again
-    const std::uint64_t t = slot->ticket();
-    ctx_.ledger.repend_ticket(t);
-    slot->release();
-    log::info("plan slot {} is needed and the ring is full of later ones: slot ticket {} (plan slot {}) gave its room; "
-              "that plan slot is produced again later", j, t, *latest);
+    std::uint64_t ticket = 0;
+    const auto gave = give_back_latest_after(ctx_.ring, j, [](std::optional<Owner>) { return true; }, [&](std::uint64_t t) {
+        ticket = t;
+        ctx_.ledger.repend_ticket(t);
+    });
+    if (gave)
+        log::info("plan slot {} is needed and the ring is full of later ones: slot ticket {} (plan slot {}) gave its "
+                  "room; that plan slot is produced again later", j, ticket, *gave);
 }
 
 void Drafter::evaluate_front(RoundStats& r) {
