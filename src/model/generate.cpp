@@ -4,14 +4,11 @@
 #include "model/kv_cache.hpp"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 
 namespace hsring::model {
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -159,32 +156,6 @@ GenerateResult generate(TargetModel& model, const std::vector<GenerateRequest>& 
         st.decode_seconds += seconds_since(t0);
     }
     return res;
-}
-
-std::vector<std::int64_t> model_stop_tokens(const ModelShape& shape) {
-    std::vector<std::int64_t> out;
-    if (is_preset_spec(shape.source)) return out;
-    for (const char* name : {"generation_config.json", "config.json"}) {
-        const fs::path file = fs::path(shape.source) / name;
-        std::ifstream in(file);
-        if (!in) continue;  // generation_config.json is optional
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            fail("{}: not valid JSON: {}", file.string(), e.what());
-        }
-        if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
-        const nlohmann::json& e = j["eos_token_id"];
-        std::vector<nlohmann::json> ids = e.is_array() ? e.get<std::vector<nlohmann::json>>() : std::vector{e};
-        for (const auto& id : ids) {
-            if (!id.is_number_integer() || id.get<std::int64_t>() < 0)
-                fail("{}: eos_token_id must be a token id or a list of them, got {}", file.string(), e.dump());
-            const auto t = id.get<std::int64_t>();
-            if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-        }
-    }
-    return out;
 }
 
 } // namespace hsring::model

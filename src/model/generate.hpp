@@ -55,8 +55,4 @@ struct GenerateResult {
 GenerateResult generate(TargetModel& model, const std::vector<GenerateRequest>& requests,
                         const GenerateOptions& options);
 
-// The stop tokens a HF model directory declares: generation_config.json's eos_token_id (an int
-// or a list), then config.json's, without repeats; none for a preset or where neither says.
-std::vector<std::int64_t> model_stop_tokens(const ModelShape& shape);
-
 } // namespace hsring::model

@@ -4,6 +4,7 @@
 #include "hsring/model_shape.hpp"
 #include "model/dflash_config.hpp"
 #include "model/generate.hpp"
+#include "model/prompts.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -43,12 +44,6 @@ int spec_decode(int argc, char** argv);
 // The config's target answers each sample's prompt ([generate] settings); writes prompt + response
 // with the loss mask over the response, in prepare-data's JSONL format.
 int data_generate(int argc, char** argv);
-
-// The prompts of a data set (generate, spec-decode): each line's input_ids before its first
-// loss_mask 1 (the whole line without an answer), request i seeded mix64(seed ^ mix64(i + golden)).
-// Errors name the file and the sample (`model` names the target in a too-long message).
-std::vector<GenerateRequest> read_prompts(const std::filesystem::path& prompts, const std::string& model,
-                                          const ModelShape& shape, std::uint64_t seed);
 
 // Throws hsring::Error naming DIR/config.json when the drafter does not read `target` (hidden size,
 // vocabulary, layer count, captured layer ids).

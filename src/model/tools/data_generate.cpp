@@ -11,6 +11,7 @@
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
+#include "hsring/stop_tokens.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/generate.hpp"
 #include "model/tools/cli_args.hpp"
@@ -65,23 +66,6 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// [generate] stop_token_ids, else the model's eos ids; a model without any must be told.
-std::vector<std::int64_t> stop_tokens(const Config& cfg, const ModelShape& shape) {
-    if (cfg.generate.stop_token_ids_set)
-        return {cfg.generate.stop_token_ids.begin(), cfg.generate.stop_token_ids.end()};
-    std::vector<std::int64_t> ids = model_stop_tokens(shape);
-    if (ids.empty())
-        fail("{}: [generate] stop_token_ids is not set and the target {} declares no eos_token_id "
-             "(generation_config.json, config.json): name the tokens that end a response, e.g. "
-             "stop_token_ids = [151645], or stop_token_ids = [] to generate max_new_tokens every time",
-             cfg.file.string(), shape.source);
-    for (std::int64_t id : ids)
-        if (id < 0 || id >= shape.vocab_size)
-            fail("{}: the eos_token_id {} of {} is outside its vocabulary of {}: set [generate] stop_token_ids",
-                 cfg.file.string(), id, shape.source, shape.vocab_size);
-    return ids;
-}
-
 std::string default_device(const Config& cfg) {
     const Place& p = cfg.topology.targets.front();
     return p.is_cpu() ? "cpu" : fmt::format("cuda:{}", p.gpu);
@@ -106,7 +90,7 @@ int data_generate(int argc, char** argv) {
     GenerateOptions opts;
     opts.max_new_tokens = static_cast<std::int64_t>(cfg.generate.max_new_tokens);
     opts.sampling = {cfg.generate.temperature, cfg.generate.top_p};
-    opts.stop_tokens = stop_tokens(cfg, shape);
+    opts.stop_tokens = response_stop_tokens(cfg, shape);
     opts.batch = cfg.generate.batch;
     const at::Device device = parse_device("data generate", o.device.empty() ? default_device(cfg) : o.device);
     const at::ScalarType dtype = default_compute_dtype(device);

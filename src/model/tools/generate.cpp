@@ -10,6 +10,7 @@
 #include "hsring/dataset.hpp"
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
+#include "hsring/stop_tokens.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/generate.hpp"
 #include "model/tools/cli_args.hpp"
@@ -82,38 +83,6 @@ Options parse(int argc, char** argv) {
 
 } // namespace
 
-std::vector<GenerateRequest> read_prompts(const fs::path& prompts, const std::string& model, const ModelShape& shape,
-                                          std::uint64_t seed) {
-    std::error_code ec;
-    if (!fs::is_regular_file(prompts, ec))
-        fail("{}: {} (--prompts must name a JSONL file: {{\"input_ids\": [...]}} per line, optional \"loss_mask\": "
-             "the prompt is the part before its first 1)",
-             prompts.string(), fs::exists(prompts, ec) ? "not a regular file" : "no such file");
-    const data::Dataset ds = data::Dataset::load(prompts, {OnBadLine::Fail, 0, shape.vocab_size});
-    std::vector<GenerateRequest> out;
-    for (std::size_t i = 0; i < ds.size(); ++i) {
-        auto toks = ds.tokens(i);
-        auto mask = ds.loss_mask(i);
-        std::size_t n = 0;
-        while (n < toks.size() && mask[n] == 0) ++n;
-        // A line without loss_mask reads as all ones (and so does an all-ones mask): it holds no
-        // answer, the whole line is the prompt.
-        if (std::all_of(mask.begin(), mask.end(), [](std::uint8_t m) { return m == 1; })) n = toks.size();
-        if (n == 0)
-            fail("{}: sample {}: the prompt is empty (its loss_mask starts with 1; the prompt is the part before the "
-                 "first 1)",
-                 prompts.string(), i);
-        if (static_cast<std::int64_t>(n) >= shape.max_position_embeddings)
-            fail("{}: sample {}: the prompt of {} tokens is too long for {} (max_position_embeddings {}, and one "
-                 "new token needs a position)",
-                 prompts.string(), i, n, model, shape.max_position_embeddings);
-        GenerateRequest r;
-        r.prompt.assign(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n));
-        r.seed = data::detail::mix64(seed ^ data::detail::mix64(i + data::detail::kGolden));
-        out.push_back(std::move(r));
-    }
-    return out;
-}
 
 int generate(int argc, char** argv) {
     const Options o = parse(argc, argv);
@@ -128,6 +97,14 @@ int generate(int argc, char** argv) {
     opts.sampling = {o.temperature, o.top_p};
     opts.stop_tokens = model_stop_tokens(shape);
     opts.batch = o.batch;
+    if (device.is_cuda()) {
+        // Warm-up, not timed, as a serving engine would be and as bench/python/generate_hf.py
+        // warms transformers: one full batch, so the caching allocator already holds the KV
+        // cache's largest blocks and cuBLAS its plans for every shape.
+        GenerateOptions w = opts;
+        const std::size_t n = std::min<std::size_t>(requests.size(), static_cast<std::size_t>(opts.batch));
+        model::generate(model, std::vector<GenerateRequest>(requests.begin(), requests.begin() + static_cast<std::ptrdiff_t>(n)), w);
+    }
     const GenerateResult res = model::generate(model, requests, opts);
     const GenerateStats& st = res.stats;
     const double tps = st.seconds() > 0 ? static_cast<double>(st.new_tokens) / st.seconds() : 0.0;

@@ -7,6 +7,7 @@
 // Both loops run once on the first prompt for a few tokens before they are timed (warm-up).
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
+#include "hsring/stop_tokens.hpp"
 #include "model/dflash_export.hpp"
 #include "model/generate.hpp"
 #include "model/spec_decode.hpp"
