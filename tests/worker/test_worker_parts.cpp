@@ -2,7 +2,7 @@
 // crashes at every instant of a commit.
 #include "worker/checkpoint_store.hpp"
 #include "worker/lr_schedule.hpp"
-#include "worker/metrics.hpp"
+#include "hsring/metrics_file.hpp"
 #include "worker/packer.hpp"
 #include "worker/plan_room.hpp"
 #include "hsring/ring.hpp"

@@ -22,7 +22,7 @@
 #include "worker/drafter/round_stats.hpp"
 #include "worker/drafter_loop.hpp"
 #include "worker/lr_schedule.hpp"
-#include "worker/metrics.hpp"
+#include "hsring/metrics_file.hpp"
 
 #include <chrono>
 #include <cstdint>

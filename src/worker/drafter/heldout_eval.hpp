@@ -9,7 +9,7 @@
 // Thread-safety: the loop thread only.
 #include "worker/context.hpp"
 #include "worker/drafter/round_stats.hpp"
-#include "worker/metrics.hpp"
+#include "hsring/metrics_file.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-// metrics.jsonl's line per logged optimizer step (the master's; see worker/metrics.hpp).
+// metrics.jsonl's line per logged optimizer step (the master's; see hsring/metrics_file.hpp).
 #include "worker/drafter/drafter.hpp"
 
 #include "hsring/acceptance.hpp"

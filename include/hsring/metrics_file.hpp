@@ -1,6 +1,8 @@
 #pragma once
 // RUN_DIR/metrics.jsonl: one JSON object per line, appended by the drafter per logged step
-// (loss, per-position accuracy, acceptance estimate, rates, waits, ring occupancy, memory).
+// (loss, per-position accuracy, acceptance estimate, rates, waits, ring occupancy, memory), by
+// target.0 per tau measurement during training and by the supervisor for the final one. Every
+// writer appends whole lines with one write(2) on an O_APPEND descriptor, so lines never mix.
 // A person plots it with bin/plot-run, or opens RUN_DIR/tensorboard in TensorBoard: every row is
 // mirrored there as scalars (src/tensorboard/metric_scalars.hpp) when hsring was built with
 // TensorBoard support. The supervisor's status line reads the live counters in the ledger instead.
@@ -16,7 +18,7 @@ namespace hsring::tensorboard {
 class MetricsMirror;
 }
 
-namespace hsring::worker {
+namespace hsring {
 
 class MetricsFile {
 public:
@@ -36,4 +38,4 @@ private:
 // Whether this build writes TensorBoard event files.
 bool tensorboard_built();
 
-} // namespace hsring::worker
+} // namespace hsring

@@ -1,4 +1,5 @@
-#include "worker/metrics.hpp"
+// metrics.jsonl and its TensorBoard mirror (see hsring/metrics_file.hpp).
+#include "hsring/metrics_file.hpp"
 
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
@@ -14,7 +15,7 @@ class MetricsMirror {};
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace hsring::worker {
+namespace hsring {
 
 bool tensorboard_built() {
 #ifdef HSRING_HAVE_TENSORBOARD
@@ -60,4 +61,4 @@ void MetricsFile::append(const nlohmann::json& row) {
 #endif
 }
 
-} // namespace hsring::worker
+} // namespace hsring
