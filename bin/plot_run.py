@@ -39,6 +39,8 @@ def surviving(records):
             current = res.get("incarnation", current)
         elif "eval" in r:
             evals.append(r)
+        elif "spec" in r:
+            continue  # tau of a committed checkpoint (read_spec): never rolled back
         elif "step" in r:
             inc = r.get("incarnation")
             if inc is not None and current is not None and inc != current:
@@ -60,6 +62,20 @@ def read_metrics(run_dir):
     """surviving() of RUN_DIR/metrics.jsonl."""
     with open(Path(run_dir) / "metrics.jsonl") as f:
         return surviving(json.loads(line) for line in f if line.strip())
+
+
+def read_spec(run_dir):
+    """The real tau measurements of RUN_DIR/metrics.jsonl ({"step": S, "spec": {"tau", ...}}: target.0
+    during training, on committed checkpoints; the supervisor at the end, "final": true), one per
+    step (the last), in step order."""
+    by_step = {}
+    with open(Path(run_dir) / "metrics.jsonl") as f:
+        for line in f:
+            if '"spec"' in line:
+                r = json.loads(line)
+                if isinstance(r.get("spec"), dict):
+                    by_step[r["step"]] = r
+    return [by_step[s] for s in sorted(by_step)]
 
 
 def main() -> int:
@@ -108,10 +124,15 @@ def main() -> int:
     ax[0][1].set_title(f"accuracy per block position (mean of {window} steps)")
     ax[0][1].legend(fontsize=7, ncol=2)
     curve(ax[0][2], [r["accept_len"] for r in rows], label="training")
-    ax[0][2].set_title("expected acceptance length")
+    ax[0][2].set_title("acceptance length: estimate and real tau")
     if evals:
         ax[0][2].plot([e["step"] for e in evals], [e["eval"]["accept_len"] for e in evals], "o-", color="black",
                       label="held-out")
+    spec = read_spec(run)
+    if spec:
+        ax[0][2].plot([x["step"] for x in spec], [x["spec"]["tau"] for x in spec], "s-", color="red",
+                      label="real tau (spec-decode with the target)")
+    if evals or spec:
         ax[0][2].legend()
     ax[0][3].plot(step, [r["lr"] for r in rows])
     ax[0][3].set_title("learning rate")

@@ -31,12 +31,27 @@ struct DatasetOptions {
     OnBadLine on_bad_line = OnBadLine::Fail;
     std::uint64_t max_seq_len = 0;  // longer samples are truncated; 0 = no limit
     std::int64_t vocab_size = 0;    // tokens must be < vocab_size; 0 = only "fits in int32"
+    // [data] responses = "target": > 0 turns every sample into a response template (below) with
+    // room for this many generated tokens per answer ([generate] max_new_tokens).
+    std::uint64_t response_tokens = 0;
 };
 
 // The options a run uses: [data] on_bad_line, the derived max_seq_len, the target's vocabulary.
 inline DatasetOptions dataset_options(const Config& cfg, const Derived& d) {
-    return {cfg.data.on_bad_line, d.max_seq_len, d.target.vocab_size};
+    return {cfg.data.on_bad_line, d.max_seq_len, d.target.vocab_size,
+            cfg.data.responses == Responses::Target ? cfg.generate.max_new_tokens : 0};
 }
+
+// Response templates ([data] responses = "target"). The target writes the answers, so a sample
+// keeps its context (loss_mask 0: system, user turns) and each of its answers (a run of
+// loss_mask 1) becomes `response_tokens` placeholder tokens (id 0, loss_mask 1): room the target
+// fills with what it generates from everything before it (worker/responses.hpp), and the length
+// the packer's plan counts (an answer never outgrows it). A line without loss_mask is one prompt
+// with one answer after it. Truncation to max_seq_len then cuts the template like any sample.
+//
+//   data set line   | system user | answer ..... | user | answer .. |
+//   template        | system user | 0 0 0 ... 0  | user | 0 0 ... 0 |     each answer: response_tokens
+//   loss mask       | 0 ...     0 | 1 1 1 ... 1  | 0  0 | 1 1 ... 1 |
 
 // What loading left out or changed, for the log and `hsring` reports.
 struct LoadReport {

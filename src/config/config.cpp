@@ -250,6 +250,7 @@ void read_data(Config& c, const toml::table& root, const std::string& file) {
     std::string eval;
     s.string("eval_path", eval);
     c.data.eval_path = eval;
+    s.choice("responses", c.data.responses, {{"dataset", Responses::Dataset}, {"target", Responses::Target}});
     s.finish();
 }
 
@@ -263,6 +264,21 @@ void read_generate(Config& c, const toml::table& root, const std::string& file) 
     s.integer("batch", g.batch, 1, 1u << 16);
     g.stop_token_ids_set = s.has("stop_token_ids");
     s.int_list("stop_token_ids", g.stop_token_ids, 0, std::numeric_limits<std::int32_t>::max());
+    s.finish();
+}
+
+void read_eval(Config& c, const toml::table& root, const std::string& file) {
+    Section s = section(root, "eval", file);
+    auto& e = c.eval;
+    std::string prompts;
+    s.string("spec_prompts", prompts);
+    e.spec_prompts = prompts;
+    s.integer("spec_every", e.spec_every, 0, kU64Max);
+    s.integer("spec_max_new_tokens", e.spec_max_new_tokens, 1, 1u << 20);
+    s.integer("spec_samples", e.spec_samples, 0, kU64Max);
+    if (e.spec_prompts.empty() && e.spec_every > 0)
+        s.bad("spec_every", fmt::format("= {} needs prompts: tau is measured on the prompts of a JSONL file (set "
+                                        "spec_prompts = \"heldout.jsonl\")", e.spec_every));
     s.finish();
 }
 
@@ -330,6 +346,9 @@ void check_config(const Config& c) {
     if (c.train.eval_every && c.data.eval_path.empty())
         fail("{}: [train] eval_every = {} needs held-out data: set [data] eval_path to a pre-tokenized JSONL file, or "
              "remove eval_every", file, c.train.eval_every);
+    if (c.data.responses == Responses::Target && c.run.mode == RunMode::Synthetic)
+        fail("{}: [data] responses = \"target\" needs a target model to answer the prompts, but [run] mode = "
+             "\"synthetic\" runs no model: use mode = \"train\" or responses = \"dataset\"", file);
     const bool gpu = std::any_of(c.topology.drafters.begin(), c.topology.drafters.end(), [](const Place& p) { return !p.is_cpu(); });
     const bool cpu = std::any_of(c.topology.drafters.begin(), c.topology.drafters.end(), [](const Place& p) { return p.is_cpu(); });
     if (gpu && cpu)
@@ -401,12 +420,12 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     }
     static const std::set<std::string, std::less<>> kTables{
         "run",  "topology", "ring",  "transport",  "target",     "drafter",
-        "data", "generate", "train", "supervisor", "distributed"};
+        "data", "generate", "train", "eval", "supervisor", "distributed"};
     for (auto&& [k, v] : root) {
         if (!kTables.count(k.str())) {
             const auto& r = k.source();
             fail("{}:{}:{}: unknown table or key '{}' at the top level (allowed tables: [run], "
-                 "[topology], [ring], [transport], [target], [drafter], [data], [generate], [train], [supervisor], "
+                 "[topology], [ring], [transport], [target], [drafter], [data], [generate], [train], [eval], [supervisor], "
                  "[distributed])",
                  source_name, r.begin.line, r.begin.column, k.str());
         }
@@ -429,6 +448,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_data(c, root, source_name);
     read_generate(c, root, source_name);
     read_train(c, root, source_name);
+    read_eval(c, root, source_name);
     read_supervisor(c, root, source_name);
     read_distributed(c, root, source_name);
     check_config(c);

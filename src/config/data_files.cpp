@@ -29,9 +29,9 @@ bool holds_text(int fd, const std::string& at, const std::filesystem::path& path
     }
 }
 
-void check_data_file(const Config& cfg, const char* key, const std::filesystem::path& value) {
+void check_data_file(const Config& cfg, const char* table, const char* key, const std::filesystem::path& value) {
     const std::filesystem::path path = cfg.resolve(value);
-    const std::string at = fmt::format("{}: [data] {} = \"{}\"", cfg.file.string(), key, value.string());
+    const std::string at = fmt::format("{}: [{}] {} = \"{}\"", cfg.file.string(), table, key, value.string());
     // A relative value is resolved against the config file's directory: say so, it is the usual surprise.
     const char* relative = value.is_absolute() ? "" : " (a relative path is resolved against the config file's directory)";
     constexpr const char* kFix = "give a pre-tokenized JSONL file, one {\"input_ids\": [...], \"loss_mask\": [...]} per "
@@ -56,8 +56,9 @@ void check_data_file(const Config& cfg, const char* key, const std::filesystem::
 } // namespace
 
 void check_data_files(const Config& cfg) {
-    check_data_file(cfg, "path", cfg.data.path);
-    if (!cfg.data.eval_path.empty()) check_data_file(cfg, "eval_path", cfg.data.eval_path);
+    check_data_file(cfg, "data", "path", cfg.data.path);
+    if (!cfg.data.eval_path.empty()) check_data_file(cfg, "data", "eval_path", cfg.data.eval_path);
+    if (!cfg.eval.spec_prompts.empty()) check_data_file(cfg, "eval", "spec_prompts", cfg.eval.spec_prompts);
 }
 
 } // namespace hsring

@@ -8,6 +8,13 @@ namespace hsring {
 nlohmann::json run_identity(const Config& c, const Derived& d, std::uint64_t data_fingerprint,
                             std::uint64_t eval_fingerprint) {
     const auto& t = c.train;
+    const auto& g = c.generate;
+    // How the target answers ([data] responses = "target"): part of what is trained.
+    const std::string responses =
+        c.data.responses == Responses::Dataset
+            ? std::string("dataset")
+            : fmt::format("target: max_new_tokens {} temperature {} top_p {} seed {} stop {}", g.max_new_tokens,
+                          g.temperature, g.top_p, g.seed ? g.seed : c.run.seed, nlohmann::json(d.stop_tokens).dump());
     return {
         {"[run] mode", c.run.mode == RunMode::Synthetic ? "synthetic" : "train"},
         {"[run] seed", c.run.seed},
@@ -24,6 +31,7 @@ nlohmann::json run_identity(const Config& c, const Derived& d, std::uint64_t dat
         {"[data] epochs", c.data.epochs},
         {"[data] shuffle", c.data.shuffle},
         {"[data] max_seq_len", d.max_seq_len},
+        {"[data] responses", responses},
         {"[train] lr", t.lr},
         {"[train] min_lr_ratio", t.min_lr_ratio},
         {"[train] warmup_steps", t.warmup_steps},

@@ -61,6 +61,36 @@ private:
     std::size_t size_ = 0;
 };
 
+// The sample at [start, end) of the arrays -> its response template (hsring/dataset.hpp).
+void to_response_template(std::vector<std::int32_t>& tokens, std::vector<std::uint8_t>& mask, std::size_t start,
+                          bool had_mask, std::uint64_t response_tokens) {
+    if (!had_mask) {  // one prompt; one answer after it
+        std::fill(mask.begin() + static_cast<std::ptrdiff_t>(start), mask.end(), std::uint8_t{0});
+        tokens.insert(tokens.end(), response_tokens, 0);
+        mask.insert(mask.end(), response_tokens, std::uint8_t{1});
+        return;
+    }
+    if (mask[start] == 1)
+        throw detail::BadLine{"with [data] responses = \"target\" the target answers each loss-masked turn from the "
+                              "tokens before it, but this sample's first token is loss-masked: it has no prompt (give "
+                              "the prompt loss_mask 0, or leave loss_mask out to make the whole line the prompt)"};
+    std::vector<std::int32_t> t;
+    std::vector<std::uint8_t> m;
+    for (std::size_t i = start; i < tokens.size(); ++i) {
+        if (mask[i] == 0) {
+            t.push_back(tokens[i]);
+            m.push_back(0);
+        } else if (mask[i - 1] == 0) {  // an answer starts: its room
+            t.insert(t.end(), response_tokens, 0);
+            m.insert(m.end(), response_tokens, std::uint8_t{1});
+        }
+    }
+    tokens.resize(start);
+    mask.resize(start);
+    tokens.insert(tokens.end(), t.begin(), t.end());
+    mask.insert(mask.end(), m.begin(), m.end());
+}
+
 bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 } // namespace
@@ -91,7 +121,8 @@ Dataset Dataset::parse(std::string_view text, std::string_view source, const Dat
 
         const std::size_t start = d.tokens_.size();
         try {
-            detail::parse_sample_line(line, options.vocab_size, d.tokens_, d.mask_);
+            const bool had_mask = detail::parse_sample_line(line, options.vocab_size, d.tokens_, d.mask_);
+            if (options.response_tokens > 0) to_response_template(d.tokens_, d.mask_, start, had_mask, options.response_tokens);
         } catch (const detail::BadLine& bad) {
             d.tokens_.resize(start);
             d.mask_.resize(start);
@@ -143,6 +174,7 @@ Dataset Dataset::parse(std::string_view text, std::string_view source, const Dat
     h.add(options.on_bad_line == OnBadLine::Skip ? 1 : 0);
     h.add(options.max_seq_len);
     h.add(static_cast<std::uint64_t>(options.vocab_size));
+    if (options.response_tokens > 0) h.add(options.response_tokens);  // (fingerprints of older runs unchanged)
     h.add(d.size());
     for (std::size_t i = 0; i < d.size(); ++i) {
         h.add(d.length(i));

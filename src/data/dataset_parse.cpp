@@ -207,7 +207,7 @@ private:
 
 } // namespace
 
-void parse_sample_line(std::string_view line, std::int64_t vocab_size,
+bool parse_sample_line(std::string_view line, std::int64_t vocab_size,
                        std::vector<std::int32_t>& tokens, std::vector<std::uint8_t>& mask) {
     constexpr std::uint64_t kMaxToken = std::numeric_limits<std::int32_t>::max();
     const std::size_t tokens0 = tokens.size();
@@ -294,6 +294,7 @@ void parse_sample_line(std::string_view line, std::int64_t vocab_size,
                                   "they must match (one 0/1 per token)",
                                   m, n)};
     }
+    return have_mask;
 }
 
 } // namespace hsring::data::detail

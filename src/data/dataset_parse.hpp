@@ -17,9 +17,9 @@ struct BadLine {
 
 // Appends the line's input_ids to `tokens` and its loss_mask to `mask` (all ones when the key
 // is absent); both grow by the same count. Tokens must be in [0, vocab_size) (vocab_size 0:
-// [0, INT32_MAX]). Throws BadLine; the vectors may then hold a partial sample, which the
-// caller trims back.
-void parse_sample_line(std::string_view line, std::int64_t vocab_size,
+// [0, INT32_MAX]). Returns whether the line had a loss_mask. Throws BadLine; the vectors may then
+// hold a partial sample, which the caller trims back.
+bool parse_sample_line(std::string_view line, std::int64_t vocab_size,
                        std::vector<std::int32_t>& tokens, std::vector<std::uint8_t>& mask);
 
 } // namespace hsring::data::detail

@@ -131,6 +131,7 @@ json status_json(const StatusInputs& in) {
         {"rates", rates},
         {"balance", balance(targets_wait, drafters_wait)},
         {"drafter", drafter},
+        {"spec", in.spec},
     };
 }
 
@@ -192,6 +193,8 @@ std::string status_line(const json& st) {
     const std::uint64_t total = ledger.value("total", std::uint64_t{0});
     if (total) s += fmt::format(" | {}/{} {:.0f}%", trained(ledger), total, 100.0 * static_cast<double>(trained(ledger)) / static_cast<double>(total));
     if (const auto rejected = ledger.value("rejected", std::uint64_t{0})) s += fmt::format(" | {} rejected", rejected);
+    if (st.contains("spec") && st["spec"].is_object())
+        s += fmt::format(" | tau {:.2f}@{}", st["spec"].value("tau", 0.0), st["spec"].value("step", std::uint64_t{0}));
     s += fmt::format(" | restarts {}", restarts);
     if (st.contains("balance") && !st["balance"]["targets_wait"].is_null() && !st["balance"]["drafters_wait"].is_null())
         s += fmt::format(" | wait T {:.0f}% D {:.0f}%", 100 * st["balance"]["targets_wait"].get<double>(),
@@ -233,6 +236,13 @@ std::string status_text(const json& st) {
         s += fmt::format("balance: targets wait {} of their time (a full ring or no samples), drafters wait {} (for "
                          "data){}\n", pct(b["targets_wait"]), pct(b["drafters_wait"]),
                          b.value("advice", "").empty() ? "" : ": " + b.value("advice", ""));
+    }
+    if (st.contains("spec") && st["spec"].is_object()) {
+        const json& sp = st["spec"];
+        s += fmt::format("tau: {:.3f} after step {} ({} prompts, {} verify steps; speculative decoding with the "
+                         "target{})\n", sp.value("tau", 0.0), sp.value("step", std::uint64_t{0}),
+                         sp.value("prompts", std::uint64_t{0}), sp.value("verify_steps", std::uint64_t{0}),
+                         sp.value("final", false) ? ", the export" : "");
     }
     const json& ring = st["ring"];
     const json& c = ring["counters"];

@@ -83,6 +83,7 @@ struct StatusInputs {
     std::uint64_t total = 0;
     LedgerCounts counts;
     bool done = false;
+    nlohmann::json spec;  // the last tau measurement (metrics.jsonl's last "spec" object); null: none
 };
 
 nlohmann::json status_json(const StatusInputs& in);

@@ -1,5 +1,6 @@
 // Control requests and the run's status (see control_client.hpp for the protocol, status.hpp).
 #include "supervisor/supervisor.hpp"
+#include "supervisor/spec_final.hpp"
 
 #include "hsring/error.hpp"
 
@@ -112,6 +113,7 @@ json Supervisor::collect_status(bool update_rates) {
     in.total = mem_->ledger.total();
     in.counts = mem_->ledger.counts();
     in.done = mem_->ledger.done();
+    in.spec = last_tau(files_.dir / "metrics.jsonl");
     return status_json(in);
 }
 

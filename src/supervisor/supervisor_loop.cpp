@@ -3,6 +3,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/train_log.hpp"
+#include "supervisor/spec_final.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -290,7 +291,13 @@ int Supervisor::finish() {
         }
     }
     complete_ = complete;
+    std::optional<json> tau;
+    if (complete && !cfg_.eval.spec_prompts.empty())
+        if (const auto step = read_latest_checkpoint(files_)) tau = measure_final_tau(cfg_, derived_, *step, console_);
     std::string text = summary();
+    if (tau)
+        text += fmt::format("; real tau {:.3f} ({} prompts, spec-decode with the target{})", (*tau)["tau"].get<double>(),
+                            (*tau)["prompts"].get<std::size_t>(), (*tau)["lossless"].get<bool>() ? ", lossless" : ", NOT lossless");
     const bool keep = cfg_.run.keep_ring || phase_ == Phase::Killing;
     if (keep) {
         text += fmt::format("; ring '{}' and its ledger kept ({})", derived_.ring_name,

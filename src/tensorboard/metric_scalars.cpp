@@ -45,6 +45,10 @@ std::optional<MetricRow> metric_row(const json& row) {
         flatten("eval", *ev, r.scalars);
         return r;
     }
+    if (const auto sp = row.find("spec"); sp != row.end()) {  // tau with the real target
+        flatten("spec", *sp, r.scalars);
+        return r;
+    }
     for (const auto& [k, v] : row.items()) {
         bool skip = false;
         for (std::string_view n : kNotScalars) skip = skip || k == n;

@@ -5,6 +5,7 @@
 //   step row    {"step": 12, "loss": 3.1, "acc": [..], "ring": {"free": 2, ..}, ..}
 //               -> train/loss, train/acc/1.., train/ring/free, .. at step 12
 //   evaluation  {"step": 12, "eval": {"loss": .., "acc": [..], ..}}  -> eval/loss, eval/acc/1..
+//   tau         {"step": 12, "spec": {"tau": .., "acceptance_per_position": [..], ..}}  -> spec/tau, ..
 //   resume      {"resume": {"step": 10, ..}}  -> a restart at step 11 (later steps seen before
 //               are dropped: they were rolled back)
 // Arrays count from 1 (acc/1 is the first drafted position). null is NaN (a non-finite value

@@ -28,12 +28,14 @@ bool Packer::fits(const PackedBatch& b, std::size_t tokens) const {
     return b.positions.size() < max_samples_ && b.tokens.size() + tokens <= slot_tokens_;
 }
 
-void Packer::append(PackedBatch& b, std::uint64_t id, const data::Dataset& d, std::size_t i, std::uint8_t flags) const {
+void Packer::append(PackedBatch& b, std::uint64_t id, const data::Dataset& d, std::size_t i, std::uint8_t flags,
+                    std::uint64_t key) const {
     const auto tok = d.tokens(i);
     const auto mask = d.loss_mask(i);
     b.positions.push_back(id);
     b.lengths.push_back(static_cast<std::uint32_t>(tok.size()));
     b.flags.push_back(flags);
+    b.keys.push_back(key);
     b.tokens.insert(b.tokens.end(), tok.begin(), tok.end());
     b.loss_mask.insert(b.loss_mask.end(), mask.begin(), mask.end());
 }
@@ -52,7 +54,7 @@ PackedBatch Packer::pack_eval(EvalBoard& board, const data::Dataset& eval_data, 
             board.untake(*idx, round, ticket);  // the next slot starts with it
             break;
         }
-        append(b, *idx, eval_data, i, 0);
+        append(b, *idx, eval_data, i, 0, i | PackedBatch::kEvalKey);
     }
     if (b.positions.empty()) b.eval_round = 0;
     return b;
@@ -67,7 +69,8 @@ PackedBatch Packer::pack(std::uint64_t ticket, std::uint64_t end) {
     // the batch is the plan's, whatever happened to it before.
     for (std::uint64_t pos = ledger_.first(*j); pos < ledger_.first(*j + 1); ++pos) {
         const std::uint8_t flags = ledger_.state(pos) == EntryState::Rejected ? sample_flag::kRejected : 0;
-        append(b, pos, data_, sample_of(pos), flags);
+        const std::uint32_t sample = sample_of(pos);
+        append(b, pos, data_, sample, flags, sample | std::uint64_t{ledger_.epoch_of(pos)} << 32);
     }
     HSRING_ASSERT(b.tokens.size() <= slot_tokens_ && b.positions.size() <= max_samples_,
                   "plan slot {} ({} samples, {} tokens) exceeds a ring slot", *j, b.positions.size(), b.tokens.size());

@@ -30,6 +30,10 @@ struct PackedBatch {
     std::vector<std::uint8_t> flags;       // per sample (sample_flag)
     std::vector<std::int32_t> tokens;      // all samples back to back
     std::vector<std::uint8_t> loss_mask;
+    // Per sample, not in the slot's metadata: its data-set index | epoch << 32 (held-out:
+    // | kEvalKey), what a target's answer is drawn from ([data] responses = "target").
+    std::vector<std::uint64_t> keys;
+    static constexpr std::uint64_t kEvalKey = 0xFFFF'FFFFull << 32;
 
     bool empty() const { return positions.empty(); }
     std::uint64_t n_tokens() const { return tokens.size(); }
@@ -59,7 +63,8 @@ private:
     std::uint32_t nnodes_ = 1, node_ = 0;
 
     bool fits(const PackedBatch& b, std::size_t tokens) const;
-    void append(PackedBatch& b, std::uint64_t id, const data::Dataset& d, std::size_t sample, std::uint8_t flags) const;
+    void append(PackedBatch& b, std::uint64_t id, const data::Dataset& d, std::size_t sample, std::uint8_t flags,
+                std::uint64_t key) const;
 };
 
 // The batch's samples, tokens, mask and flags into a claimed slot's metadata (counts included; the

@@ -1,5 +1,6 @@
 #include "worker/target_loop.hpp"
 
+#include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 
@@ -42,6 +43,11 @@ std::uint64_t reject_nonfinite(Context& ctx, Packer& packer, PackedBatch& batch,
 
 } // namespace
 
+std::vector<std::vector<std::int64_t>> TargetCompute::generate_answers(const std::vector<AnswerRequest>&) {
+    HSRING_ASSERT(false, "this target compute runs no model: it cannot answer prompts");
+    return {};
+}
+
 int run_target(Context& ctx, TargetCompute& compute) {
     Packer packer(*ctx.data, ctx.ledger, ctx.cfg.ring.slot_tokens, ctx.derived.max_samples_per_slot);
     // Plan slots are produced at most a ring's worth ahead of the slot the drafters need next, so
@@ -50,6 +56,10 @@ int run_target(Context& ctx, TargetCompute& compute) {
     WorkerStats st;
     std::uint64_t rejected = 0;
     double compute_s = 0;
+    const bool answer = ctx.cfg.data.responses == Responses::Target;
+    const std::uint64_t answer_seed = ctx.cfg.generate.seed ? ctx.cfg.generate.seed : ctx.cfg.run.seed;
+    std::uint64_t answer_tokens = 0;
+    double answer_s = 0;
     ctx.publish(st, true);
     while (!stop_requested()) {
         if (ctx.ledger.done()) {
@@ -62,6 +72,7 @@ int run_target(Context& ctx, TargetCompute& compute) {
         if (!slot) {
             if (ctx.ring.stopping()) break;
             ctx.publish(st);
+            compute.between_slots();  // the ring is full: time for side work
             continue;
         }
         // Held-out samples first while the drafters evaluate a round ([data] eval_path): the round
@@ -73,16 +84,23 @@ int run_target(Context& ctx, TargetCompute& compute) {
             // Nothing PENDING below the window; plan slots come back only if a slot is reclaimed
             // or a drafter restarts, and the window moves as the drafters take slots.
             slot->abort();
+            compute.between_slots();  // this target is a ring ahead of the drafters: time for side work
             t0 = Clock::now();
             ctx.ledger.wait_pending(500ms);
             st.wait_ns += ns_since(t0);
             ctx.publish(st);
             continue;
         }
-        write_meta(slot->meta(), batch, ctx.env.rank);
         t0 = Clock::now();
         std::vector<std::uint8_t> bad;
         try {
+            if (answer) {  // the target writes the answers first (responses.hpp)
+                answer_tokens += answer_templates(batch, answer_seed, [&](const std::vector<AnswerRequest>& r) {
+                    return compute.generate_answers(r);
+                });
+                answer_s += double(ns_since(t0)) / 1e9;
+            }
+            write_meta(slot->meta(), batch, ctx.env.rank);
             fault::point("write");  // HSRING_FAULT (CONTRACT.md)
             bad = compute.write(batch, *slot);
         } catch (...) {
@@ -105,12 +123,19 @@ int run_target(Context& ctx, TargetCompute& compute) {
             st.tokens += batch.n_tokens();
         }
         ctx.publish(st);
+        // Side work only while the drafters have half a ring of READY slots ahead of them: it
+        // never makes them wait (and when the ring is full, above, there is nothing else to do).
+        const Occupancy occ = ctx.ring.occupancy();
+        if (2 * occ.ready >= ctx.ring.geometry().slot_count) compute.between_slots();
     }
     ctx.publish(st, true);
     const double wait_s = double(st.wait_ns) / 1e9;
-    log::info("produced {} slots, {} samples, {} tokens in {:.1f} s of compute ({:.0f} tokens/s){}; waited {:.1f} s "
+    log::info("produced {} slots, {} samples, {} tokens in {:.1f} s of compute ({:.0f} tokens/s){}{}; waited {:.1f} s "
               "for free slots or pending samples", st.slots, st.samples, st.tokens, compute_s,
               compute_s > 0 ? double(st.tokens) / compute_s : 0.0,
+              answer ? fmt::format("; generated {} answer tokens in {:.1f} s ({:.0f} tokens/s)", answer_tokens, answer_s,
+                                   answer_s > 0 ? double(answer_tokens) / answer_s : 0.0)
+                     : std::string(),
               rejected ? fmt::format("; {} samples rejected (non-finite hidden states)", rejected) : std::string(),
               wait_s);
     return kExitOk;

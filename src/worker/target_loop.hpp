@@ -5,6 +5,7 @@
 // sleep on futexes (no CPU burnt). See CONTRACT.md for when it ends.
 #include "worker/context.hpp"
 #include "worker/packer.hpp"
+#include "worker/responses.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -22,6 +23,13 @@ public:
     // How long the last write() computed on its device, in seconds (the GPU's clock; wall time
     // on the CPU).
     virtual double last_compute_s() const = 0;
+    // [data] responses = "target": one answer per request (responses.hpp), with the [generate]
+    // settings. Only a compute with a model can (config.cpp refuses it for synthetic runs).
+    virtual std::vector<std::vector<std::int64_t>> generate_answers(const std::vector<AnswerRequest>& requests);
+    // A short unit of side work (the tau measurement, spec_probe.hpp: one prompt's decoding),
+    // called while the ring is full or the plan's window is closed (this target is ahead), and
+    // after a slot when half the ring is READY.
+    virtual void between_slots() {}
 };
 
 int run_target(Context& ctx, TargetCompute& compute);

@@ -4,10 +4,13 @@
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
+#include "model/generate.hpp"
 #include "model/target.hpp"
 #include "worker/plan_room.hpp"
+#include "worker/spec_probe.hpp"
 #include "worker/torch_util.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -48,9 +51,44 @@ TorchTarget::TorchTarget(Context& ctx) {
     log::info("target {} loaded on {} in {:.1f} s ({}; captured layers {})", ctx.derived.target.source, device.str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               c10::toString(impl_->compute_dtype), ids);
+    probe_ = std::make_unique<SpecProbe>(ctx, impl_->model);
+    if (!probe_->active()) probe_.reset();
+}
+
+void TorchTarget::between_slots() {
+    if (!probe_) return;
+    try {
+        probe_->work();
+    } catch (const std::exception& e) {
+        // Side work: a failure (out of memory on a full GPU) ends the measurements, not the target.
+        log::warn("tau during training stopped: {}", e.what());
+        probe_.reset();
+    }
 }
 
 TorchTarget::~TorchTarget() = default;
+
+std::vector<std::vector<std::int64_t>> TorchTarget::generate_answers(const std::vector<AnswerRequest>& requests) {
+    const GenerateConfig& g = impl_->ctx.cfg.generate;
+    model::GenerateOptions o;
+    o.sampling = {g.temperature, g.top_p};
+    o.stop_tokens = impl_->ctx.derived.stop_tokens;
+    o.batch = g.batch;
+    o.max_new_tokens = 1;
+    std::vector<model::GenerateRequest> reqs;
+    reqs.reserve(requests.size());
+    for (const AnswerRequest& r : requests) {
+        reqs.push_back({r.prompt, r.seed});
+        // The longest room: a request's tokens do not depend on the others' (generate.hpp); a
+        // shorter room keeps a prefix.
+        o.max_new_tokens = std::max<std::int64_t>(o.max_new_tokens, r.room);
+    }
+    model::GenerateResult res = model::generate(impl_->model, reqs, o);
+    std::vector<std::vector<std::int64_t>> out;
+    out.reserve(res.outputs.size());
+    for (auto& x : res.outputs) out.push_back(std::move(x.tokens));
+    return out;
+}
 
 std::vector<std::uint8_t> TorchTarget::write(const PackedBatch& batch, WriteSlot& slot) {
     Impl& m = *impl_;

@@ -309,6 +309,30 @@ TEST_CASE("[generate]: greedy defaults; stop_token_ids absent, [] and a list are
     CHECK(error_of(std::string(kMinimal) + "[generate]\ntemprature = 1.0\n").find("temprature") != std::string::npos);
 }
 
+TEST_CASE("[data] responses: \"dataset\" by default; \"target\" needs stop tokens, room for a prompt and a model") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.data.responses == Responses::Dataset);
+    CHECK(derive(c, preset_shape("tiny")).stop_tokens.empty());
+    const std::string target = std::string(kMinimal) + "responses = \"target\"\n";
+    // A preset declares no eos id: the config must name what ends an answer.
+    const std::string e = error_of(target);
+    CHECK(e.find("t.toml: [generate] stop_token_ids is not set") != std::string::npos);
+    CHECK(e.find("stop_token_ids = []") != std::string::npos);
+    c = parse_config(target + "[generate]\nstop_token_ids = [3]\nmax_new_tokens = 64\n", "t.toml");
+    CHECK(c.data.responses == Responses::Target);
+    const Derived d = derive(c, preset_shape("tiny"));
+    CHECK(d.stop_tokens == std::vector<std::int64_t>{3});
+    // Part of what the machines of a run compare.
+    CHECK(run_identity(c, d, 1, 2)["[data] responses"].get<std::string>().find("max_new_tokens 64") != std::string::npos);
+    CHECK(error_of(target + "[generate]\nstop_token_ids = [512]\n").find("outside the vocabulary") != std::string::npos);
+    CHECK(error_of(target + "[generate]\nstop_token_ids = []\nmax_new_tokens = 512\n").find("leaves no room for a prompt") !=
+          std::string::npos);
+    CHECK(error_of(std::string(kMinimal) + "responses = \"model\"\n").find("[data] responses") != std::string::npos);
+    std::string synth = target + "[generate]\nstop_token_ids = []\n";
+    synth.insert(0, "[run]\nmode = \"synthetic\"\n");
+    CHECK(error_of(synth).find("[run] mode = \"synthetic\" runs no model") != std::string::npos);
+}
+
 TEST_CASE("[train] matmul: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
     Config c = parse_config(kMinimal, "t.toml");
     CHECK(c.train.matmul == Matmul::BF16);

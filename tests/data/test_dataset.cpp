@@ -219,6 +219,40 @@ TEST_CASE("the fingerprint follows the content and the options, and is pinned") 
     CHECK(f == 0xee7420d4f5d95c17ull);
 }
 
+TEST_CASE("responses = target: every answer becomes a room of response_tokens, the context stays") {
+    DatasetOptions o = opts();
+    o.response_tokens = 3;
+    // Two turns (system+user, answer, user, answer), a bare prompt, a one-token answer.
+    const std::string text = R"({"input_ids": [1, 2, 10, 11, 12, 13, 3, 14], "loss_mask": [0, 0, 1, 1, 1, 1, 0, 1]})" "\n"
+                             R"({"input_ids": [5, 6]})" "\n"
+                             R"({"input_ids": [7, 8, 9], "loss_mask": [0, 0, 1]})" "\n";
+    Dataset d = Dataset::parse(text, "t.jsonl", o);
+    REQUIRE(d.size() == 3);
+    CHECK(tokens_of(d, 0) == std::vector<std::int32_t>{1, 2, 0, 0, 0, 3, 0, 0, 0});
+    CHECK(mask_of(d, 0) == std::vector<std::uint8_t>{0, 0, 1, 1, 1, 0, 1, 1, 1});
+    CHECK(tokens_of(d, 1) == std::vector<std::int32_t>{5, 6, 0, 0, 0});  // no loss_mask: one prompt
+    CHECK(mask_of(d, 1) == std::vector<std::uint8_t>{0, 0, 1, 1, 1});
+    CHECK(tokens_of(d, 2) == std::vector<std::int32_t>{7, 8, 0, 0, 0});
+    CHECK(d.loss_tokens() == 12);  // the rooms: what the plan counts
+    // The template is what the fingerprint sees (a run re-attached with other answers in the
+    // file is the same run); the room's size is part of it.
+    DatasetOptions o4 = o;
+    o4.response_tokens = 4;
+    CHECK(d.fingerprint() != Dataset::parse(text, "t.jsonl", o4).fingerprint());
+    CHECK(d.fingerprint() == Dataset::parse(R"({"input_ids": [1, 2, 99, 3, 98, 97], "loss_mask": [0, 0, 1, 0, 1, 1]})" "\n"
+                                            R"({"input_ids": [5, 6]})" "\n"
+                                            R"({"input_ids": [7, 8, 42], "loss_mask": [0, 0, 1]})" "\n",
+                                            "t.jsonl", o).fingerprint());
+    // Truncation cuts the template like any sample.
+    o.max_seq_len = 4;
+    Dataset cut = Dataset::parse(text, "t.jsonl", o);
+    CHECK(tokens_of(cut, 0) == std::vector<std::int32_t>{1, 2, 0, 0});
+    // No prompt before the first answer: one clear message with file:line and the fix.
+    const std::string e = error_of(R"({"input_ids": [1, 2], "loss_mask": [1, 1]})", o);
+    CHECK(e.find("t.jsonl:1:") != std::string::npos);
+    CHECK(e.find("has no prompt") != std::string::npos);
+}
+
 TEST_CASE("the shipped data/demo.jsonl loads cleanly for the tiny preset (vocab 512)") {
     const char* root = std::getenv("HSRING_SOURCE_ROOT");
     REQUIRE_MESSAGE(root, "HSRING_SOURCE_ROOT is set by meson test");

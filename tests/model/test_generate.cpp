@@ -6,6 +6,7 @@
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
+#include "hsring/stop_tokens.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampling.hpp"

@@ -11,6 +11,7 @@
 #include "hsring/train_log.hpp"
 #include "supervisor/run_files.hpp"
 #include "supervisor/run_verify.hpp"
+#include "supervisor/spec_final.hpp"
 #include "supervisor/status.hpp"
 #include "supervisor/worker_spec.hpp"
 
@@ -416,6 +417,37 @@ TEST_CASE("the status line shows rates, the ring bar, step, loss, progress and r
     const auto k = status_json(in);
     CHECK(k["ring"]["counters"]["peer_lost"] == 3);
     CHECK(status_text(k).find("3 READY slots lost with their target's GPU") != std::string::npos);
+    CHECK(line.find("tau") == std::string::npos);  // no measurement yet
+}
+
+TEST_CASE("tau: the last measurement in metrics.jsonl reaches the status line and report") {
+    const auto dir = std::filesystem::temp_directory_path() / ("hsring-tau-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto metrics = dir / "metrics.jsonl";
+    CHECK(last_tau(metrics).is_null());  // no file yet
+    {
+        std::ofstream f(metrics);
+        f << R"({"step": 10, "loss": 2.0})" "\n"
+          << R"({"step": 14, "spec": {"tau": 1.25, "step": 14, "prompts": 6, "verify_steps": 40, "final": false}})" "\n"
+          << R"({"step": 20, "spec": {"tau": 1.5, "step": 20, "prompts": 6, "verify_steps": 38, "final": false}})" "\n"
+          << R"({"step": 21, "loss": 1.9})" "\n";
+    }
+    StatusInputs in;
+    in.name = "x";
+    in.spec = last_tau(metrics);
+    REQUIRE(in.spec.is_object());
+    CHECK(in.spec["step"] == 20);
+    const auto j = status_json(in);
+    CHECK(status_line(j).find("tau 1.50@20") != std::string::npos);
+    CHECK(status_text(j).find("tau: 1.500 after step 20 (6 prompts, 38 verify steps") != std::string::npos);
+    // spec-decode's JSON -> the row's object: per-position acceptance from the acceptance lengths.
+    const auto sp = spec_summary(nlohmann::json::parse(R"({"tau": 2.0, "block_size": 4, "verify_steps": 4, "new_tokens": 9,
+        "lossless": true, "speedup": 1.1, "prompts": [{"acceptance_lengths": [1, 2, 4]}, {"acceptance_lengths": [1]}]})"),
+                                 30, true);
+    CHECK(sp["acceptance_per_position"] == nlohmann::json::array({0.5, 0.25, 0.25}));
+    CHECK(sp["final"] == true);
+    CHECK(sp["prompts"] == 2);
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("rates come from the worker's heartbeats over a window and restart with a new process") {

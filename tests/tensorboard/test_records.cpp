@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <cmath>
 #include <cstring>
 
@@ -48,6 +50,15 @@ TEST_CASE("metrics rows as scalars") {
     REQUIRE(e);
     CHECK(e->scalars.size() == 2);
     CHECK(e->scalars[0].tag.starts_with("eval/"));
+
+    const auto sp = metric_row(json::parse(
+        R"({"step": 20, "spec": {"tau": 1.5, "acceptance_per_position": [0.4, 0.1], "step": 20, "final": false}})"));
+    REQUIRE(sp);
+    CHECK(sp->step == 20);
+    std::map<std::string, double> t;
+    for (const auto& x : sp->scalars) t[x.tag] = x.value;
+    CHECK(t["spec/tau"] == 1.5);
+    CHECK(t["spec/acceptance_per_position/2"] == 0.1);
 
     const auto res = metric_row(json::parse(R"({"resume": {"step": 10, "incarnation": 2}, "time": 3})"));
     REQUIRE(res);

@@ -5,6 +5,7 @@
 #include "hsring/metrics_file.hpp"
 #include "worker/packer.hpp"
 #include "worker/plan_room.hpp"
+#include "worker/responses.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/acceptance.hpp"
 
@@ -219,4 +220,43 @@ TEST_CASE("a writer out of peer buffers gives back its own latest later plan slo
     CHECK(repended.size() == 3);
     writing->abort();
     hsring::Ring::remove(name);
+}
+
+TEST_CASE("answer_templates: each turn answered from everything before it, cut to its room, seeded per sample and turn") {
+    // Two templates (hsring/dataset.hpp): [1 2 | room 3 | 5 | room 2] and [7 | room 3].
+    PackedBatch b;
+    b.positions = {10, 11};
+    b.flags = {0, 0};
+    b.keys = {4, 9 | (std::uint64_t{1} << 32)};
+    b.lengths = {8, 4};
+    b.tokens = {1, 2, 0, 0, 0, 5, 0, 0, 7, 0, 0, 0};
+    b.loss_mask = {0, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1};
+    std::vector<std::vector<AnswerRequest>> calls;
+    // A "model" that answers with the prompt's length, then 100 + its last token, then a stop.
+    auto gen = [&](const std::vector<AnswerRequest>& rs) {
+        calls.push_back(rs);
+        std::vector<std::vector<std::int64_t>> out;
+        for (const auto& r : rs) out.push_back({std::int64_t(r.prompt.size()), 100 + r.prompt.back(), 99});
+        return out;
+    };
+    const std::uint64_t kept = answer_templates(b, 7, gen);
+    REQUIRE(calls.size() == 2);  // turn 0 of both samples together, then turn 1 of the first
+    REQUIRE(calls[0].size() == 2);
+    CHECK(calls[0][0].prompt == std::vector<std::int64_t>{1, 2});
+    CHECK(calls[0][1].prompt == std::vector<std::int64_t>{7});
+    CHECK(calls[0][0].room == 3);
+    REQUIRE(calls[1].size() == 1);
+    CHECK(calls[1][0].prompt == std::vector<std::int64_t>{1, 2, 2, 102, 99, 5});  // its own first answer in it
+    CHECK(calls[1][0].room == 2);
+    CHECK(b.lengths == std::vector<std::uint32_t>{8, 4});
+    CHECK(b.tokens == std::vector<std::int32_t>{1, 2, 2, 102, 99, 5, 6, 105, 7, 1, 107, 99});
+    CHECK(b.loss_mask == std::vector<std::uint8_t>{0, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1});
+    CHECK(kept == 8);
+    // Streams: a function of (seed, key, turn) only, all different.
+    CHECK(calls[0][0].seed == answer_seed(7, 4, 0));
+    CHECK(calls[1][0].seed == answer_seed(7, 4, 1));
+    CHECK(calls[0][1].seed == answer_seed(7, 9 | (std::uint64_t{1} << 32), 0));
+    CHECK(answer_seed(7, 4, 0) != answer_seed(7, 4, 1));
+    CHECK(answer_seed(7, 4, 0) != answer_seed(8, 4, 0));
+    CHECK(answer_seed(7, 4, 0) != answer_seed(7, 4 | (std::uint64_t{1} << 32), 0));
 }

@@ -1,0 +1,138 @@
+// tau during training, measured by target.0 (see worker/spec_probe.hpp).
+#include "worker/spec_probe.hpp"
+
+#include "hsring/error.hpp"
+#include "hsring/log.hpp"
+#include "hsring/stop_tokens.hpp"
+#include "model/dflash_export.hpp"
+#include "model/prompts.hpp"
+#include "model/spec_decode.hpp"
+#include "worker/checkpoint_store.hpp"
+#include "hsring/metrics_file.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <optional>
+
+namespace hsring::worker {
+
+namespace {
+
+// The step rows' "spec" object from one measurement's acceptance lengths (each = accepted drafts
+// + 1): tau = their mean; position k's acceptance = the share of verify steps whose first k
+// drafts were all accepted (length >= k + 1).
+nlohmann::json spec_row(std::uint64_t step, const std::vector<std::int64_t>& lengths, std::uint32_t block,
+                        std::size_t prompts, std::int64_t new_tokens, double seconds, bool final) {
+    double sum = 0;
+    for (std::int64_t a : lengths) sum += double(a);
+    const double n = double(lengths.size());
+    std::vector<double> per_position;
+    for (std::uint32_t k = 1; k < block; ++k) {
+        std::size_t hit = 0;
+        for (std::int64_t a : lengths) hit += a >= std::int64_t{k} + 1 ? 1 : 0;
+        per_position.push_back(n > 0 ? double(hit) / n : 0.0);
+    }
+    return {{"step", step},
+            {"spec",
+             {{"tau", n > 0 ? sum / n : 0.0},
+              {"acceptance_per_position", per_position},
+              {"step", step},
+              {"prompts", prompts},
+              {"verify_steps", lengths.size()},
+              {"new_tokens", new_tokens},
+              {"seconds", seconds},
+              {"final", final}}}};
+}
+
+} // namespace
+
+struct SpecProbe::Impl {
+    Context& ctx;
+    model::TargetModel& target;
+    std::vector<model::GenerateRequest> prompts;
+    model::SpecDecodeOptions options;
+    std::uint64_t next_due = 0;
+    MetricsFile metrics;
+
+    // The measurement under way.
+    struct Run {
+        std::uint64_t step = 0;
+        model::DFlashDrafter drafter{nullptr};
+        std::uint32_t block = 0;
+        std::size_t next = 0;  // next prompt
+        std::vector<std::int64_t> lengths;
+        std::int64_t new_tokens = 0;
+        double seconds = 0;
+    };
+    std::optional<Run> run;
+
+    Impl(Context& c, model::TargetModel& t)
+        : ctx(c), target(t), metrics(c.env.run_dir / "metrics.jsonl", c.env.run_dir / "tensorboard" / "spec") {
+        const EvalConfig& e = c.cfg.eval;
+        prompts = model::read_prompts(c.cfg.resolve(e.spec_prompts), c.derived.target.source, c.derived.target, 0);
+        if (e.spec_samples > 0 && e.spec_samples < prompts.size()) prompts.resize(e.spec_samples);
+        options.max_new_tokens = static_cast<std::int64_t>(e.spec_max_new_tokens);
+        options.stop_tokens = model_stop_tokens(c.derived.target);  // as served (and as spec-decode measures)
+        const std::uint64_t latest = CheckpointStore::read_latest(c.env.run_dir / "checkpoints");
+        next_due = (latest / e.spec_every + 1) * e.spec_every;  // a restarted target skips what was measured
+        log::info("tau during training: {} prompts of {}, every {} steps (next: the first checkpoint at or after "
+                  "step {})", prompts.size(), e.spec_prompts.string(), e.spec_every, next_due);
+    }
+
+    void start() {
+        std::uint64_t latest = 0;
+        try {
+            latest = CheckpointStore::read_latest(ctx.env.run_dir / "checkpoints");
+        } catch (const Error&) {
+            return;  // being replaced; looked at again after the next slot
+        }
+        if (latest < next_due) return;
+        next_due = (latest / ctx.cfg.eval.spec_every + 1) * ctx.cfg.eval.spec_every;
+        const auto dir = ctx.env.run_dir / "checkpoints" / fmt::format("step-{:08}", latest) / "drafter";
+        try {
+            auto [drafter, cfg] = model::import_dflash(dir, target.device());
+            drafter->eval();
+            model::check_spec_decode(target, drafter);
+            run.emplace();
+            run->step = latest;
+            run->drafter = std::move(drafter);
+            run->block = static_cast<std::uint32_t>(cfg.block_size);
+        } catch (const std::exception& e) {
+            // Pruned while we read it (two newer checkpoints came): the next one is measured.
+            log::warn("tau at step {} not measured: {}", latest, e.what());
+        }
+    }
+
+    void step() {
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto res = model::spec_decode(target, run->drafter, {prompts[run->next]}, options);
+        run->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto& a = res.outputs.front().acceptance_lengths;
+        run->lengths.insert(run->lengths.end(), a.begin(), a.end());
+        run->new_tokens += res.stats.new_tokens;
+        if (++run->next < prompts.size()) return;
+        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds,
+                                  false);
+        metrics.append(row);
+        log::info("tau {:.3f} at step {} ({} prompts, {} verify steps, {:.1f} s of decoding)",
+                  row["spec"]["tau"].get<double>(), run->step, prompts.size(), run->lengths.size(), run->seconds);
+        run.reset();
+    }
+};
+
+SpecProbe::SpecProbe(Context& ctx, model::TargetModel& target) {
+    const EvalConfig& e = ctx.cfg.eval;
+    if (e.spec_prompts.empty() || e.spec_every == 0 || ctx.env.rank != 0 || ctx.cfg.distributed.node_rank != 0) return;
+    impl_ = std::make_unique<Impl>(ctx, target);
+}
+
+SpecProbe::~SpecProbe() = default;
+
+void SpecProbe::work() {
+    if (!impl_) return;
+    if (!impl_->run) impl_->start();
+    if (impl_->run) impl_->step();
+}
+
+} // namespace hsring::worker

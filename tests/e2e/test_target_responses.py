@@ -1,0 +1,203 @@
+"""[data] responses = "target" end to end (issue 21, item 2): the target answers the prompts inside
+the pipeline and the drafter learns those answers; what a user observes is the exported weights.
+
+- The same answers as offline: a run with responses = "target" over data/demo.jsonl exports the
+  very drafter (bit for bit, CPU) that `hsring data generate` + a responses = "dataset" run on its
+  output exports. One sample per slot and a step-based cosine in both, so the two plans are the
+  same; a stop token that ends some answers early, so the answers' lengths vary.
+- Whatever dies: the same run with a drafter SIGKILL, then a supervisor SIGKILL and a second
+  `hsring run` exports the unkilled run's weights, bit for bit (re-issued samples are answered
+  again, identically), with several samples per slot and answers shorter than their room.
+
+The target is a tiny HF Qwen3 dir (random weights, sharp argmax margins)."""
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_harness import SOURCE, TrainRun, tiny_qwen3_dir  # noqa: E402
+from harness import HSRING, check, main, process_gone  # noqa: E402
+
+MASK = 511
+MAX_NEW = 24
+SAMPLES = 60
+EPOCHS = 2
+
+
+def sharp_target(tmp):
+    return tiny_qwen3_dir(os.path.join(tmp, "target"), seed=5, proj_std=0.08, norms="random", head_scale=4.0)
+
+
+def demo_lines(path, n=SAMPLES):
+    with open(os.path.join(SOURCE, "data", "demo.jsonl")) as src, open(path, "w") as dst:
+        dst.writelines(line for i, line in enumerate(src) if i < n)
+    return path
+
+
+def generate(config, prompts, out):
+    g = subprocess.run([HSRING, "data", "generate", config, "--prompts", prompts, "--out", out],
+                       capture_output=True, text=True, timeout=300)
+    check(g.returncode == 0, f"hsring data generate exited {g.returncode}: {g.stderr[-2000:]}")
+    with open(out) as f:
+        return [json.loads(line) for line in f]
+
+
+def common_stop_token(rows):
+    """The token this target says most often (past an answer's first tokens): as a stop token it
+    ends some answers early and others not at all."""
+    count = collections.Counter()
+    for r in rows:
+        n = r["loss_mask"].index(1)
+        count.update(r["input_ids"][n + 3:])
+    return count.most_common(1)[0][0]
+
+
+def export(run):
+    with open(os.path.join(run.run_dir, "drafter", "model.safetensors"), "rb") as f:
+        return f.read()
+
+
+class AnswerRun(TrainRun):
+    def __init__(self, tag, model, data, stop, responses, per_slot=1, **kw):
+        steps = f"max_steps = {SAMPLES * EPOCHS}" if per_slot == 1 else ""
+        super().__init__(tag, model=model, data_path=data, samples=SAMPLES, epochs=EPOCHS, warmup_steps=8,
+                         checkpoint_every=7, drafter_extra=f"mask_token_id = {MASK}",
+                         ring_extra=f"max_samples_per_slot = {per_slot}" if per_slot else "",
+                         data_extra=f'responses = "{responses}"', train_extra=steps,
+                         tail=f"[generate]\nmax_new_tokens = {MAX_NEW}\nstop_token_ids = [{stop}]\nbatch = 1\n", **kw)
+
+
+def with_stop(run, stop, batch=1):
+    run.tail = f"[generate]\nmax_new_tokens = {MAX_NEW}\nstop_token_ids = [{stop}]\nbatch = {batch}\n"
+    run.write_config()
+
+
+def target_and_stop(run):
+    """The target dir, the demo's first prompts, and a stop token this target emits, picked by a
+    first `hsring data generate` pass without one (written into run's config)."""
+    model = sharp_target(run.tmp)
+    prompts = demo_lines(os.path.join(run.tmp, "prompts.jsonl"))
+    run.settings.update(model=model, data_path=prompts)
+    with_stop(run, "")
+    stop = common_stop_token(generate(run.config, prompts, os.path.join(run.tmp, "probe.jsonl")))
+    return model, prompts, stop
+
+
+def spec_tail(prompts):
+    return f"[eval]\nspec_prompts = \"{prompts}\"\nspec_every = 35\nspec_max_new_tokens = 16\n"
+
+
+def test_answers_in_the_pipeline_train_what_offline_answers_train():
+    inline = AnswerRun("rsi", model="x", data="x", stop=0, responses="target")
+    offline = AnswerRun("rso", model="x", data="x", stop=0, responses="dataset")
+    try:
+        model, prompts, stop = target_and_stop(inline)
+        # The inline run also measures tau ([eval]): that must not change what it trains.
+        heldout = os.path.join(inline.tmp, "heldout.jsonl")
+        with open(os.path.join(SOURCE, "data", "demo-heldout.jsonl")) as src, open(heldout, "w") as dst:
+            dst.writelines(line for i, line in enumerate(src) if i < 6)
+        with_stop(inline, stop)
+        inline.tail += spec_tail(heldout)
+        inline.write_config()
+        answered = os.path.join(offline.tmp, "answered.jsonl")
+        offline.settings.update(model=model, data_path=answered)
+        with_stop(offline, stop)
+        rows = generate(offline.config, prompts, answered)
+        lengths = [len(r["input_ids"]) - r["loss_mask"].index(1) for r in rows]
+        check(min(lengths) < MAX_NEW and max(lengths) == MAX_NEW,
+              f"answer lengths {sorted(lengths)}: some end at stop token {stop}, some run to {MAX_NEW}")
+        for r in (offline, inline):
+            r.start()
+            r.expect_exit(0, timeout=600)
+            r.verify()
+        a, b = offline.rows(), inline.rows()
+        check(len(a) == SAMPLES * EPOCHS and [x["tokens"] for x in a] == [x["tokens"] for x in b],
+              "the same steps of the same token counts")
+        check(export(inline) == export(offline),
+              "the drafter trained on answers generated in the pipeline equals the one trained on "
+              "`hsring data generate`'s answers")
+        log = open(os.path.join(inline.run_dir, "logs", "target.0.log")).read()
+        check("answer tokens" in log, "the target's log reports what it generated")
+        check_tau(inline, model, heldout, len(b))
+        print(f"responses = target: {len(b)} steps, export equal to the offline answers' (stop token {stop}, "
+              f"answers of {min(lengths)}..{max(lengths)} tokens)", flush=True)
+    finally:
+        offline.cleanup()
+        inline.cleanup()
+
+
+def check_tau(run, model, heldout, steps):
+    """[eval] spec_prompts: the export's tau is metrics.jsonl's last row (final), equal to what
+    `hsring model spec-decode` says of the export; measurements during training (target.0, when it
+    got ahead of the drafter) are of committed checkpoints at or after multiples of spec_every;
+    the run's last line says it."""
+    sys.path.insert(0, os.path.join(SOURCE, "bin"))
+    from plot_run import read_spec
+    spec = read_spec(run.run_dir)
+    check(spec and spec[-1]["spec"]["final"] and spec[-1]["step"] == steps, f"a final tau row at step {steps}: {spec}")
+    during = [x["step"] for x in spec[:-1]]
+    check(all(s % 7 == 0 and s >= 35 for s in during), f"tau during training at checkpoints: {during}")
+    g = subprocess.run([HSRING, "model", "spec-decode", os.path.join(run.run_dir, "drafter"), "--target", model,
+                        "--prompts", heldout, "--max-new-tokens", "16", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    check(g.returncode == 0, g.stderr[-2000:])
+    ref = json.loads(g.stdout)
+    final = spec[-1]["spec"]
+    check(final["tau"] == ref["tau"] and final["lossless"] and final["prompts"] == 6,
+          f"the final tau {final} is spec-decode's {ref['tau']}")
+    check(len(final["acceptance_per_position"]) == 7 and all(0 <= a <= 1 for a in final["acceptance_per_position"]),
+          f"acceptance per drafted position: {final['acceptance_per_position']}")
+    check(any("real tau" in line for line in run.lines), "the run's last line reports the real tau")
+    print(f"tau: {len(during)} measurements during training (steps {during}), final {final['tau']:.3f} = "
+          f"spec-decode's", flush=True)
+
+
+def supervisor_kill_and_rerun(run):
+    pids = [w["pid"] for w in run.status()["workers"]]
+    run.proc.kill()
+    run.wait()
+    end = time.time() + 60
+    while time.time() < end and not all(process_gone(p) for p in pids):
+        time.sleep(0.05)
+    run.start()
+
+
+def test_answers_survive_kills_bit_for_bit():
+    ref = AnswerRun("rkr", model="x", data="x", stop=0, responses="target", per_slot=0, targets='["cpu", "cpu"]')
+    run = AnswerRun("rkk", model="x", data="x", stop=0, responses="target", per_slot=0, targets='["cpu", "cpu"]')
+    try:
+        model, prompts, stop = target_and_stop(ref)
+        with_stop(ref, stop, batch=8)
+        run.settings.update(model=model, data_path=prompts)
+        with_stop(run, stop, batch=8)
+        ref.start()
+        ref.expect_exit(0, timeout=600)
+        ref.verify()
+        rows = ref.rows()
+        check(all(x["slots"] == 1 for x in rows) and len(rows) > 10, f"{len(rows)} steps")
+
+        run.start()
+        run.wait_running(timeout=60)
+        run.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 9, "drafter step 9 (checkpoint at 7)", timeout=300)
+        run.cli("kill", "drafter.0")
+        run.wait_for(lambda s: run.worker(s, "drafter.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 12,
+                     "drafter.0 restarted and at step 12", timeout=300)
+        supervisor_kill_and_rerun(run)
+        run.expect_exit(0, timeout=600)
+        run.verify()
+        mine = run.rows()
+        check([x["tokens"] for x in mine] == [x["tokens"] for x in rows], "the same steps of the same token counts")
+        check(export(run) == export(ref), "after a drafter SIGKILL and a supervisor SIGKILL the export is the "
+                                          "unkilled run's, bit for bit")
+        print(f"responses = target, killed twice: export and all {len(rows)} steps equal the unkilled run's",
+              flush=True)
+    finally:
+        ref.cleanup()
+        run.cleanup()
+
+
+if __name__ == "__main__":
+    main([test_answers_in_the_pipeline_train_what_offline_answers_train, test_answers_survive_kills_bit_for_bit])
