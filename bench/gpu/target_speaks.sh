@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bench/gpu/target_speaks.sh BUILD_DIR OUT_DIR — issue 21 in the 1-GPU pipeline (one H200: target
+# and drafter share GPU 0, config/qwen3-8b-1t1d.toml, SAMPLES (300) x 3,072-token samples):
+#   A. no tau measurement, checkpoint every CKPT (10) steps          (the baseline)
+#   B. the same with [eval] spec_prompts (8 prompts), spec_every = CKPT: target.0 measures tau of
+#      each committed checkpoint between its slots; the drafter's steady step time vs A is the cost
+#   C. [data] responses = "target": the target answers every prompt (greedy, MAX_NEW (64) new
+#      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
+#      the target's generation rate from its log
+# Each runs LIMIT_S (150) seconds, then `hsring stop`. OUT_DIR/target_speaks/summary.txt.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/target_speaks"
+[ -x "$hs" ] || { say "FAIL: $hs is missing: build first"; exit 1; }
+[ -f runs/long.jsonl ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-300}" --length 3072
+"$py" bench/python/generate_hf.py make-prompts "$work/spec_prompts.jsonl" --count 8 --min-len 256 --max-len 512 --vocab 151000
+export PIPELINE_LIMIT_S=${LIMIT_S:-150}
+ckpt=${CKPT:-10}
+shared=("s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" "s/^checkpoint_every = .*/checkpoint_every = $ckpt/")
+sections=${SECTIONS:-abc}
+[[ $sections == *a* ]] && pipeline ts_a config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
+pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
+  '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt"
+say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
+grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
+"$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+import statistics
+def steady(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    rows = [r for r in rows if "loss" in r and "step_ms" in r]
+    rows = rows[len(rows) // 5:]
+    # Median: a checkpoint's pause lands in one step of either run and would swing a mean.
+    return (statistics.median(r["step_ms"] for r in rows), sum(r["data_wait_ms"] for r in rows) / len(rows),
+            len(rows), statistics.median(r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in rows))
+a, b = steady(sys.argv[1]), steady(sys.argv[2])
+print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
+      f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
+PY
+[[ $sections == *c* ]] || exit 0
+pipeline ts_c config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" 's/^epochs = .*/epochs = 1\nresponses = "target"/' \
+  '$a [generate]' "\$a max_new_tokens = ${MAX_NEW:-64}" '$a stop_token_ids = []'
+grep -h "generated\|answer" "$work/ts_c.logs/target.0.log" 2>/dev/null | tail -n 3 | sed 's/^/     /' | tee -a "$out/summary.txt"
+"$py" - "$work/ts_c.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if "loss" in r]
+bad = [r["step"] for r in rows if r["loss"] is None or not math.isfinite(r["loss"])]
+print(f"   C: {len(rows)} steps, non-finite loss in {len(bad)}; loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}")
+PY
