@@ -1,7 +1,10 @@
 #pragma once
 // DFlash's acceptance-length estimate, shared by the drafter worker (metrics.jsonl) and the
-// model tools (hsring-model check-drafter). Pure arithmetic: no torch.
+// model tools (hsring-model check-drafter), and the measured acceptance per drafted position,
+// shared by target.0's and the supervisor's tau rows. Pure arithmetic: no torch.
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace hsring {
 
@@ -15,6 +18,18 @@ inline double expected_accept_length(const double* acc, std::size_t n) {
         total += run;
     }
     return total;
+}
+
+// From measured acceptance lengths (per verify step: accepted drafts + 1): for drafted positions
+// k = 1..block-1, the share of verify steps whose first k drafts were all accepted (length >= k+1).
+inline std::vector<double> acceptance_per_position(const std::vector<std::int64_t>& lengths, std::int64_t block) {
+    std::vector<double> out;
+    for (std::int64_t k = 1; k < block; ++k) {
+        std::size_t hit = 0;
+        for (std::int64_t a : lengths) hit += a >= k + 1 ? 1 : 0;
+        out.push_back(lengths.empty() ? 0.0 : double(hit) / double(lengths.size()));
+    }
+    return out;
 }
 
 } // namespace hsring

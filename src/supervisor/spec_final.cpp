@@ -1,6 +1,7 @@
 // The final tau of a complete run (see spec_final.hpp).
 #include "supervisor/spec_final.hpp"
 
+#include "hsring/acceptance.hpp"
 #include "hsring/error.hpp"
 #include "hsring/metrics_file.hpp"
 #include "hsring/programs.hpp"
@@ -24,15 +25,8 @@ json spec_summary(const json& j, std::uint64_t step, bool final) {
     std::vector<std::int64_t> lengths;
     for (const auto& p : j.at("prompts"))
         for (const auto& a : p.at("acceptance_lengths")) lengths.push_back(a.get<std::int64_t>());
-    const auto block = j.at("block_size").get<std::int64_t>();
-    std::vector<double> per_position;
-    for (std::int64_t k = 1; k < block; ++k) {
-        std::size_t hit = 0;
-        for (std::int64_t a : lengths) hit += a >= k + 1 ? 1 : 0;
-        per_position.push_back(lengths.empty() ? 0.0 : double(hit) / double(lengths.size()));
-    }
     return {{"tau", j.at("tau")},
-            {"acceptance_per_position", per_position},
+            {"acceptance_per_position", acceptance_per_position(lengths, j.at("block_size").get<std::int64_t>())},
             {"step", step},
             {"prompts", j.at("prompts").size()},
             {"verify_steps", j.at("verify_steps")},

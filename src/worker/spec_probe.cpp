@@ -1,6 +1,7 @@
 // tau during training, measured by target.0 (see worker/spec_probe.hpp).
 #include "worker/spec_probe.hpp"
 
+#include "hsring/acceptance.hpp"
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/stop_tokens.hpp"
@@ -19,30 +20,21 @@ namespace hsring::worker {
 
 namespace {
 
-// The step rows' "spec" object from one measurement's acceptance lengths (each = accepted drafts
-// + 1): tau = their mean; position k's acceptance = the share of verify steps whose first k
-// drafts were all accepted (length >= k + 1).
+// A tau row: tau = the mean acceptance length (accepted drafts + 1 per verify step).
 nlohmann::json spec_row(std::uint64_t step, const std::vector<std::int64_t>& lengths, std::uint32_t block,
-                        std::size_t prompts, std::int64_t new_tokens, double seconds, bool final) {
+                        std::size_t prompts, std::int64_t new_tokens, double seconds) {
     double sum = 0;
     for (std::int64_t a : lengths) sum += double(a);
-    const double n = double(lengths.size());
-    std::vector<double> per_position;
-    for (std::uint32_t k = 1; k < block; ++k) {
-        std::size_t hit = 0;
-        for (std::int64_t a : lengths) hit += a >= std::int64_t{k} + 1 ? 1 : 0;
-        per_position.push_back(n > 0 ? double(hit) / n : 0.0);
-    }
     return {{"step", step},
             {"spec",
-             {{"tau", n > 0 ? sum / n : 0.0},
-              {"acceptance_per_position", per_position},
+             {{"tau", lengths.empty() ? 0.0 : sum / double(lengths.size())},
+              {"acceptance_per_position", acceptance_per_position(lengths, block)},
               {"step", step},
               {"prompts", prompts},
               {"verify_steps", lengths.size()},
               {"new_tokens", new_tokens},
               {"seconds", seconds},
-              {"final", final}}}};
+              {"final", false}}}};
 }
 
 } // namespace
@@ -112,8 +104,7 @@ struct SpecProbe::Impl {
         run->lengths.insert(run->lengths.end(), a.begin(), a.end());
         run->new_tokens += res.stats.new_tokens;
         if (++run->next < prompts.size()) return;
-        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds,
-                                  false);
+        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds);
         metrics.append(row);
         log::info("tau {:.3f} at step {} ({} prompts, {} verify steps, {:.1f} s of decoding)",
                   row["spec"]["tau"].get<double>(), run->step, prompts.size(), run->lengths.size(), run->seconds);

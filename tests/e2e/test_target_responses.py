@@ -15,11 +15,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_harness import SOURCE, TrainRun, tiny_qwen3_dir  # noqa: E402
-from harness import HSRING, check, main, process_gone  # noqa: E402
+from harness import HSRING, check, main  # noqa: E402
 
 MASK = 511
 MAX_NEW = 24
@@ -155,16 +154,6 @@ def check_tau(run, model, heldout, steps):
           f"spec-decode's", flush=True)
 
 
-def supervisor_kill_and_rerun(run):
-    pids = [w["pid"] for w in run.status()["workers"]]
-    run.proc.kill()
-    run.wait()
-    end = time.time() + 60
-    while time.time() < end and not all(process_gone(p) for p in pids):
-        time.sleep(0.05)
-    run.start()
-
-
 def test_answers_survive_kills_bit_for_bit():
     # Two samples per slot: 60 steps, so the supervisor is killed well before the end.
     ref = AnswerRun("rkr", model="x", data="x", stop=0, responses="target", per_slot=2, targets='["cpu", "cpu"]')
@@ -186,7 +175,7 @@ def test_answers_survive_kills_bit_for_bit():
         run.cli("kill", "drafter.0")
         run.wait_for(lambda s: run.worker(s, "drafter.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 20,
                      "drafter.0 restarted and at step 20", timeout=300)
-        supervisor_kill_and_rerun(run)
+        run.supervisor_kill_and_rerun()
         run.expect_exit(0, timeout=600)
         run.verify()
         mine = run.rows()

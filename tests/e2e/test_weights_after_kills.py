@@ -18,11 +18,10 @@ import os
 import struct
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, distributed, free_port, main, process_gone  # noqa: E402
+from harness import check, distributed, free_port, main  # noqa: E402
 from train_harness import SOURCE, TrainRun as BaseRun, tiny_qwen3_dir  # noqa: E402
 
 
@@ -36,17 +35,6 @@ class TrainRun(BaseRun):
     def step(self):
         st = self.status()
         return st["drafter"]["step"] or 0
-
-    def supervisor_kill_and_rerun(self):
-        """SIGKILL of the supervisor: its workers finish what they hold (the drafter its step and a
-        checkpoint) and exit; a second `hsring run` waits for them and re-attaches."""
-        pids = [w["pid"] for w in self.status()["workers"]]
-        self.proc.kill()
-        self.wait()
-        end = time.time() + 60
-        while time.time() < end and not all(process_gone(p) for p in pids):
-            time.sleep(0.05)
-        self.start()
 
 
 def safetensors_finite(blob):

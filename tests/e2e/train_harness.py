@@ -3,9 +3,10 @@
 of data/demo.jsonl; and metrics.jsonl read the way a user reads it (the surviving history)."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
-from harness import Run  # noqa: E402
+from harness import Run, process_gone  # noqa: E402
 
 SOURCE = os.environ["HSRING_SOURCE_ROOT"]
 sys.path.insert(0, os.path.join(SOURCE, "bin"))
@@ -121,6 +122,17 @@ backoff_max_s = 0.5
 stop_timeout_s = 60
 {self.tail}
 """)
+
+    def supervisor_kill_and_rerun(self):
+        """SIGKILL of the supervisor: its workers finish what they hold (the drafter its step and a
+        checkpoint) and exit; a second `hsring run` waits for them and re-attaches."""
+        pids = [w["pid"] for w in self.status()["workers"]]
+        self.proc.kill()
+        self.wait()
+        end = time.time() + 60
+        while time.time() < end and not all(process_gone(p) for p in pids):
+            time.sleep(0.05)
+        self.start()
 
     def rows(self):
         return surviving_rows(self.run_dir)
