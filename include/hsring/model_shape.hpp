@@ -1,7 +1,7 @@
 #pragma once
 // The shape of a target model, without torch: enough to size ring slots, validate a config and
 // build the model later. Comes from a named preset ("preset:tiny") or a HF model directory's
-// config.json (Qwen3 / Llama architectures).
+// config.json (Qwen3, Qwen3-MoE and Llama architectures).
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -20,14 +20,14 @@ struct RopeScaling {
 };
 
 struct ModelShape {
-    std::string arch;    // "qwen3" | "llama"
+    std::string arch;    // "qwen3" | "qwen3_moe" | "llama"
     std::string source;  // "preset:NAME" or the model directory
     std::int64_t hidden_size = 0;
     std::int64_t num_layers = 0;
     std::int64_t num_heads = 0;
     std::int64_t num_kv_heads = 0;
     std::int64_t head_dim = 0;
-    std::int64_t intermediate_size = 0;
+    std::int64_t intermediate_size = 0;  // the dense MLP's (a MoE model's dense layers)
     std::int64_t vocab_size = 0;
     std::int64_t max_position_embeddings = 0;
     double rope_theta = 10000.0;
@@ -40,13 +40,28 @@ struct ModelShape {
     // short demo, so `tiny` uses 1/sqrt(hidden).
     double embedding_init_std = 0.02;
 
-    bool qk_norm() const { return arch == "qwen3"; }
+    // Qwen3-MoE: a sparse layer routes each token to num_experts_per_tok of num_experts SwiGLU
+    // experts of width moe_intermediate_size (softmax router, top-k, renormalised over the top-k
+    // when norm_topk_prob); the other layers run the dense MLP. 0 experts: every layer dense.
+    std::int64_t num_experts = 0;
+    std::int64_t num_experts_per_tok = 0;
+    std::int64_t moe_intermediate_size = 0;
+    bool norm_topk_prob = false;
+    std::int64_t decoder_sparse_step = 1;
+    std::vector<std::int64_t> mlp_only_layers;
+
+    bool qk_norm() const { return arch == "qwen3" || arch == "qwen3_moe"; }
+    // transformers' Qwen3MoeDecoderLayer rule: sparse iff not in mlp_only_layers, experts exist
+    // and (layer + 1) is a multiple of decoder_sparse_step.
+    bool is_moe_layer(std::int64_t layer) const;
+    std::int64_t num_moe_layers() const;
 };
 
 const std::vector<std::string>& preset_names();
 // Throws hsring::Error naming the preset and the known ones.
 ModelShape preset_shape(std::string_view name);
-// Parses a HF config.json (Qwen3ForCausalLM, LlamaForCausalLM); errors name the file and key.
+// Parses a HF config.json (Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM); errors name
+// the file and key.
 ModelShape parse_hf_config(const std::filesystem::path& config_json);
 // "preset:NAME" or a directory holding config.json (relative to base_dir).
 ModelShape resolve_model_shape(std::string_view spec, const std::filesystem::path& base_dir = {});

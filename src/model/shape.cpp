@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -63,17 +64,116 @@ ModelShape llama3_8b() {
     return s;
 }
 
+// Qwen/Qwen3-30B-A3B's config.json: 48 sparse layers of 128 experts, 8 per token.
+ModelShape qwen3_30b_a3b() {
+    ModelShape s;
+    s.arch = "qwen3_moe";
+    s.hidden_size = 2048;
+    s.num_layers = 48;
+    s.num_heads = 32;
+    s.num_kv_heads = 4;
+    s.head_dim = 128;
+    s.intermediate_size = 6144;
+    s.vocab_size = 151936;
+    s.max_position_embeddings = 40960;
+    s.rope_theta = 1e6;
+    s.rms_norm_eps = 1e-6;
+    s.mask_token_id = 151669;
+    s.num_experts = 128;
+    s.num_experts_per_tok = 8;
+    s.moe_intermediate_size = 768;
+    s.norm_topk_prob = true;
+    return s;
+}
+
+// `tiny` with sparse layers (8 experts, top 2) and one dense layer: a MoE target for CPU tests.
+ModelShape tiny_moe() {
+    ModelShape s = tiny();
+    s.arch = "qwen3_moe";
+    s.num_layers = 4;
+    s.num_experts = 8;
+    s.num_experts_per_tok = 2;
+    s.moe_intermediate_size = 32;
+    s.norm_topk_prob = true;
+    s.mlp_only_layers = {2};
+    return s;
+}
+
+// The Qwen3-MoE keys of config.json (transformers' Qwen3MoeConfig: decoder_sparse_step,
+// norm_topk_prob and mlp_only_layers have defaults, the sizes do not here).
+void parse_moe(const nlohmann::json& j, const std::filesystem::path& file, ModelShape& s) {
+    auto int_key = [&](const char* key, std::optional<std::int64_t> fallback) -> std::int64_t {
+        if (!j.contains(key) || j[key].is_null()) {
+            if (fallback) return *fallback;
+            fail("{}: missing key \"{}\" (a qwen3_moe config.json needs it)", file.string(), key);
+        }
+        if (!j[key].is_number_integer()) fail("{}: \"{}\" must be an integer, got {}", file.string(), key, j[key].dump());
+        return j[key].get<std::int64_t>();
+    };
+    // transformers 5 writes num_experts as "num_local_experts" (Qwen3MoeConfig.attribute_map);
+    // published checkpoints say "num_experts".
+    const char* experts_key = j.contains("num_experts") ? "num_experts" : "num_local_experts";
+    if (!j.contains("num_experts") && !j.contains("num_local_experts"))
+        fail("{}: missing key \"num_experts\" (or \"num_local_experts\"): a qwen3_moe config.json needs it",
+             file.string());
+    s.num_experts = int_key(experts_key, std::nullopt);
+    if (j.contains("num_experts") && j.contains("num_local_experts") && !j["num_local_experts"].is_null() &&
+        j["num_local_experts"] != j["num_experts"])
+        fail("{}: \"num_experts\" {} and \"num_local_experts\" {} disagree: keep one", file.string(),
+             j["num_experts"].dump(), j["num_local_experts"].dump());
+    s.num_experts_per_tok = int_key("num_experts_per_tok", std::nullopt);
+    s.moe_intermediate_size = int_key("moe_intermediate_size", std::nullopt);
+    s.decoder_sparse_step = int_key("decoder_sparse_step", 1);
+    if (j.contains("norm_topk_prob") && !j["norm_topk_prob"].is_null()) {
+        if (!j["norm_topk_prob"].is_boolean())
+            fail("{}: \"norm_topk_prob\" must be true or false, got {}", file.string(), j["norm_topk_prob"].dump());
+        s.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+    }
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+        const auto& v = j["mlp_only_layers"];
+        if (!v.is_array()) fail("{}: \"mlp_only_layers\" must be a list of layer indices, got {}", file.string(), v.dump());
+        for (const auto& e : v) {
+            if (!e.is_number_integer())
+                fail("{}: \"mlp_only_layers\" must hold layer indices (integers), got {}", file.string(), e.dump());
+            s.mlp_only_layers.push_back(e.get<std::int64_t>());
+        }
+    }
+    if (s.num_experts < 0) fail("{}: \"{}\" {} must be >= 0", file.string(), experts_key, s.num_experts);
+    if (s.decoder_sparse_step < 1)
+        fail("{}: \"decoder_sparse_step\" {} must be >= 1 (every N-th layer is sparse)", file.string(),
+             s.decoder_sparse_step);
+    if (s.num_moe_layers() == 0) return;  // every layer dense: the expert sizes are unused
+    if (s.num_experts_per_tok < 1 || s.num_experts_per_tok > s.num_experts)
+        fail("{}: \"num_experts_per_tok\" {} must lie in [1, {}] (the experts a token is routed to, of \"{}\" {})",
+             file.string(), s.num_experts_per_tok, s.num_experts, experts_key, s.num_experts);
+    if (s.moe_intermediate_size < 1)
+        fail("{}: \"moe_intermediate_size\" {} must be >= 1", file.string(), s.moe_intermediate_size);
+}
+
 } // namespace
 
+bool ModelShape::is_moe_layer(std::int64_t layer) const {
+    return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end() &&
+           num_experts > 0 && decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+std::int64_t ModelShape::num_moe_layers() const {
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < num_layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+    return n;
+}
+
 const std::vector<std::string>& preset_names() {
-    static const std::vector<std::string> names{"tiny", "qwen3-8b", "llama3-8b"};
+    static const std::vector<std::string> names{"tiny", "tiny-moe", "qwen3-8b", "qwen3-30b-a3b", "llama3-8b"};
     return names;
 }
 
 ModelShape preset_shape(std::string_view name) {
     ModelShape s;
     if (name == "tiny") s = tiny();
+    else if (name == "tiny-moe") s = tiny_moe();
     else if (name == "qwen3-8b") s = qwen3_8b();
+    else if (name == "qwen3-30b-a3b") s = qwen3_30b_a3b();
     else if (name == "llama3-8b") s = llama3_8b();
     else {
         std::string known;
@@ -108,9 +208,8 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
     };
     ModelShape s;
     std::string mt = j.value("model_type", "");
-    if (mt == "qwen3") s.arch = "qwen3";
-    else if (mt == "llama") s.arch = "llama";
-    else fail("{}: model_type \"{}\" is not supported: hsring runs qwen3 and llama targets", file.string(), mt);
+    if (mt == "qwen3" || mt == "qwen3_moe" || mt == "llama") s.arch = mt;
+    else fail("{}: model_type \"{}\" is not supported: hsring runs qwen3, qwen3_moe and llama targets", file.string(), mt);
     s.source = file.parent_path().string();
     s.hidden_size = as_int("hidden_size");
     s.num_layers = as_int("num_hidden_layers");
@@ -144,7 +243,11 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
     if (s.num_heads <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
         fail("{}: num_attention_heads {} must be a positive multiple of num_key_value_heads {}",
              file.string(), s.num_heads, s.num_kv_heads);
-    if (s.arch == "qwen3") s.mask_token_id = s.vocab_size > 151669 ? std::optional<std::int64_t>(151669) : std::nullopt;
+    if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() && j["use_sliding_window"].get<bool>())
+        fail("{}: \"use_sliding_window\" is true: sliding-window attention is not supported (hsring attends to the "
+             "whole causal prefix)", file.string());
+    if (s.arch == "qwen3_moe") parse_moe(j, file, s);
+    if (s.arch == "qwen3" || s.arch == "qwen3_moe") s.mask_token_id = s.vocab_size > 151669 ? std::optional<std::int64_t>(151669) : std::nullopt;
     return s;
 }
 
