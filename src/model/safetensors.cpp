@@ -289,6 +289,7 @@ TensorArchive TensorArchive::open(const fs::path& path) {
         for (const auto& [name, shard] : wanted)
             if (!a.tensors_.count(name) || a.files_[name] != path / shard)
                 fail("{}: says tensor {} is in {}, but that file has no such tensor", index.string(), name, shard);
+        a.where_ = index;  // a missing tensor is missing from the index: errors name it
         return a;
     }
     const fs::path single = path / "model.safetensors";
@@ -296,6 +297,7 @@ TensorArchive TensorArchive::open(const fs::path& path) {
         fail("{}: neither model.safetensors nor model.safetensors.index.json is there (is it a HF model directory?)",
              path.string());
     add_file(single);
+    a.where_ = single;
     return a;
 }
 

@@ -49,6 +49,8 @@ public:
     const at::Tensor& get(const std::string& name) const;
     const TensorMap& tensors() const { return tensors_; }
     const std::filesystem::path& file_of(const std::string& name) const;
+    // The file a missing tensor is reported against: the .safetensors file, or a directory's
+    // model.safetensors or model.safetensors.index.json.
     const std::filesystem::path& where() const { return where_; }
 
 private:

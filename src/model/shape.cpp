@@ -247,7 +247,7 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
         fail("{}: \"use_sliding_window\" is true: sliding-window attention is not supported (hsring attends to the "
              "whole causal prefix)", file.string());
     if (s.arch == "qwen3_moe") parse_moe(j, file, s);
-    if (s.arch == "qwen3" || s.arch == "qwen3_moe") s.mask_token_id = s.vocab_size > 151669 ? std::optional<std::int64_t>(151669) : std::nullopt;
+    if ((s.arch == "qwen3" || s.arch == "qwen3_moe") && s.vocab_size > 151669) s.mask_token_id = 151669;
     return s;
 }
 

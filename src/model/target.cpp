@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <unordered_map>
 
 namespace hsring::model {
 namespace fs = std::filesystem;
@@ -22,6 +23,13 @@ using Shape = std::vector<std::int64_t>;
 using Getter = std::function<at::Tensor(const std::string& name, const Shape& shape)>;
 
 std::string layer_prefix(std::int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+
+// HF names of a sparse layer's router and of expert e's projections (per expert on disk, as
+// published Qwen3-MoE checkpoints and transformers' save_pretrained write them).
+std::string router_name(std::int64_t layer) { return layer_prefix(layer) + "mlp.gate.weight"; }
+std::string expert_name(std::int64_t layer, std::int64_t e, const char* proj) {
+    return layer_prefix(layer) + "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+}
 
 bool is_norm(const std::string& name) { return name.size() >= 11 && name.ends_with("norm.weight"); }
 
@@ -42,9 +50,19 @@ std::vector<std::pair<std::string, Shape>> tensor_specs(const ModelShape& s) {
         }
         out.push_back({p + "self_attn.o_proj.weight", {h, q}});
         out.push_back({p + "post_attention_layernorm.weight", {h}});
-        out.push_back({p + "mlp.gate_proj.weight", {inter, h}});
-        out.push_back({p + "mlp.up_proj.weight", {inter, h}});
-        out.push_back({p + "mlp.down_proj.weight", {h, inter}});
+        if (s.is_moe_layer(i)) {
+            const std::int64_t moe = s.moe_intermediate_size;
+            out.push_back({router_name(i), {s.num_experts, h}});
+            for (std::int64_t e = 0; e < s.num_experts; ++e) {
+                out.push_back({expert_name(i, e, "gate_proj"), {moe, h}});
+                out.push_back({expert_name(i, e, "up_proj"), {moe, h}});
+                out.push_back({expert_name(i, e, "down_proj"), {h, moe}});
+            }
+        } else {
+            out.push_back({p + "mlp.gate_proj.weight", {inter, h}});
+            out.push_back({p + "mlp.up_proj.weight", {inter, h}});
+            out.push_back({p + "mlp.down_proj.weight", {h, inter}});
+        }
     }
     out.push_back({"model.norm.weight", {h}});
     if (!s.tie_word_embeddings) out.push_back({"lm_head.weight", {s.vocab_size, h}});
@@ -67,8 +85,14 @@ Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device,
 }
 
 void check_shape(const ModelShape& s) {
-    if (s.arch != "qwen3" && s.arch != "llama")
-        fail("model {}: architecture \"{}\" is not supported (qwen3, llama)", s.source, s.arch);
+    if (s.arch != "qwen3" && s.arch != "qwen3_moe" && s.arch != "llama")
+        fail("model {}: architecture \"{}\" is not supported (qwen3, qwen3_moe, llama)", s.source, s.arch);
+    if (s.num_experts > 0 && s.arch != "qwen3_moe")
+        fail("model {}: {} experts on a \"{}\" model: only qwen3_moe has experts", s.source, s.num_experts, s.arch);
+    if (s.num_moe_layers() > 0 &&
+        (s.num_experts_per_tok < 1 || s.num_experts_per_tok > s.num_experts || s.moe_intermediate_size <= 0))
+        fail("model {}: inconsistent experts ({} per token of {}, moe_intermediate_size {})", s.source,
+             s.num_experts_per_tok, s.num_experts, s.moe_intermediate_size);
     if (s.hidden_size <= 0 || s.num_layers <= 0 || s.head_dim <= 0 || s.vocab_size <= 0 ||
         s.intermediate_size <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
         fail("model {}: inconsistent shape (hidden {}, layers {}, heads {}/{}, head_dim {}, vocab {})", s.source,
@@ -77,6 +101,14 @@ void check_shape(const ModelShape& s) {
 
 std::shared_ptr<TensorArchive> open_checkpoint(const ModelShape& shape) {
     auto archive = std::make_shared<TensorArchive>(TensorArchive::open(shape.source));
+    for (std::int64_t i = 0; i < shape.num_layers; ++i) {
+        const std::string fused = layer_prefix(i) + "mlp.experts.gate_up_proj";
+        if (shape.is_moe_layer(i) && archive->contains(fused))
+            fail("{}: has {} (experts fused into one tensor): hsring reads per-expert tensors "
+                 "(model.layers.L.mlp.experts.E.{{gate,up,down}}_proj.weight, as published checkpoints and "
+                 "transformers' save_pretrained write them); re-save the model with save_pretrained",
+                 archive->file_of(fused).string(), fused);
+    }
     for (const char* bias : {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.mlp.gate_proj.bias"})
         if (archive->contains(bias))
             fail("{}: has {}: attention/MLP biases are not supported (Qwen3 and Llama-3 have none)",
@@ -108,14 +140,16 @@ void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap
             rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
         }
     }
-    const bool qwen = s.arch == "qwen3";
+    const char* architecture = s.arch == "qwen3"       ? "Qwen3ForCausalLM"
+                               : s.arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                       : "LlamaForCausalLM";
     std::string dtype = "float32";
     if (auto it = weights.find("model.embed_tokens.weight"); it != weights.end()) {
         if (it->second.scalar_type() == at::kBFloat16) dtype = "bfloat16";
         if (it->second.scalar_type() == at::kHalf) dtype = "float16";
     }
     nlohmann::json j = {
-        {"architectures", {qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+        {"architectures", {architecture}},
         {"model_type", s.arch},
         {"hidden_size", s.hidden_size},
         {"num_hidden_layers", s.num_layers},
@@ -135,6 +169,15 @@ void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap
         {"tie_word_embeddings", s.tie_word_embeddings},
         {"dtype", dtype},
     };
+    if (s.arch == "qwen3_moe") {
+        j["num_experts"] = s.num_experts;
+        j["num_experts_per_tok"] = s.num_experts_per_tok;
+        j["moe_intermediate_size"] = s.moe_intermediate_size;
+        j["norm_topk_prob"] = s.norm_topk_prob;
+        j["decoder_sparse_step"] = s.decoder_sparse_step;
+        j["mlp_only_layers"] = s.mlp_only_layers;
+        j["use_sliding_window"] = false;
+    }
     std::ofstream out(dir / "config.json");
     out << j.dump(2) << "\n";
     if (!out) fail("{}: cannot write config.json", dir.string());
@@ -165,12 +208,26 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
     m.device_ = device;
     m.dtype_ = dtype;
     at::NoGradGuard no_grad;
-    const auto specs = tensor_specs(shape);
+    std::unordered_map<std::string, Shape> specs;  // a MoE model has tens of thousands
+    for (auto& [name, s] : tensor_specs(shape)) specs.emplace(std::move(name), std::move(s));
     auto take = [&](const std::string& name) {
-        for (const auto& [n, s] : specs)
-            if (n == name) return get(name, s);
-        HSRING_ASSERT(false, "no tensor spec for {}", name);
-        return at::Tensor();
+        auto it = specs.find(name);
+        HSRING_ASSERT(it != specs.end(), "no tensor spec for {}", name);
+        return get(name, it->second);
+    };
+    // A sparse layer's experts stacked: each expert's tensors are copied into their rows, so a
+    // layer's experts never exist twice.
+    auto take_experts = [&](std::int64_t i) {
+        const std::int64_t e_count = shape.num_experts, moe = shape.moe_intermediate_size, h = shape.hidden_size;
+        const auto options = at::TensorOptions().device(device).dtype(dtype);
+        MoeWeights w{take(router_name(i)), at::empty({e_count, 2 * moe, h}, options),
+                     at::empty({e_count, h, moe}, options)};
+        for (std::int64_t e = 0; e < e_count; ++e) {
+            w.gate_up[e].narrow(0, 0, moe).copy_(take(expert_name(i, e, "gate_proj")));
+            w.gate_up[e].narrow(0, moe, moe).copy_(take(expert_name(i, e, "up_proj")));
+            w.down[e].copy_(take(expert_name(i, e, "down_proj")));
+        }
+        return w;
     };
     m.embed_ = take("model.embed_tokens.weight");
     for (std::int64_t i = 0; i < shape.num_layers; ++i) {
@@ -186,8 +243,12 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
         }
         l.o = take(p + "self_attn.o_proj.weight");
         l.post_norm = take(p + "post_attention_layernorm.weight");
-        l.gate_up = at::cat({take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")}, 0);
-        l.down = take(p + "mlp.down_proj.weight");
+        if (shape.is_moe_layer(i)) {
+            l.moe = take_experts(i);
+        } else {
+            l.gate_up = at::cat({take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")}, 0);
+            l.down = take(p + "mlp.down_proj.weight");
+        }
         m.layers_.push_back(std::move(l));
     }
     m.final_norm_ = take("model.norm.weight");
@@ -234,7 +295,10 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
     at::Tensor attn = attend(q, k, v);
     // Out of place on purpose: the tensor handed to a layer callback is never written again.
     at::Tensor mid = h + dense(attn.reshape({t, hq * d}), l.o);
-    return mid + dense(swiglu(dense(rms_norm(mid, l.post_norm, eps), l.gate_up)), l.down);
+    at::Tensor x = rms_norm(mid, l.post_norm, eps);
+    if (l.moe.router.defined())
+        return mid + moe_mlp(x, l.moe, {shape_.num_experts_per_tok, shape_.norm_topk_prob});
+    return mid + dense(swiglu(dense(x, l.gate_up)), l.down);
 }
 
 void TargetModel::check_tokens(const at::Tensor& tokens, const std::string& what) const {

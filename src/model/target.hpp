@@ -1,5 +1,5 @@
 #pragma once
-// The frozen target: a Qwen3 or Llama-3 decoder-only model, loaded from a HF model directory
+// The frozen target: a Qwen3, Qwen3-MoE or Llama-3 decoder-only model, loaded from a HF model directory
 // (config.json + safetensors, tied embeddings allowed) or random-initialised from a preset.
 // Forward runs a packed batch (no KV cache, no autograd) and hands out the hidden states of the
 // requested layers as soon as each is computed; forward_cached extends a KVCache (generation,
@@ -16,6 +16,7 @@
 #include "hsring/model_shape.hpp"
 #include "model/attention.hpp"
 #include "model/kv_cache.hpp"
+#include "model/moe_mlp.hpp"
 #include "model/ops.hpp"
 #include "model/safetensors.hpp"
 
@@ -92,7 +93,9 @@ private:
     static TargetModel build(const ModelShape& shape, const TensorGetter& get, at::Device device,
                              at::ScalarType compute_dtype);
     struct Layer {
-        at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm, gate_up, down;
+        at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm;
+        at::Tensor gate_up, down;  // a dense layer's MLP
+        MoeWeights moe;            // a sparse layer's (router defined), qwen3_moe
     };
     // attend(q, k, v) -> [T, Hq, D]: the packed causal attention, or a cache extension's.
     using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;

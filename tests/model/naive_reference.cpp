@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <string>
 
 namespace hsring::test {
@@ -51,11 +54,38 @@ at::Tensor rope(const at::Tensor& x, const std::vector<double>& freqs) {
     return out;
 }
 
+// Qwen3-MoE's sparse MLP token by token: softmax over all experts, the k most probable
+// (renormalised over those k when norm_topk_prob), each a SwiGLU from its own HF tensors.
+at::Tensor moe_mlp(const ModelShape& s, const std::function<at::Tensor(const std::string&)>& w, const std::string& p,
+                   const at::Tensor& x) {
+    at::Tensor out = at::zeros_like(x);
+    const at::Tensor probs = at::softmax(x.matmul(w(p + "mlp.gate.weight").t()), 1);
+    for (std::int64_t t = 0; t < x.size(0); ++t) {
+        std::vector<std::int64_t> experts(static_cast<std::size_t>(s.num_experts));
+        std::iota(experts.begin(), experts.end(), 0);
+        auto pa = probs[t];
+        std::stable_sort(experts.begin(), experts.end(),
+                         [&](std::int64_t a, std::int64_t b) { return pa[a].item<double>() > pa[b].item<double>(); });
+        double total = 0;
+        for (std::int64_t j = 0; j < s.num_experts_per_tok; ++j) total += pa[experts[j]].item<double>();
+        at::Tensor xt = x[t];
+        for (std::int64_t j = 0; j < s.num_experts_per_tok; ++j) {
+            const std::string e = p + "mlp.experts." + std::to_string(experts[j]) + ".";
+            at::Tensor gate = w(e + "gate_proj.weight").matmul(xt), up = w(e + "up_proj.weight").matmul(xt);
+            const double weight = pa[experts[j]].item<double>() / (s.norm_topk_prob ? total : 1.0);
+            out[t].add_(weight * w(e + "down_proj.weight").matmul(gate * at::sigmoid(gate) * up));
+        }
+    }
+    return out;
+}
+
 } // namespace
 
 NaiveOutput naive_forward(const ModelShape& s, const model::TensorMap& weights,
                           const std::vector<std::vector<std::int64_t>>& sequences) {
-    auto w = [&](const std::string& name) { return weights.at(name).to(at::kDouble); };
+    const std::function<at::Tensor(const std::string&)> w = [&](const std::string& name) {
+        return weights.at(name).to(at::kDouble);
+    };
     const auto freqs = frequencies(s);
     const std::int64_t d = s.head_dim, group = s.num_heads / s.num_kv_heads;
     const double eps = s.rms_norm_eps;
@@ -75,7 +105,7 @@ NaiveOutput naive_forward(const ModelShape& s, const model::TensorMap& weights,
             for (std::int64_t head = 0; head < s.num_heads; ++head) {
                 const std::int64_t kv = head / group;
                 at::Tensor qh = q.narrow(1, head * d, d), kh = k.narrow(1, kv * d, d), vh = v.narrow(1, kv * d, d);
-                if (s.arch == "qwen3") {
+                if (s.arch == "qwen3" || s.arch == "qwen3_moe") {
                     qh = rms(qh, w(p + "self_attn.q_norm.weight"), eps);
                     kh = rms(kh, w(p + "self_attn.k_norm.weight"), eps);
                 }
@@ -87,9 +117,13 @@ NaiveOutput naive_forward(const ModelShape& s, const model::TensorMap& weights,
             }
             h = h + attn.matmul(w(p + "self_attn.o_proj.weight").t());
             x = rms(h, w(p + "post_attention_layernorm.weight"), eps);
-            at::Tensor gate = x.matmul(w(p + "mlp.gate_proj.weight").t());
-            at::Tensor up = x.matmul(w(p + "mlp.up_proj.weight").t());
-            h = h + (gate * at::sigmoid(gate) * up).matmul(w(p + "mlp.down_proj.weight").t());
+            if (s.is_moe_layer(l)) {
+                h = h + moe_mlp(s, w, p, x);
+            } else {
+                at::Tensor gate = x.matmul(w(p + "mlp.gate_proj.weight").t());
+                at::Tensor up = x.matmul(w(p + "mlp.up_proj.weight").t());
+                h = h + (gate * at::sigmoid(gate) * up).matmul(w(p + "mlp.down_proj.weight").t());
+            }
             const bool last = l == s.num_layers - 1;
             per_layer[static_cast<std::size_t>(l)].push_back(last ? rms(h, w("model.norm.weight"), eps) : h);
         }

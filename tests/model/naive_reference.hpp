@@ -1,8 +1,8 @@
 #pragma once
-// An independent, deliberately naive Qwen3/Llama forward for the tests: fp64, one sequence and
-// one attention head at a time, separate q/k/v/gate/up projections, RoPE and the Llama-3
-// frequency scaling written out from their definitions, an explicit causal mask. Shares no code
-// with src/model.
+// An independent, deliberately naive Qwen3/Qwen3-MoE/Llama forward for the tests: fp64, one
+// sequence and one attention head at a time, separate q/k/v/gate/up projections, RoPE and the
+// Llama-3 frequency scaling written out from their definitions, an explicit causal mask, a
+// sparse MLP token by token and expert by expert. Shares no code with src/model.
 #include "hsring/model_shape.hpp"
 #include "model/safetensors.hpp"
 

@@ -1,10 +1,15 @@
-// The target model: equal to an independent naive implementation, packing-invariant, HF layer
-// numbering, deterministic random presets, HF directories (tied or not), clear input errors.
+// The target model: equal to an independent naive implementation (Qwen3, Qwen3-MoE, Llama),
+// packing-invariant, HF layer numbering, deterministic random presets, HF directories (tied or
+// not), clear config.json, checkpoint and input errors.
 #include "hsring/error.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
 #include "model_test_util.hpp"
 #include "naive_reference.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 
 using namespace hsring;
 using namespace hsring::model;
@@ -22,6 +27,7 @@ TensorMap test_weights(const ModelShape& s, std::uint64_t seed) {
         if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.0, g);
         if (name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos)
             t = at::empty(t.sizes()).uniform_(1.5, 3.0, g);
+        if (name.ends_with("mlp.gate.weight")) t = t * 10;  // a router that decides
         if (s.arch == "llama" && (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos))
             t = t * 8;
     }
@@ -103,6 +109,126 @@ TEST_CASE("Qwen3 tiny equals the naive per-head fp64 reference, every layer and 
 TEST_CASE("Llama with Llama-3 rope scaling and GQA equals the naive reference") {
     auto s = llama_tiny();
     check_against_naive(s);
+}
+
+TEST_CASE("Qwen3-MoE tiny (sparse layers and a dense one) equals the naive reference, every layer and the logits") {
+    check_against_naive(preset_shape("tiny-moe"));
+    ModelShape s = preset_shape("tiny-moe");
+    s.norm_topk_prob = false;
+    s.num_experts_per_tok = 3;
+    s.decoder_sparse_step = 2;
+    s.mlp_only_layers = {};
+    check_against_naive(s);
+}
+
+TEST_CASE("sparse layers follow transformers' rule: not in mlp_only_layers, experts, (i+1) % decoder_sparse_step == 0") {
+    ModelShape s = preset_shape("tiny-moe");  // 4 layers, mlp_only_layers [2]
+    CHECK(s.qk_norm());
+    CHECK((s.is_moe_layer(0) && s.is_moe_layer(1) && !s.is_moe_layer(2) && s.is_moe_layer(3)));
+    CHECK(s.num_moe_layers() == 3);
+    s.decoder_sparse_step = 2;
+    CHECK((!s.is_moe_layer(0) && s.is_moe_layer(1) && !s.is_moe_layer(2) && s.is_moe_layer(3)));
+    s.num_experts = 0;
+    CHECK(s.num_moe_layers() == 0);
+    const ModelShape big = preset_shape("qwen3-30b-a3b");
+    CHECK(big.num_moe_layers() == 48);
+    CHECK((big.num_experts == 128 && big.num_experts_per_tok == 8 && big.moe_intermediate_size == 768));
+    CHECK(big.mask_token_id == 151669);
+}
+
+TEST_CASE("a qwen3_moe config.json: expert keys read (num_experts or num_local_experts); bad ones name the file and key") {
+    TempDir dir;
+    const ModelShape s = preset_shape("tiny-moe");
+    save_hf_model_dir(dir.path(), s, random_target_weights(s, 1, at::kCPU, at::kFloat));
+    const auto file = dir.path() / "config.json";
+    const nlohmann::json base = nlohmann::json::parse(std::ifstream(file));
+    auto parse = [&](const nlohmann::json& j) {
+        std::ofstream(file) << j.dump();
+        return parse_hf_config(file);
+    };
+    auto error = [&](nlohmann::json j) {
+        std::string msg = error_of([&] { parse(j); });
+        CHECK(msg.find(file.string()) != std::string::npos);
+        return msg;
+    };
+    ModelShape p = parse(base);
+    CHECK(p.arch == "qwen3_moe");
+    CHECK((p.num_experts == 8 && p.num_experts_per_tok == 2 && p.moe_intermediate_size == 32 && p.norm_topk_prob));
+    CHECK((p.decoder_sparse_step == 1 && p.mlp_only_layers == std::vector<std::int64_t>{2}));
+    nlohmann::json j = base;
+    j["num_local_experts"] = j["num_experts"];  // transformers 5's save_pretrained spelling
+    j.erase("num_experts");
+    CHECK(parse(j).num_experts == 8);
+    j["num_experts"] = 6;
+    CHECK(error(j).find("disagree") != std::string::npos);
+    j = base;
+    j.erase("decoder_sparse_step");
+    j.erase("norm_topk_prob");
+    j["mlp_only_layers"] = nullptr;  // transformers' defaults
+    p = parse(j);
+    CHECK((p.decoder_sparse_step == 1 && !p.norm_topk_prob && p.mlp_only_layers.empty() && p.num_moe_layers() == 4));
+
+    j = base;
+    j["num_experts_per_tok"] = 9;
+    CHECK(error(j).find("\"num_experts_per_tok\" 9 must lie in [1, 8]") != std::string::npos);
+    j["num_experts_per_tok"] = 0;
+    CHECK(error(j).find("\"num_experts_per_tok\" 0 must lie in [1, 8]") != std::string::npos);
+    j = base;
+    j.erase("num_experts");
+    CHECK(error(j).find("missing key \"num_experts\"") != std::string::npos);
+    j = base;
+    j.erase("moe_intermediate_size");
+    CHECK(error(j).find("missing key \"moe_intermediate_size\"") != std::string::npos);
+    j = base;
+    j["num_experts"] = "8";
+    CHECK(error(j).find("\"num_experts\" must be an integer") != std::string::npos);
+    j = base;
+    j["norm_topk_prob"] = 1;
+    CHECK(error(j).find("\"norm_topk_prob\" must be true or false") != std::string::npos);
+    j = base;
+    j["decoder_sparse_step"] = 0;
+    CHECK(error(j).find("\"decoder_sparse_step\" 0 must be >= 1") != std::string::npos);
+    j = base;
+    j["mlp_only_layers"] = {"2"};
+    CHECK(error(j).find("\"mlp_only_layers\" must hold layer indices") != std::string::npos);
+    j = base;
+    j["use_sliding_window"] = true;
+    CHECK(error(j).find("use_sliding_window") != std::string::npos);
+    j = base;
+    j["model_type"] = "mixtral";
+    CHECK(error(j).find("model_type \"mixtral\" is not supported: hsring runs qwen3, qwen3_moe and llama") !=
+          std::string::npos);
+}
+
+TEST_CASE("a Qwen3-MoE HF directory: a missing or misshapen expert tensor names the file and tensor; fused experts are refused") {
+    const ModelShape s = preset_shape("tiny-moe");
+    const TensorMap good = test_weights(s, 5);
+    TempDir dir;
+    auto load_error = [&](const TensorMap& w) {
+        save_hf_model_dir(dir.path(), s, w);
+        return error_of([&] { TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0); });
+    };
+    TensorMap w = good;
+    w.erase("model.layers.1.mlp.experts.5.up_proj.weight");
+    std::string msg = load_error(w);
+    CHECK(msg.find((dir.path() / "model.safetensors").string()) != std::string::npos);
+    CHECK(msg.find("no tensor model.layers.1.mlp.experts.5.up_proj.weight") != std::string::npos);
+    w = good;
+    w.erase("model.layers.3.mlp.gate.weight");
+    CHECK(load_error(w).find("no tensor model.layers.3.mlp.gate.weight") != std::string::npos);
+    w = good;
+    w["model.layers.0.mlp.experts.7.down_proj.weight"] = at::zeros({32, 64});
+    msg = load_error(w);
+    CHECK(msg.find("model.layers.0.mlp.experts.7.down_proj.weight has shape [32, 64]") != std::string::npos);
+    w = good;
+    w["model.layers.0.mlp.experts.gate_up_proj"] = at::zeros({8, 64, 64});
+    CHECK(load_error(w).find("experts fused into one tensor") != std::string::npos);
+    // The good directory loads, with the outputs of its weights.
+    save_hf_model_dir(dir.path(), s, good);
+    auto from_dir = TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0);
+    auto direct = TargetModel::from_weights(s, good, at::kCPU, at::kFloat, "test");
+    Batch b = make_batch({10, 3}, s.vocab_size, 2);
+    CHECK(at::equal(from_dir.forward(b.tokens, b.cu, {}, {}, true), direct.forward(b.tokens, b.cu, {}, {}, true)));
 }
 
 TEST_CASE("a packed batch gives each sequence what it gets alone") {
