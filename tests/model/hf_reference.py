@@ -13,10 +13,18 @@
       captured hidden states of the positions before the anchor, noise = embedding of
       [anchor token, MASK...], positions 0 .. anchor+B-1, non-causal. Saves block.{J} [B, H].
 
+  hf_reference.py qwen3-moe --out DIR [--no-norm-topk-prob]
+      Writes a tiny random Qwen3MoeForCausalLM with transformers' own save_pretrained, sharded
+      (model.safetensors.index.json): 4 layers, layer 2 dense (mlp_only_layers), the others 8
+      experts, top 2; router weights ~ N(0, 0.2^2) so routing is decided, norms in [0.5, 2.5].
+
   hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
       transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
       generation_config.json) on each prompt alone and on all of them in one left-padded batch;
       writes {"alone": [[new tokens]], "batched": [[...]]}, each cut after its first eos.
+
+Every model is loaded with output_loading_info: a missing or unexpected tensor is an error
+(transformers would otherwise initialise it at random).
 
 Exit code 77 (skip) only when transformers cannot be imported.
 """
@@ -35,9 +43,15 @@ except ImportError as e:  # the only reason to skip
     sys.exit(77)
 
 
+def load_model(path, **kwargs):
+    model, info = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True, **kwargs)
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    assert not bad, f"{path}: transformers could not load every tensor: {bad}"
+    return model.eval()
+
+
 def run_target(args):
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
+    model = load_model(args.model, attn_implementation="eager")
     seqs = json.load(open(args.tokens))
     out = {}
     with torch.no_grad():
@@ -134,9 +148,26 @@ def run_dflash(args):
     save_file(out, args.out)
 
 
+def run_qwen3_moe(args):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_parameters={
+                             "rope_type": "default", "rope_theta": 1e6}, max_position_embeddings=4096,
+                         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+                         mlp_only_layers=[2], norm_topk_prob=args.norm_topk_prob, tie_word_embeddings=False)
+    model = Qwen3MoeForCausalLM(cfg).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 2.5)
+            elif name.endswith("mlp.gate.weight"):
+                p.normal_(0, 0.2)
+    model.save_pretrained(args.out, max_shard_size="100KB")
+
+
 def run_generate(args):
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    model.eval()
+    model = load_model(args.model)
     prompts = json.load(open(args.prompts))
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
@@ -177,9 +208,12 @@ def main():
     for k in ("--model", "--prompts", "--out"):
         g.add_argument(k, required=True)
     g.add_argument("--max-new-tokens", type=int, required=True)
+    m = sub.add_parser("qwen3-moe")
+    m.add_argument("--out", required=True)
+    m.add_argument("--no-norm-topk-prob", dest="norm_topk_prob", action="store_false")
     args = ap.parse_args()
     torch.manual_seed(0)
-    {"target": run_target, "dflash": run_dflash, "generate": run_generate}[args.cmd](args)
+    {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe}[args.cmd](args)
 
 
 if __name__ == "__main__":

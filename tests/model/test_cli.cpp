@@ -66,6 +66,26 @@ TEST_CASE("dump-hidden writes layer.K [total_tokens, hidden] fp32 equal to the t
     CHECK(at::equal(st.tensors.at("logits"), logits));
 }
 
+TEST_CASE("dump-hidden on a Qwen3-MoE HF directory writes the target's captured layers and logits") {
+    test::TempDir dir;
+    const ModelShape s = preset_shape("tiny-moe");
+    save_hf_model_dir(dir.path() / "model", s, random_target_weights(s, 3, at::kCPU, at::kFloat));
+    std::ofstream(dir.path() / "tokens.json") << "[[1, 2, 3, 4, 5], [9, 8], [100, 200, 300]]";
+    const auto out = dir.path() / "hs.safetensors";
+    REQUIRE(run("dump-hidden " + q(dir.path() / "model") + " --layers 0,2,3 --tokens " + q(dir.path() / "tokens.json") +
+                    " --out " + q(out) + " --logits",
+                dir.path() / "log") == 0);
+    auto st = read_safetensors(out);
+    CHECK(st.metadata.at("layers") == "0,2,3");
+    auto model = TargetModel::load(resolve_model_shape((dir.path() / "model").string()), at::kCPU, at::kFloat, 0);
+    at::Tensor tokens = at::tensor(std::vector<std::int64_t>{1, 2, 3, 4, 5, 9, 8, 100, 200, 300}, at::kLong);
+    std::vector<int> ids{0, 2, 3};
+    at::Tensor logits = model.forward(tokens, {0, 5, 7, 10}, ids, [&](std::size_t i, const at::Tensor& h) {
+        CHECK(at::equal(st.tensors.at("layer." + std::to_string(ids[i])), h));
+    }, true);
+    CHECK(at::equal(st.tensors.at("logits"), logits));
+}
+
 TEST_CASE("dump-hidden reports bad input on one line and fails") {
     test::TempDir dir;
     const auto log = dir.path() / "log";

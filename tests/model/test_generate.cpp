@@ -316,6 +316,7 @@ TensorMap sharp_weights(const ModelShape& s) {
     for (auto& [name, t] : w) {
         if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.5, g);
         if (name == "lm_head.weight") t = t * 4;
+        if (name.ends_with("mlp.gate.weight")) t = t * 10;  // a router that decides
     }
     return w;
 }
@@ -376,6 +377,11 @@ TEST_SUITE("generate_hf") {
 
 TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny Qwen3, with a stop token") {
     check_greedy_against_transformers(preset_shape("tiny"));
+}
+
+// The cached forward (prefill, then one token per row per step) runs the sparse MLP on a few rows.
+TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny Qwen3-MoE (sparse + dense layers)") {
+    check_greedy_against_transformers(preset_shape("tiny-moe"));
 }
 
 // Untied: a tiny random model with tied embeddings echoes its last token forever (tied embeddings

@@ -1,5 +1,6 @@
 // Parity with HF transformers on the same random weights: the target's captured layer k equals
-// transformers' hidden_states[k+1] (Qwen3, and Llama with Llama-3 rope scaling), and an exported
+// transformers' hidden_states[k+1] (Qwen3, Qwen3-MoE written by transformers' own save_pretrained,
+// and Llama with Llama-3 rope scaling), and an exported
 // drafter run by a transformers-built DFlash decoder gives the drafter's block outputs, and
 // transformers' AutoModel loads an export with the DFlash model code (auto_map).
 // Runs tests/model/hf_reference.py with $HSRING_PYTHON; exits 77 (skipped) only where that
@@ -47,16 +48,22 @@ TensorMap sharpened_weights(const ModelShape& s) {
     at::Generator g = cpu_generator(32);
     for (auto& [name, t] : w) {
         if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.5, g);
+        if (name.ends_with("mlp.gate.weight")) t = t * 10;  // a router that decides
         if (s.arch == "llama" && (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos))
             t = t * 8;
     }
     return w;
 }
 
-void check_target(ModelShape s) {
-    TempDir dir;
-    auto w = sharpened_weights(s);
-    save_hf_model_dir(dir.path() / "model", s, w);
+// Max |a - ref| / max |ref|, in fp64.
+double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+    at::Tensor r = ref.to(at::kDouble);
+    return (a.to(at::kDouble) - r).abs().max().item<double>() / r.abs().max().item<double>();
+}
+
+// The HF directory dir/model (written by the caller) against transformers: every layer of every
+// sequence of a packed forward, and the logits, within relative error 1e-4 (fp32).
+void check_model_dir(const TempDir& dir, const ModelShape& s) {
     const std::vector<std::vector<std::int64_t>> seqs{{1, 5, 9, 200, 3, 77, 4, 8, 100, 12, 13, 14, 15, 16, 17, 18, 19, 20,
                                                        21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35},
                                                       {7}, {300, 301, 302, 303, 304, 305, 306, 307, 308}};
@@ -67,6 +74,7 @@ void check_target(ModelShape s) {
 
     ModelShape parsed = resolve_model_shape((dir.path() / "model").string());
     CHECK(parsed.rope_scaling.type == s.rope_scaling.type);
+    CHECK(parsed.num_moe_layers() == s.num_moe_layers());
     auto model = TargetModel::load(parsed, at::kCPU, at::kFloat, 0);
     std::vector<std::int64_t> flat, cu{0};
     for (const auto& q : seqs) {
@@ -84,10 +92,45 @@ void check_target(ModelShape s) {
         for (int k = 0; k < s.num_layers; ++k) {
             INFO("sequence " << q << " layer " << k << " = hidden_states[" << k + 1 << "]");
             const at::Tensor& want = ref.at("seq" + std::to_string(q) + ".hidden." + std::to_string(k + 1));
-            CHECK(at::allclose(hs[static_cast<std::size_t>(k)].narrow(0, cu[q], len), want, 1e-4, 1e-5));
+            const at::Tensor got = hs[static_cast<std::size_t>(k)].narrow(0, cu[q], len);
+            CHECK(at::allclose(got, want, 1e-4, 1e-5));
+            CHECK(rel_err(got, want) < 1e-4);
+            if (s.num_moe_layers() > 0)
+                MESSAGE(s.arch << " seq " << q << " layer " << k << std::string(s.is_moe_layer(k) ? " (sparse)" : " (dense)")
+                               << ": max relative error " << rel_err(got, want));
         }
-        CHECK(at::allclose(logits.narrow(0, cu[q], len), ref.at("seq" + std::to_string(q) + ".logits"), 1e-4, 1e-5));
+        const at::Tensor got = logits.narrow(0, cu[q], len), want = ref.at("seq" + std::to_string(q) + ".logits");
+        CHECK(at::allclose(got, want, 1e-4, 1e-5));
+        CHECK(rel_err(got, want) < 1e-4);
+        if (s.num_moe_layers() > 0) MESSAGE(s.arch << " seq " << q << " logits: max relative error " << rel_err(got, want));
     }
+}
+
+void check_target(ModelShape s) {
+    TempDir dir;
+    save_hf_model_dir(dir.path() / "model", s, sharpened_weights(s));
+    check_model_dir(dir, s);
+}
+
+// A tiny random Qwen3MoeForCausalLM written by transformers itself (hf_reference.py qwen3-moe:
+// per-expert tensor names, sharded with an index, num_experts as "num_local_experts").
+void check_transformers_moe(bool norm_topk_prob) {
+    TempDir dir;
+    run_reference("qwen3-moe --out '" + (dir.path() / "model").string() + "'" +
+                  (norm_topk_prob ? "" : " --no-norm-topk-prob"));
+    REQUIRE(std::filesystem::exists(dir.path() / "model" / "model.safetensors.index.json"));
+    ModelShape s = preset_shape("tiny-moe");  // the same shape
+    s.norm_topk_prob = norm_topk_prob;
+    const ModelShape parsed = resolve_model_shape((dir.path() / "model").string());
+    CHECK(parsed.arch == "qwen3_moe");
+    CHECK(parsed.num_experts == 8);
+    CHECK(parsed.num_experts_per_tok == 2);
+    CHECK(parsed.moe_intermediate_size == 32);
+    CHECK(parsed.norm_topk_prob == norm_topk_prob);
+    CHECK(parsed.mlp_only_layers == std::vector<std::int64_t>{2});
+    CHECK(parsed.is_moe_layer(0));
+    CHECK(!parsed.is_moe_layer(2));
+    check_model_dir(dir, s);
 }
 
 } // namespace
@@ -96,6 +139,22 @@ TEST_SUITE("hf_parity") {
 
 TEST_CASE("Qwen3 tiny: layer k equals transformers' hidden_states[k+1], the last one included") {
     check_target(preset_shape("tiny"));
+}
+
+TEST_CASE("Qwen3-MoE written by transformers (sparse layers + one dense, norm_topk_prob): every layer and the logits") {
+    check_transformers_moe(true);
+}
+
+TEST_CASE("Qwen3-MoE written by transformers without norm_topk_prob: every layer and the logits") {
+    check_transformers_moe(false);
+}
+
+TEST_CASE("Qwen3-MoE written by hsring (save_hf_model_dir) loads in transformers with every tensor and equals it") {
+    ModelShape s = preset_shape("tiny-moe");
+    s.norm_topk_prob = false;
+    s.decoder_sparse_step = 2;  // layers 1 and 3 sparse, 0 and 2 dense
+    s.mlp_only_layers = {};
+    check_target(s);
 }
 
 TEST_CASE("Llama with Llama-3 rope scaling and tied embeddings equals transformers") {
