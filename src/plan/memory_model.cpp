@@ -68,10 +68,15 @@ std::uint64_t HostMemory::total() const {
 
 std::uint64_t target_params(const ModelShape& s) {
     const Dims m(s);
-    // tensor_specs() in src/model/target.cpp: per layer q/k/v/o, gate/up/down, two norms (+ q/k
-    // norms for Qwen3); embedding, final norm, LM head unless tied.
-    const u64 layer = m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + (s.qk_norm() ? 2 * m.d : 0);
-    return m.v * m.h + m.layers * layer + m.h + (s.tie_word_embeddings ? 0 : m.v * m.h);
+    // tensor_specs() in src/model/target.cpp: per layer q/k/v/o, two norms (+ q/k norms for
+    // Qwen3), the MLP: gate/up/down, or on a sparse layer (Qwen3-MoE) the router [E, H] and
+    // every expert's gate/up/down (all are loaded, whatever a token uses); embedding, final
+    // norm, LM head unless tied.
+    const u64 attention = m.h * (m.q + 2 * m.k) + m.q * m.h + 2 * m.h + (s.qk_norm() ? 2 * m.d : 0);
+    const u64 sparse = u64(s.num_moe_layers());
+    const u64 experts = u64(s.num_experts), moe_i = u64(s.moe_intermediate_size);
+    const u64 mlps = (m.layers - sparse) * 3 * m.h * m.i + sparse * (experts * 3 * m.h * moe_i + experts * m.h);
+    return m.v * m.h + m.layers * attention + mlps + m.h + (s.tie_word_embeddings ? 0 : m.v * m.h);
 }
 
 std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uint64_t context_layers) {
@@ -95,8 +100,8 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
     int last = 0;
     for (int id : d.layer_ids) last = std::max(last, id);
     w.parts.push_back({"weights", params * e,
-                       fmt::format("{} parameters x {} B: all {} layers are loaded, the forward stops after layer {}",
-                                   num(params), e, m.layers, last)});
+                       fmt::format("{} parameters x {} B: all {} layers{} are loaded, the forward stops after layer {}",
+                                   num(params), e, m.layers, s.num_moe_layers() > 0 ? " and all experts" : "", last)});
 
     // TargetModel::layer_forward, per token, the largest of three moments (elements):
     //   always alive: h (H) + fused qkv (Q + 2K)
@@ -106,11 +111,24 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
     //   down proj:    the same with silu gone (-I) + down, the sum (2H)
     const u64 base = m.h + m.q + 2 * m.k;
     const u64 rope = base + (s.qk_norm() ? m.q : 0) + 4 * m.q;
-    const u64 mlp = base + 2 * m.q + 2 * m.k + 2 * m.h + 4 * m.i;
-    const u64 down = base + 2 * m.q + 2 * m.k + 4 * m.h + 3 * m.i;
-    const u64 per_token = std::max({rope, mlp, down});
+    const bool dense_layers = s.num_moe_layers() < s.num_layers;
+    const u64 mlp = dense_layers ? base + 2 * m.q + 2 * m.k + 2 * m.h + 4 * m.i : 0;
+    const u64 down = dense_layers ? base + 2 * m.q + 2 * m.k + 4 * m.h + 3 * m.i : 0;
+    //   a sparse layer (moe_mlp.cpp), in one expert's down projection: + q, k, v, attention out
+    //                 (2Q + 2K), mid, normed mid and the output summed into (3H), router logits
+    //                 (E), the routing weights cast and gathered (2k); one expert's rows: gathered
+    //                 x, gate_up (2I), product (I), down (H) = 2H + 3I per row, at most one row per
+    //                 token (only the top-k experts compute a token, one expert at a time)
+    //                 + bytes: fp32 probabilities (4E) and top-k weights (4k), int64 expert ids,
+    //                 sorted ids, sort order, pair tokens (32k)
+    const u64 moe_k = u64(s.num_experts_per_tok), moe_i = u64(s.moe_intermediate_size);
+    const bool sparse_layers = s.num_moe_layers() > 0;
+    const u64 moe =
+        sparse_layers ? base + 2 * m.q + 2 * m.k + 3 * m.h + u64(s.num_experts) + 2 * moe_k + 2 * m.h + 3 * moe_i : 0;
+    const u64 moe_bytes = sparse_layers ? 4 * u64(s.num_experts) + 4 * moe_k + 32 * moe_k : 0;
+    const u64 per_token = std::max({rope, mlp, down, moe});
     // + RoPE cos/sin tables, int64 tokens and positions, flash attention's fp32 log-sum-exp.
-    const u64 small = 2 * m.d * e + 16 + 4 * m.hq;
+    const u64 small = 2 * m.d * e + 16 + 4 * m.hq + (moe == per_token ? moe_bytes : 0);
     w.parts.push_back({"activations", t * (per_token * e + small),
                        fmt::format("{} tokens x ({} elements x {} B + {} B): residual, q/k/v, attention out, MLP "
                                    "intermediate of one layer (no logits)",

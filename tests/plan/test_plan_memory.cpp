@@ -77,6 +77,33 @@ TEST_CASE("Qwen3-8B parameter counts") {
     CHECK(drafter_params(s, 5, 5) == 1'048'626'432ull);
 }
 
+TEST_CASE("Qwen3-30B-A3B parameter counts: every expert and the router of each sparse layer") {
+    const ModelShape s = preset_shape("qwen3-30b-a3b");
+    // per layer: q/k/v 2048 x (4096 + 2 x 512) = 10,485,760; o 4096 x 2048 = 8,388,608; norms
+    // 2 x 2048 + q/k norms 2 x 128 = 4,352; router 128 x 2048 = 262,144; experts
+    // 128 x 3 x 2048 x 768 = 603,979,776 -> 623,120,640;  x 48 = 29,909,790,720
+    // + embedding and LM head 2 x 151,936 x 2048 = 622,329,856 + final norm 2048
+    CHECK(target_params(s) == 30'532'122'624ull);
+    // The same model with every layer dense (intermediate 6144) counts 3 x 2048 x 6144 per MLP.
+    ModelShape dense = s;
+    dense.num_experts = 0;
+    CHECK(target_params(dense) == 30'532'122'624ull - 48ull * (603'979'776 + 262'144) + 48ull * 3 * 2048 * 6144);
+}
+
+TEST_CASE("Qwen3-30B-A3B target memory: all experts' weights, activations of one expert's rows at a time") {
+    const Config c = qwen();
+    const Derived d = derive(c, preset_shape("qwen3-30b-a3b"));
+    const WorkerMemory w = target_memory(c, d, "target.0", Place{0}, 16384);
+    CHECK(part(w, "weights").bytes == 30'532'122'624ull * 2);
+    // per token, elements: h + qkv = 2048 + 5120 = 7,168; + q 4096, k 512, v 512, attention out
+    // 4096 (9,216); mid, normed mid, output 6,144; router logits 128; routing weights 2 x 8;
+    // one expert's rows: x 2048, gate_up 1536, product 768, down 2048 -> 6,400
+    //   = 29,072 (the RoPE moment 7,168 + 4096 + 16,384 = 27,648 is lower)
+    // bytes: 29,072 x 2 + RoPE tables 2 x 128 x 2 + 16 + lse 32 x 4 + fp32 probabilities 512,
+    //   top-k weights 32, int64 ids/sorts/tokens 256 = 58,144 + 512 + 16 + 128 + 800 = 59,600
+    CHECK(part(w, "activations").bytes == 16384ull * 59'600);
+}
+
 TEST_CASE("target memory at a 16,384-token batch, by hand") {
     const Config c = qwen();
     const Derived d = derive(c, preset_shape("qwen3-8b"));
