@@ -14,7 +14,7 @@
 #include "bench_common.hpp"
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
-#include "kineto_trace.hpp"
+#include "model/kineto_trace.hpp"
 #include "markov_batches.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/dflash_config.hpp"
@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
                          {"backward", t_bwd}, {"adamw", t_adam}};
         }
         if (!o.str("trace").empty()) {
-            bench::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] { train_step(); });
+            model::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] { train_step(); });
             fmt::print(out, "trace of 2 steps: {}\n", o.str("trace"));
         }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "

@@ -1,4 +1,4 @@
-#include "kineto_trace.hpp"
+#include "model/kineto_trace.hpp"
 
 #include "hsring/error.hpp"
 
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <set>
 
-namespace hsring::bench {
+namespace hsring::model {
 
 void write_kineto_trace(const std::string& path, bool cuda, int calls, const std::function<void()>& step) {
     namespace prof = torch::profiler::impl;
@@ -28,4 +28,4 @@ void write_kineto_trace(const std::string& path, bool cuda, int calls, const std
     if (!std::filesystem::exists(path)) fail("--trace: could not write {} (is its directory writable?)", path);
 }
 
-} // namespace hsring::bench
+} // namespace hsring::model
