@@ -50,40 +50,29 @@ bool flash_varlen_ok(const at::Tensor& q) {
            d <= 256;
 }
 
-// Restricts LibTorch's SDPA backend choice for the masked block-attention calls and restores the
-// process-wide flags after (the drafter runs its attention on one thread; nothing else in a
-// drafter process calls SDPA meanwhile).
-class SdpaBackendScope {
-public:
-    SdpaBackendScope(AttentionKernel k, bool cuda) : active_(cuda && k != AttentionKernel::Auto) {
-        if (!active_) return;
-        auto& ctx = at::globalContext();
-        flash_ = ctx.userEnabledFlashSDP();
-        eff_ = ctx.userEnabledMemEfficientSDP();
-        math_ = ctx.userEnabledMathSDP();
-        cudnn_ = ctx.userEnabledCuDNNSDP();
-        ctx.setSDPUseFlash(false);
-        ctx.setSDPUseMath(false);
-        ctx.setSDPUseMemEfficient(k == AttentionKernel::Efficient);
-        ctx.setSDPUseCuDNN(k == AttentionKernel::CuDNN);
-    }
-    ~SdpaBackendScope() {
-        if (!active_) return;
-        auto& ctx = at::globalContext();
-        ctx.setSDPUseFlash(flash_);
-        ctx.setSDPUseMemEfficient(eff_);
-        ctx.setSDPUseMath(math_);
-        ctx.setSDPUseCuDNN(cudnn_);
-    }
-    SdpaBackendScope(const SdpaBackendScope&) = delete;
-    SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
-
-private:
-    bool active_;
-    bool flash_ = true, eff_ = true, math_ = true, cudnn_ = true;
-};
-
 } // namespace
+
+SdpaBackendScope::SdpaBackendScope(AttentionKernel k, bool cuda) : active_(cuda && k != AttentionKernel::Auto) {
+    if (!active_) return;
+    auto& ctx = at::globalContext();
+    flash_ = ctx.userEnabledFlashSDP();
+    eff_ = ctx.userEnabledMemEfficientSDP();
+    math_ = ctx.userEnabledMathSDP();
+    cudnn_ = ctx.userEnabledCuDNNSDP();
+    ctx.setSDPUseFlash(false);
+    ctx.setSDPUseMath(false);
+    ctx.setSDPUseMemEfficient(k == AttentionKernel::Efficient);
+    ctx.setSDPUseCuDNN(k == AttentionKernel::CuDNN);
+}
+
+SdpaBackendScope::~SdpaBackendScope() {
+    if (!active_) return;
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseFlash(flash_);
+    ctx.setSDPUseMemEfficient(eff_);
+    ctx.setSDPUseMath(math_);
+    ctx.setSDPUseCuDNN(cudnn_);
+}
 
 at::Tensor causal_packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const PackedSequences& seqs, double scale) {

@@ -52,6 +52,23 @@ struct BlockAttentionLayout {
     std::int64_t key_pad = kAttentionKeyPad;
     AttentionKernel kernel = AttentionKernel::Auto;
 };
+// Restricts LibTorch's SDPA backend choice (on CUDA, for a kernel other than Auto) for the calls
+// in its scope and restores the process-wide flags after: the drafter's masked block attention,
+// and decoding, whose key count grows by one each step (cuDNN, LibTorch's choice for bf16 on the
+// H200, builds a plan per shape: ~250 us of host time per call, a third of a decode step). Each
+// process calls SDPA from one thread.
+class SdpaBackendScope {
+public:
+    SdpaBackendScope(AttentionKernel k, bool cuda);
+    ~SdpaBackendScope();
+    SdpaBackendScope(const SdpaBackendScope&) = delete;
+    SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
+
+private:
+    bool active_;
+    bool flash_ = true, eff_ = true, math_ = true, cudnn_ = true;
+};
+
 // "auto" | "efficient" | "cudnn"; throws hsring::Error naming `what` for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name, const std::string& what);
 const char* to_string(AttentionKernel k);

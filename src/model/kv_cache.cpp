@@ -137,6 +137,8 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
     qp.index_copy_(0, pad_index_, q);
     qp = qp.view({rows, max_new_, hkv, rep, d}).permute({0, 2, 3, 1, 4}).reshape({rows, hkv, rep * max_new_, d});
     auto kv = [&](const at::Tensor& t) { return t.narrow(1, 0, max_keys_).transpose(1, 2); };
+    // The memory-efficient kernel: no per-shape plan, and the key count changes every step.
+    SdpaBackendScope backend(AttentionKernel::Efficient, q.is_cuda());
     at::Tensor o = at::scaled_dot_product_attention(qp, kv(keys), kv(values), mask_, 0.0, /*is_causal=*/false, scale);
     // Back to packed [T, Hq, D].
     o = o.reshape({rows, hkv, rep, max_new_, d}).permute({0, 3, 1, 2, 4}).reshape({rows * max_new_, hkv * rep, d});
