@@ -103,6 +103,8 @@ public:
     at::Tensor fuse_context(const at::Tensor& context, at::ScalarType dtype);
 
     const DFlashConfig& config() const { return config_; }
+    // Rotary frequencies [head_dim/2] fp32 on the drafter's device (dflash_decode.hpp reuses them).
+    const at::Tensor& inv_freq() const { return inv_freq_; }
 
     torch::nn::ModuleList layers{nullptr};
     Projection fc{nullptr};

@@ -24,9 +24,16 @@ struct SamplingParams {
 class SequenceRng {
 public:
     explicit SequenceRng(std::uint64_t seed) : rng_(data::detail::mix64(seed)) {}
-    double uniform() { return static_cast<double>(rng_.next() >> 11) * 0x1.0p-53; }
+    double uniform() { return to_unit(rng_.next()); }
+    // The i-th (0-based) uniform() of SequenceRng(seed), without drawing the ones before it:
+    // speculative decoding samples token i of a sequence with the very number plain generation
+    // uses for it, whatever the drafts were, so both emit the same tokens for the same seed.
+    static double uniform_at(std::uint64_t seed, std::uint64_t i) {
+        return to_unit(data::detail::mix64(data::detail::mix64(seed) + (i + 1) * data::detail::kGolden));
+    }
 
 private:
+    static double to_unit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
     data::detail::SplitMix64 rng_;
 };
 

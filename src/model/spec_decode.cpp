@@ -1,7 +1,9 @@
 #include "model/spec_decode.hpp"
 
 #include "hsring/error.hpp"
+#include "model/dflash_decode.hpp"
 #include "model/kv_cache.hpp"
+#include "model/sampling.hpp"
 
 #include <ATen/ATen.h>
 
@@ -20,21 +22,36 @@ std::vector<std::int64_t> host_longs(const at::Tensor& t) {
     return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
 }
 
-// One prompt's decode state: the target's cache row, the drafter's context rows.
+// The uniforms of a sequence's drafts: their own stream, so a draft never takes the number the
+// target's token at that index uses.
+constexpr std::uint64_t kDraftStream = 0xD2AF7C0FFEE5EEDull;
+
+// One prompt's decode state: the target's cache row, the drafter's cached context.
 struct Sequence {
     TargetModel& target;
     DFlashDrafter& drafter;
     const SpecDecodeOptions& options;
-    const std::vector<std::int64_t>& prompt;
+    const GenerateRequest& request;
+    DFlashDecodeState& draft_state;  // shared by the prompts (its weights cast once), emptied per prompt
     SpecDecodeOutput& out;
     SpecDecodeStats& st;
+
+    // Tokens for logits [r, vocab] whose row j is new token `first + j` of the sequence: greedy, or
+    // sampled with uniform number first + j of `seed`'s stream (generate's i-th draw for token i).
+    at::Tensor pick(const at::Tensor& logits, std::uint64_t seed, std::int64_t first) const {
+        std::vector<double> u;
+        if (options.sampling.temperature > 0)
+            for (std::int64_t j = 0; j < logits.size(0); ++j)
+                u.push_back(SequenceRng::uniform_at(seed, static_cast<std::uint64_t>(first + j)));
+        return sample_tokens(logits, options.sampling, u);
+    }
 
     // Records token t; returns false when the sequence is finished.
     bool emit(std::int64_t t) {
         out.tokens.push_back(t);
         ++st.new_tokens;
         const auto& stops = options.stop_tokens;
-        const auto length = static_cast<std::int64_t>(prompt.size() + out.tokens.size());
+        const auto length = static_cast<std::int64_t>(request.prompt.size() + out.tokens.size());
         if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
             out.finish = FinishReason::Stop;
             return false;
@@ -50,56 +67,60 @@ struct Sequence {
     void run() {
         const ModelShape& shape = target.shape();
         const DFlashConfig& c = drafter->config();
+        const std::vector<std::int64_t>& prompt = request.prompt;
         const std::int64_t b = c.block_size, n = static_cast<std::int64_t>(prompt.size());
         const std::vector<int>& ids = c.target_layer_ids;
-        const auto l = static_cast<std::int64_t>(ids.size());
         const at::Device dev = target.device();
         const at::ScalarType dt = target.dtype();
         const TargetHead head = target.head();
+        const std::uint64_t draft_seed = data::detail::mix64(request.seed ^ kDraftStream);
         const std::int64_t capacity = std::min(n + options.max_new_tokens + b, shape.max_position_embeddings);
         KVCache cache(shape, 1, capacity, dev, dt);
-        // Context rows [L, capacity + 1, H]: rows < start hold the accepted tokens' captured layers;
-        // row start (the anchor's own) is never attended by the block.
-        at::Tensor ctx = at::zeros({l, capacity + 1, shape.hidden_size}, at::TensorOptions().device(dev).dtype(dt));
+        draft_state.crop(0);
         std::vector<at::Tensor> captured(ids.size());
         auto capture = [&](std::size_t i, const at::Tensor& h) { captured[i] = h; };
-        auto keep_context = [&](std::int64_t at_row, std::int64_t rows) {
-            for (std::int64_t i = 0; i < l; ++i) ctx[i].narrow(0, at_row, rows).copy_(captured[static_cast<std::size_t>(i)].narrow(0, 0, rows));
+        // The drafter's context grows by the captured layers of the first `rows` tokens just run.
+        auto keep_context = [&](std::int64_t rows) {
+            std::vector<at::Tensor> layers;
+            for (const at::Tensor& h : captured) layers.push_back(h.narrow(0, 0, rows));
+            draft_state.extend(at::stack(layers));
         };
 
         auto t0 = Clock::now();
         at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), {n}, cache, false, ids, capture);
-        keep_context(0, n);
-        std::int64_t last = logits.argmax(-1).item<std::int64_t>();
+        keep_context(n);
+        std::int64_t last = pick(logits, request.seed, 0).item<std::int64_t>();
         st.prompt_tokens += n;
         st.prefill_seconds += seconds_since(t0);
         if (!emit(last)) return;
 
         const auto longs = at::TensorOptions().device(dev).dtype(at::kLong);
         while (true) {
-            const std::int64_t start = cache.length(0);
+            const std::int64_t start = cache.length(0);  // = the drafter's context rows
+            // `last` is new token m - 1, not yet run through the target; draft j of the block
+            // proposes token m + j - 1, the target's verify row j gives token m + j.
+            const auto m = static_cast<std::int64_t>(out.tokens.size());
             // The block: [last, MASK x (k-1)] at positions start.., over the context rows < start. As in
             // the public DFlash loop (z-lab's dflash_generate), it holds at most what can still be
             // produced plus the anchor (left + 1), and a short last block is drafted short: the drafter
             // attends the whole block, so its length changes the drafts (and the acceptance lengths).
             t0 = Clock::now();
-            const auto left = options.max_new_tokens - static_cast<std::int64_t>(out.tokens.size());
-            const std::int64_t k = std::min({b, capacity - start, left + 1});
+            const std::int64_t k = std::min({b, capacity - start, options.max_new_tokens - m + 1});
             at::Tensor block = at::full({1}, last, longs);
             if (k > 1) {
-                const at::Tensor rows = draft_hidden(drafter, head, ctx, last, start, dt, k).narrow(0, 1, k - 1);
-                block = at::cat({block, at::matmul(rows, head.lm_head.t()).argmax(-1)});
+                const at::Tensor rows = draft_state.draft(last, k).narrow(0, 1, k - 1);
+                block = at::cat({block, pick(at::matmul(rows, head.lm_head.t()), draft_seed, m)});
             }
             const std::vector<std::int64_t> draft = host_longs(block);
             st.draft_seconds += seconds_since(t0);
 
             t0 = Clock::now();
             at::Tensor verify = target.forward_cached(block, {k}, cache, true, ids, capture);
-            const std::vector<std::int64_t> want = host_longs(verify.argmax(-1));
-            std::int64_t accepted = 0;  // drafts equal to the target's argmax after the tokens before them
+            const std::vector<std::int64_t> want = host_longs(pick(verify, request.seed, m));
+            std::int64_t accepted = 0;  // drafts equal to the target's token after the tokens before them
             while (accepted + 1 < k && draft[static_cast<std::size_t>(accepted + 1)] == want[static_cast<std::size_t>(accepted)])
                 ++accepted;
-            keep_context(start, accepted + 1);
+            keep_context(accepted + 1);
             cache.crop(0, start + accepted + 1);
             ++st.verify_steps;
             st.verify_seconds += seconds_since(t0);
@@ -171,12 +192,20 @@ SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const 
                  "max_position_embeddings {} ({})",
                  i, p.size(), s.max_position_embeddings, s.source);
     }
+    check_sampling(options.sampling);
     at::NoGradGuard no_grad;
     SpecDecodeResult res;
     res.outputs.resize(prompts.size());
     if (options.max_new_tokens == 0) return res;
+    // One drafter decode state for every prompt: room for the longest one's context.
+    std::int64_t capacity = 1;
+    for (const auto& p : prompts)
+        capacity = std::max(capacity, static_cast<std::int64_t>(p.prompt.size()) + options.max_new_tokens +
+                                          drafter->config().block_size);
+    capacity = std::min(capacity, s.max_position_embeddings);
+    DFlashDecodeState draft_state(drafter, target.head(), capacity, target.device(), target.dtype());
     for (std::size_t i = 0; i < prompts.size(); ++i)
-        Sequence{target, drafter, options, prompts[i].prompt, res.outputs[i], res.stats}.run();
+        Sequence{target, drafter, options, prompts[i], draft_state, res.outputs[i], res.stats}.run();
     return res;
 }
 

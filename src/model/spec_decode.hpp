@@ -1,31 +1,34 @@
 #pragma once
-// DFlash speculative decoding with the frozen target, greedy (temperature 0), one prompt at a
-// time (batch 1): the loop of z-lab's `dflash_generate` (dflash/model.py).
+// DFlash speculative decoding with the frozen target, one prompt at a time (batch 1): the loop of
+// z-lab's `dflash_generate` (dflash/model.py), greedy or sampled.
 //
-//   prefill:  the target runs the prompt (KV cache), capturing the drafter's layers; its argmax is
-//             the first new token.
+//   prefill:  the target runs the prompt (KV cache), capturing the drafter's layers; its token
+//             (argmax, or sampled) is the first new token.
 //   step:     start = the cached length = the position of the last accepted token t (not yet run
 //             through the target). The drafter drafts one block [t, MASK x (B-1)] at positions
 //             start.., attending to the fused context of every accepted token before t (the
-//             captured layers) and to its own block, non-causally; its B-1 drafts are the argmax of
-//             the target's LM head over slots 1... The target verifies [t, drafts] in one cached
-//             forward (logits of every token, captured layers); the drafts that match the target's
-//             argmax of the previous slot are accepted up to the first mismatch (n of them), and
-//             the target's own next token after them comes free: n + 1 new tokens (the step's
-//             acceptance length). The cache is cropped to start + n + 1 and the context grows by
-//             the verified tokens' captured layers t, d_1..d_n.
+//             captured layers; their keys/values cached, dflash_decode.hpp) and to its own block,
+//             non-causally; its B-1 drafts are the target's LM head over slots 1.. (argmax, or
+//             sampled). The target verifies [t, drafts] in one cached forward (logits of every
+//             token, captured layers) and picks its own token after each prefix; the drafts equal
+//             to the target's token of the previous slot are accepted up to the first mismatch
+//             (n of them), and the target's own token after them comes free: n + 1 new tokens (the
+//             step's acceptance length). The cache is cropped to start + n + 1 and the drafter's
+//             context grows by the verified tokens' captured layers t, d_1..d_n.
 //
 // Unlike z-lab's loop, the block is always B slots (the drafter is built for one block size); when
 // fewer tokens are left only the first ones are verified (z-lab drafts a shorter block there).
 //
-// Lossless: every emitted token is the target's argmax after the tokens before it, so the output
-// is plain greedy `generate`'s (up to float noise between a block forward and a one-token one).
-//
-// First version: the drafter has no KV cache of its own; each step recomputes it over the whole
-// context (fc + k/v of every context row), O(context) per step, fine at batch 1 for measuring
-// acceptance; a drafter cache (only the new context rows projected) is the next step.
+// Lossless: every emitted token is the target's own after the tokens before it. Greedy: its argmax,
+// so the output is plain greedy `generate`'s (up to float noise between a block forward and a
+// one-token one). Sampled (temperature > 0): new token i is drawn with uniform number i of the
+// request's seed (SequenceRng::uniform_at), the very number `generate` draws it with, so the output
+// is `generate`'s for the same seed, and its distribution the target's whatever the drafter does;
+// the drafts draw from a stream of their own (z-lab's rule: accept a draft iff it equals the
+// target's sample).
 #include "model/dflash_drafter.hpp"
 #include "model/generate.hpp"
+#include "model/sampling.hpp"
 #include "model/target.hpp"
 
 #include <cstdint>
@@ -35,6 +38,7 @@ namespace hsring::model {
 
 struct SpecDecodeOptions {
     std::int64_t max_new_tokens = 128;
+    SamplingParams sampling;  // temperature 0 = greedy; the seed is each request's
     std::vector<std::int64_t> stop_tokens;  // generation ends after one of these (kept in the output)
 };
 

@@ -3,6 +3,7 @@
 // transformers' generate() on tiny random Qwen3 and Llama directories (suite "generate_hf", exits
 // 77 only where tests/model/hf_reference.py cannot import transformers).
 #include "model/dflash_config.hpp"
+#include "model/dflash_decode.hpp"
 #include "model/dflash_drafter.hpp"
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
@@ -509,6 +510,27 @@ TEST_CASE("hsring-model data-generate: prompt + the target's own response per li
 
 } // TEST_SUITE
 
+namespace {
+
+// A drafter away from its fresh init (weights + N(0, 0.05^2)), so the context matters.
+DFlashDrafter perturbed_drafter(const DFlashConfig& cfg, std::uint64_t seed) {
+    DFlashDrafter d(cfg, 3, at::kCPU);
+    at::NoGradGuard ng;
+    at::Generator g = cpu_generator(seed);
+    for (auto& p : d->parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+    return d;
+}
+
+// The target's layers `ids` over one sequence: [L, T, H], what a drafter's context holds.
+at::Tensor captured_layers(TargetModel& m, const std::vector<std::int64_t>& seq, const std::vector<int>& ids) {
+    std::vector<at::Tensor> layers(ids.size());
+    m.forward(tokens_of(seq), {0, static_cast<std::int64_t>(seq.size())}, ids,
+              [&](std::size_t i, const at::Tensor& h) { layers[i] = h; });
+    return at::stack(layers);
+}
+
+} // namespace
+
 TEST_SUITE("generate") {
 
 TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each step accepting 1..B tokens") {
@@ -566,20 +588,13 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
 TEST_CASE("draft_hidden over the context before an anchor equals the drafter's block at that anchor of the whole sequence") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
     const DFlashConfig cfg = dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6});
-    DFlashDrafter d(cfg, 3, at::kCPU);
-    {  // away from its fresh init, so the context matters
-        at::NoGradGuard ng;
-        at::Generator g = cpu_generator(8);
-        for (auto& p : d->parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
-    }
+    DFlashDrafter d = perturbed_drafter(cfg, 8);
     const auto seq = iota_tokens(20, 9, 5);
     DFlashBatch batch;
     batch.tokens = tokens_of(seq);
     batch.loss_mask = at::ones({20});
     batch.cu_seqlens = {0, 20};
-    std::vector<at::Tensor> layers(3);
-    m.forward(batch.tokens, batch.cu_seqlens, cfg.target_layer_ids, [&](std::size_t i, const at::Tensor& h) { layers[i] = h; });
-    batch.hidden = at::stack(layers);
+    batch.hidden = captured_layers(m, seq, cfg.target_layer_ids);
     DFlashLossOptions opts;
     opts.compute_dtype = at::kFloat;
     at::NoGradGuard ng;
@@ -595,6 +610,71 @@ TEST_CASE("draft_hidden over the context before an anchor equals the drafter's b
         CHECK(at::allclose(draft_hidden(d, m.head(), ctx.narrow(1, 0, a + 1), seq[static_cast<std::size_t>(a)], a, at::kFloat), want,
                            kRtol, kAtol));
     }
+}
+
+TEST_CASE("the drafter's decode state (cached context keys/values) drafts what draft_hidden drafts, through extends and crops") {
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    const DFlashConfig cfg = dflash_config_for(m.shape(), 2, 4, -1, {1, 4, 6});
+    DFlashDrafter d = perturbed_drafter(cfg, 9);
+    const auto seq = iota_tokens(24, 11, 5);
+    const at::Tensor ctx = captured_layers(m, seq, cfg.target_layer_ids);  // [3, 24, H]
+    at::NoGradGuard ng;
+    DFlashDecodeState state(d, m.head(), 24, at::kCPU, at::kFloat);
+    auto check_at = [&](std::int64_t start, std::int64_t b) {
+        INFO("anchor " << start << ", block " << b);
+        REQUIRE(state.length() == start);
+        const at::Tensor want = draft_hidden(d, m.head(), ctx, seq[static_cast<std::size_t>(start)], start, at::kFloat, b);
+        const at::Tensor got = state.draft(seq[static_cast<std::size_t>(start)], b);
+        CHECK(got.sizes() == want.sizes());
+        CHECK(at::allclose(got, want, kRtol, kAtol));
+    };
+    state.extend(ctx.narrow(1, 0, 5));  // the prompt
+    check_at(5, 4);
+    state.extend(ctx.narrow(1, 5, 3));  // a step accepting 2 drafts + the target's token
+    check_at(8, 4);
+    state.extend(ctx.narrow(1, 8, 4));
+    state.crop(10);                     // back to 10 rows
+    check_at(10, 4);
+    state.extend(ctx.narrow(1, 10, 9));
+    check_at(19, 3);                    // a short last block
+    CHECK(test::error_of([&] { state.crop(20); }).find("crop only shortens") != std::string::npos);
+    CHECK(test::error_of([&] { state.extend(ctx.narrow(1, 0, 6)); }).find("do not fit") != std::string::npos);
+    CHECK(test::error_of([&] { state.draft(1, 5); }).find("2..4 allowed") != std::string::npos);
+}
+
+TEST_CASE("sampled spec_decode emits generate's sampled tokens for the same seeds; other seeds differ") {
+    CHECK(SequenceRng::uniform_at(77, 0) == SequenceRng(77).uniform());
+    {
+        SequenceRng r(5);
+        for (std::uint64_t i = 0; i < 6; ++i) CHECK(r.uniform() == SequenceRng::uniform_at(5, i));
+    }
+    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
+    std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 101}, {iota_tokens(17, 200, 3), 202}, {{7}, 303}};
+    SpecDecodeOptions so;
+    so.max_new_tokens = 20;
+    so.sampling = {1.0, 0.95};
+    GenerateOptions go;
+    go.max_new_tokens = 20;
+    go.sampling = so.sampling;
+    go.batch = 3;
+    const auto plain = generate(m, reqs, go);
+    const auto spec = spec_decode(m, d, reqs, so);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        INFO("prompt " << i);
+        CHECK(spec.outputs[i].tokens == plain.outputs[i].tokens);
+        std::int64_t sum = 1;
+        for (std::int64_t a : spec.outputs[i].acceptance_lengths) sum += a;
+        CHECK(sum == 20);
+    }
+    // Sampled, not greedy: the greedy output and other seeds' outputs differ.
+    SpecDecodeOptions greedy = so;
+    greedy.sampling = {};
+    CHECK(spec_decode(m, d, reqs, greedy).outputs[1].tokens != spec.outputs[1].tokens);
+    for (auto& r : reqs) r.seed += 1;
+    CHECK(spec_decode(m, d, reqs, so).outputs[1].tokens != spec.outputs[1].tokens);
+    so.sampling = {-1.0, 1.0};
+    CHECK(test::error_of([&] { spec_decode(m, d, reqs, so); }).find("temperature") != std::string::npos);
 }
 
 TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the target says") {

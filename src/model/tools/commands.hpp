@@ -35,9 +35,10 @@ int check_drafter(int argc, char** argv);
 int generate(int argc, char** argv);
 
 // spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] [--samples N]
-//             [--device D] [--preset-seed N] [--json]
-// DFlash speculative decoding, greedy, batch 1 (model::spec_decode): acceptance lengths, tau, and
-// the same prompts through plain greedy generate (lossless check, speedup).
+//             [--temperature T] [--top-p P] [--seed S] [--device D] [--preset-seed N] [--json]
+// DFlash speculative decoding, greedy or sampled, batch 1 (model::spec_decode): acceptance lengths,
+// tau, and the same prompts through plain generate with the same sampling and seeds (lossless
+// check, speedup).
 int spec_decode(int argc, char** argv);
 
 // data-generate CONFIG --out FILE.jsonl [--prompts FILE] [--samples N] [--device D] (`hsring data generate`)

@@ -1,7 +1,10 @@
 // hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl ...: DFlash speculative
-// decoding of pre-tokenized prompts, greedy, one prompt at a time (model::spec_decode), against
-// plain greedy generation of the same prompts (model::generate, batch 1): acceptance lengths, tau,
-// whether the output is the target's own (lossless) and the speedup in tokens/s.
+// decoding of pre-tokenized prompts, greedy or sampled, one prompt at a time (model::spec_decode),
+// against plain generation of the same prompts with the same sampling and seeds (model::generate,
+// batch 1): acceptance lengths, tau, whether the output is the target's own (lossless: equal
+// tokens, greedy or sampled) and the speedup in tokens/s.
+//
+// Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
 //
 // Prompts are read as `generate` reads them (the part of a line before its first loss_mask 1).
 // Both loops run once on the first prompt for a few tokens before they are timed (warm-up).
@@ -10,6 +13,7 @@
 #include "hsring/stop_tokens.hpp"
 #include "model/dflash_export.hpp"
 #include "model/generate.hpp"
+#include "model/kineto_trace.hpp"
 #include "model/spec_decode.hpp"
 #include "model/tools/cli_args.hpp"
 #include "model/tools/commands.hpp"
@@ -32,15 +36,20 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
-    "[--samples N] [--device cpu|cuda[:I]] [--preset-seed N] [--json]";
+    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--preset-seed N] [--trace FILE] [--json]";
 
 struct Options {
     fs::path dir;
     std::string target;
     fs::path prompts;
     std::int64_t max_new_tokens = 128;
+    double temperature = 0.0;
+    double top_p = 1.0;
+    std::uint64_t seed = 0;
     std::uint64_t samples = 0;         // 0 = all
     std::string device = "cpu";
+    std::string dtype;                 // "" = bf16 on CUDA, fp32 on the CPU
+    std::string trace;                 // a Kineto trace of a short extra run (both loops)
     std::uint64_t preset_seed = 1234;  // [run] seed's default: the same random preset as a default run
     bool json = false;
 };
@@ -56,8 +65,13 @@ Options parse(int argc, char** argv) {
         if (a == "--target") o.target = value();
         else if (a == "--prompts") o.prompts = value();
         else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>("spec-decode", a, value());
+        else if (a == "--temperature") o.temperature = number<double>("spec-decode", a, value());
+        else if (a == "--top-p") o.top_p = number<double>("spec-decode", a, value());
+        else if (a == "--seed") o.seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--samples") o.samples = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--device") o.device = value();
+        else if (a == "--dtype") o.dtype = value();
+        else if (a == "--trace") o.trace = value();
         else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--json") o.json = true;
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kUsage));
@@ -71,6 +85,10 @@ Options parse(int argc, char** argv) {
                                      "for); {}", kUsage));
     if (o.prompts.empty()) throw UsageError(fmt::format("spec-decode: --prompts FILE.jsonl is missing; {}", kUsage));
     if (o.max_new_tokens < 1) throw UsageError("spec-decode: --max-new-tokens must be at least 1");
+    if (!(o.temperature >= 0)) throw UsageError("spec-decode: --temperature must be >= 0 (0 = greedy)");
+    if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("spec-decode: --top-p must be in (0, 1]");
+    if (!o.dtype.empty() && o.dtype != "bf16" && o.dtype != "fp32")
+        throw UsageError(fmt::format("spec-decode: --dtype must be bf16 or fp32, got '{}'", o.dtype));
     return o;
 }
 
@@ -93,18 +111,24 @@ int spec_decode(int argc, char** argv) {
         fail("{}: the drafter's mask_token_id {} is outside the vocabulary of {} ({} tokens): pass the --target the "
              "drafter was trained for",
              (o.dir / "config.json").string(), cfg.mask_token_id, o.target, shape.vocab_size);
-    std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.target, shape, 0);
+    std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.target, shape, o.seed);
     if (o.samples > 0 && o.samples < requests.size()) requests.resize(o.samples);
     if (requests.empty()) fail("{}: no prompts", o.prompts.string());
 
-    const at::ScalarType dtype = default_compute_dtype(device);
+    // fp32 on a GPU: greedy near-ties (flat logits of random weights) stop flipping between a
+    // block verify and a one-token step, so `lossless` tests the algorithm, not bf16 noise.
+    const at::ScalarType dtype = o.dtype.empty() ? default_compute_dtype(device)
+                                 : o.dtype == "fp32"  ? at::kFloat
+                                                      : at::kBFloat16;
     TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed);
     drafter->eval();
     SpecDecodeOptions sopts;
     sopts.max_new_tokens = o.max_new_tokens;
+    sopts.sampling = {o.temperature, o.top_p};
     sopts.stop_tokens = model_stop_tokens(shape);
     GenerateOptions gopts;
     gopts.max_new_tokens = o.max_new_tokens;
+    gopts.sampling = sopts.sampling;
     gopts.stop_tokens = sopts.stop_tokens;
     gopts.batch = 1;  // as the speculative loop: one prompt at a time
 
@@ -115,6 +139,16 @@ int spec_decode(int argc, char** argv) {
         GenerateOptions gw = gopts;
         gw.max_new_tokens = w.max_new_tokens;
         model::generate(target, {requests[0]}, gw);
+    }
+    if (!o.trace.empty()) {  // after the warm-up, before the timed runs: 2 blocks of each loop
+        SpecDecodeOptions ts = sopts;
+        ts.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 2 * cfg.block_size);
+        GenerateOptions tg = gopts;
+        tg.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 8);
+        write_kineto_trace(o.trace, device.is_cuda(), 1, [&] {
+            model::spec_decode(target, drafter, {requests[0]}, ts);
+            model::generate(target, {requests[0]}, tg);
+        });
     }
     const GenerateResult plain = model::generate(target, requests, gopts);
     const SpecDecodeResult spec = model::spec_decode(target, drafter, requests, sopts);
@@ -139,7 +173,11 @@ int spec_decode(int argc, char** argv) {
                                {"acceptance_lengths", spec.outputs[i].acceptance_lengths},
                                {"output_ids", spec.outputs[i].tokens},
                                {"finish", to_string(spec.outputs[i].finish)},
-                               {"lossless", same[i]}});
+                               {"lossless", same[i]},
+                               // new token where plain generate's output first differs (null: equal)
+                               {"differs_at", same[i] ? nlohmann::json()
+                                                      : nlohmann::json(first_difference(spec.outputs[i].tokens,
+                                                                                        plain.outputs[i].tokens))}});
         nlohmann::json j = {
             {"drafter", o.dir.string()},
             {"target", o.target},
@@ -148,6 +186,9 @@ int spec_decode(int argc, char** argv) {
             {"dtype", c10::toString(dtype)},
             {"block_size", cfg.block_size},
             {"max_new_tokens", o.max_new_tokens},
+            {"temperature", o.temperature},
+            {"top_p", o.top_p},
+            {"seed", o.seed},
             {"stop_tokens", sopts.stop_tokens},
             {"samples", requests.size()},
             {"tau", st.tau()},
@@ -167,21 +208,24 @@ int spec_decode(int argc, char** argv) {
         fmt::print("{}\n", j.dump());
         return 0;
     }
-    fmt::print("{}: DFlash drafter (block {}, target layers [{}]) on {} ({} {}), {} prompts, greedy, batch 1, stop "
+    const std::string how = o.temperature > 0 ? fmt::format("temperature {} top-p {} seed {}", o.temperature, o.top_p,
+                                                            o.seed)
+                                              : std::string("greedy");
+    fmt::print("{}: DFlash drafter (block {}, target layers [{}]) on {} ({} {}), {} prompts, {}, batch 1, stop "
                "tokens [{}]\n",
                o.dir.string(), cfg.block_size, fmt::join(cfg.target_layer_ids, ","), o.target, device.str(),
-               c10::toString(dtype), requests.size(), fmt::join(sopts.stop_tokens, ","));
+               c10::toString(dtype), requests.size(), how, fmt::join(sopts.stop_tokens, ","));
     for (std::size_t i = 0; i < requests.size(); ++i) {
         const auto& out = spec.outputs[i];
         fmt::print("{}: {} prompt tokens -> {} new ({}) in {} verify steps, acceptance lengths {}\n", i,
                    requests[i].prompt.size(), out.tokens.size(), to_string(out.finish), out.acceptance_lengths.size(),
                    fmt::join(out.acceptance_lengths, " "));
         if (!same[i])
-            fmt::print("   NOT the target's greedy output: differs at new token {}\n",
+            fmt::print("   NOT the target's own output (plain generate, same sampling and seed): differs at new token {}\n",
                        first_difference(out.tokens, plain.outputs[i].tokens));
     }
     fmt::print("tau {:.3f} ({} new tokens, {} verify steps); lossless: {}\n", st.tau(), st.new_tokens,
-               st.verify_steps, lossless ? "yes (equal to plain greedy generate)" : "NO");
+               st.verify_steps, lossless ? "yes (equal to plain generate, same sampling and seed)" : "NO");
     fmt::print("speculative {:.1f} tokens/s ({:.3f} s: prefill {:.3f}, draft {:.3f}, verify {:.3f}); target alone "
                "{:.1f} tokens/s ({:.3f} s); speedup {:.2f}x\n",
                spec_tps, st.seconds(), st.prefill_seconds, st.draft_seconds, st.verify_seconds, plain_tps,
