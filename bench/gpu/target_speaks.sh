@@ -3,7 +3,9 @@
 # and drafter share GPU 0, config/qwen3-8b-1t1d.toml, SAMPLES (300) x 3,072-token samples):
 #   A. no tau measurement, checkpoint every CKPT (10) steps          (the baseline)
 #   B. the same with [eval] spec_prompts (8 prompts), spec_every = CKPT: target.0 measures tau of
-#      each committed checkpoint between its slots; the drafter's steady step time vs A is the cost
+#      each committed checkpoint between its slots; the drafter's steady step time vs A is the cost,
+#      and within B alone: the steps that overlapped target.0's decoding (the tau rows' wall-clock
+#      "windows" against the steps' "unix_time") vs those that did not (no run-to-run spread)
 #   C. [data] responses = "target": the target answers every prompt (greedy, MAX_NEW (64) new
 #      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
 #      the target's generation rate from its log
@@ -36,6 +38,24 @@ def steady(path):
 a, b = steady(sys.argv[1]), steady(sys.argv[2])
 print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
       f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
+PY
+"$py" - "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+windows = [w for r in rows if "spec" in r for w in r.get("windows", [])]
+steps = [r for r in rows if "step_ms" in r and "unix_time" in r][3:]  # past the first steps' warm-up
+def overlaps(r):
+    a, b = r["unix_time"] - r["step_ms"] / 1000.0, r["unix_time"]
+    return any(w0 < b and a < w1 for w0, w1 in windows)
+busy = [r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in steps if overlaps(r)]
+idle = [r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in steps if not overlaps(r)]
+if busy and idle:
+    b, i = statistics.median(busy), statistics.median(idle)
+    print(f"   B alone: drafter steps while target.0 decoded {b:.0f} ms (median of {len(busy)}) vs the others "
+          f"{i:.0f} ms (median of {len(idle)}): {100 * (b / i - 1):+.2f}% while decoding; "
+          f"{len(windows)} decode windows, {sum(w1 - w0 for w0, w1 in windows):.1f} s")
+else:
+    print(f"   B alone: {len(busy)} steps overlapped decoding, {len(idle)} did not: nothing to compare")
 PY
 [[ $sections == *c* ]] || exit 0
 pipeline ts_c config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" 's/^epochs = .*/epochs = 1\nresponses = "target"/' \

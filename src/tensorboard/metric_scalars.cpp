@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::string_view, 4> kNotScalars = {"step", "time", "incarnation", "world"};
+constexpr std::array<std::string_view, 5> kNotScalars = {"step", "time", "unix_time", "incarnation", "world"};
 
 void flatten(const std::string& tag, const json& v, std::vector<Scalar>& out) {
     if (v.is_number()) {

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <optional>
 
@@ -21,8 +22,11 @@ namespace hsring::worker {
 namespace {
 
 // A tau row: tau = the mean acceptance length (accepted drafts + 1 per verify step).
+// `windows`: when target.0 was decoding ([begin, end] wall-clock seconds, one per prompt), so the
+// drafter steps that shared the GPU with it can be told apart (bench/gpu/target_speaks.sh).
 nlohmann::json spec_row(std::uint64_t step, const std::vector<std::int64_t>& lengths, std::uint32_t block,
-                        std::size_t prompts, std::int64_t new_tokens, double seconds) {
+                        std::size_t prompts, std::int64_t new_tokens, double seconds,
+                        const std::vector<std::array<double, 2>>& windows) {
     double sum = 0;
     for (std::int64_t a : lengths) sum += double(a);
     return {{"step", step},
@@ -34,7 +38,8 @@ nlohmann::json spec_row(std::uint64_t step, const std::vector<std::int64_t>& len
               {"verify_steps", lengths.size()},
               {"new_tokens", new_tokens},
               {"seconds", seconds},
-              {"final", false}}}};
+              {"final", false}}},
+            {"windows", windows}};
 }
 
 } // namespace
@@ -56,6 +61,7 @@ struct SpecProbe::Impl {
         std::vector<std::int64_t> lengths;
         std::int64_t new_tokens = 0;
         double seconds = 0;
+        std::vector<std::array<double, 2>> windows;
     };
     std::optional<Run> run;
 
@@ -97,14 +103,20 @@ struct SpecProbe::Impl {
     }
 
     void step() {
+        auto unix_now = [] {
+            return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        };
+        const double begin = unix_now();
         const auto t0 = std::chrono::steady_clock::now();
         const auto res = model::spec_decode(target, run->drafter, {prompts[run->next]}, options);
         run->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        run->windows.push_back({begin, unix_now()});
         const auto& a = res.outputs.front().acceptance_lengths;
         run->lengths.insert(run->lengths.end(), a.begin(), a.end());
         run->new_tokens += res.stats.new_tokens;
         if (++run->next < prompts.size()) return;
-        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds);
+        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds,
+                                  run->windows);
         metrics.append(row);
         log::info("tau {:.3f} at step {} ({} prompts, {} verify steps, {:.1f} s of decoding)",
                   row["spec"]["tau"].get<double>(), run->step, prompts.size(), run->lengths.size(), run->seconds);

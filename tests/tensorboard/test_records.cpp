@@ -32,7 +32,7 @@ TEST_CASE("CRC-32C and TFRecord framing") {
 
 TEST_CASE("metrics rows as scalars") {
     using nlohmann::json;
-    const auto r = metric_row(json::parse(R"({"step": 7, "time": 1.5, "loss": 2.5, "grad_norm": null,
+    const auto r = metric_row(json::parse(R"({"step": 7, "time": 1.5, "unix_time": 1.8e9, "loss": 2.5, "grad_norm": null,
         "acc": [0.5, 0.25], "ring": {"free": 3}, "incarnation": 2, "world": 1, "skipped_nonfinite": "loss"})"));
     REQUIRE(r);
     CHECK(r->step == 7);
@@ -52,7 +52,8 @@ TEST_CASE("metrics rows as scalars") {
     CHECK(e->scalars[0].tag.starts_with("eval/"));
 
     const auto sp = metric_row(json::parse(
-        R"({"step": 20, "spec": {"tau": 1.5, "acceptance_per_position": [0.4, 0.1], "step": 20, "final": false}})"));
+        R"({"step": 20, "spec": {"tau": 1.5, "acceptance_per_position": [0.4, 0.1], "step": 20, "final": false},
+            "windows": [[1.8e9, 1.8e9]]})"));
     REQUIRE(sp);
     CHECK(sp->step == 20);
     std::map<std::string, double> t;

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 namespace hsring::worker {
 
 using nlohmann::json;
@@ -22,6 +24,9 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
     json m = {
         {"step", step_},
         {"time", seconds_since_start()},
+        // Wall clock at the step's end: lines it up with other processes' rows (the tau probe's
+        // decode windows) on a shared GPU.
+        {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
         {"loss", g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0},
         {"acc", acc},
         {"accept_len", accept},
