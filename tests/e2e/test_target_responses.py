@@ -5,6 +5,8 @@ the pipeline and the drafter learns those answers; what a user observes is the e
   very drafter (bit for bit, CPU) that `hsring data generate` + a responses = "dataset" run on its
   output exports. One sample per slot and a step-based cosine in both, so the two plans are the
   same; a stop token that ends some answers early, so the answers' lengths vary.
+- Several turns: a two-turn chat is answered turn after turn (turn 2 from turn 1's own answer);
+  the export equals the one trained on the turns answered one by one with `hsring model generate`.
 - Whatever dies: the same run with a drafter SIGKILL, then a supervisor SIGKILL and a second
   `hsring run` exports the unkilled run's weights, bit for bit (re-issued samples are answered
   again, identically), with two samples per slot and answers shorter than their room.
@@ -60,9 +62,9 @@ def export(run):
 
 
 class AnswerRun(TrainRun):
-    def __init__(self, tag, model, data, stop, responses, per_slot=1, **kw):
-        steps = f"max_steps = {SAMPLES * EPOCHS}" if per_slot == 1 else ""
-        super().__init__(tag, model=model, data_path=data, samples=SAMPLES, epochs=EPOCHS, warmup_steps=8,
+    def __init__(self, tag, model, data, stop, responses, per_slot=1, samples=SAMPLES, **kw):
+        steps = f"max_steps = {samples * EPOCHS}" if per_slot == 1 else ""
+        super().__init__(tag, model=model, data_path=data, samples=samples, epochs=EPOCHS, warmup_steps=8,
                          checkpoint_every=7, drafter_extra=f"mask_token_id = {MASK}",
                          ring_extra=f"max_samples_per_slot = {per_slot}" if per_slot else "",
                          data_extra=f'responses = "{responses}"', train_extra=steps,
@@ -154,6 +156,73 @@ def check_tau(run, model, heldout, steps):
           f"spec-decode's", flush=True)
 
 
+TURNS_SAMPLES = 24
+
+
+def model_generate(model, prompts, out_dir, name):
+    """`hsring model generate` (greedy, batch 1, the model's eos) of each prompt: the new tokens."""
+    path = os.path.join(out_dir, name + ".jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"input_ids": p}) + "\n" for p in prompts)
+    g = subprocess.run([HSRING, "model", "generate", model, "--prompts", path, "--max-new-tokens", str(MAX_NEW),
+                        "--batch", "1", "--json"], capture_output=True, text=True, timeout=300)
+    check(g.returncode == 0, f"hsring model generate exited {g.returncode}: {g.stderr[-2000:]}")
+    return [o["output_ids"] for o in json.loads(g.stdout)["outputs"]]
+
+
+def test_several_turns_answered_in_order():
+    """A two-turn chat: the target answers turn 1 from the user's first message, then turn 2 from
+    the first message, its own answer and the second message. The export equals the one trained
+    on the same conversations answered turn by turn with `hsring model generate`. The answers end
+    at the model's eos (its generation_config.json), not at [generate] stop_token_ids."""
+    inline = AnswerRun("rti", model="x", data="x", stop=0, responses="target", samples=TURNS_SAMPLES)
+    offline = AnswerRun("rto", model="x", data="x", stop=0, responses="dataset", samples=TURNS_SAMPLES)
+    try:
+        model, _, stop = target_and_stop(inline)
+        with open(os.path.join(model, "generation_config.json"), "w") as f:
+            json.dump({"eos_token_id": stop}, f)
+        with open(os.path.join(SOURCE, "data", "demo.jsonl")) as f:
+            rows = [json.loads(line) for _, line in zip(range(TURNS_SAMPLES + 1), f)]
+        firsts = [r["input_ids"][:r["loss_mask"].index(1)] for r in rows[:TURNS_SAMPLES]]
+        seconds = [r["input_ids"][:6] for r in rows[1:]]  # the user's second message: 6 tokens
+        # The template: what the dataset's author wrote as answers is replaced (its length does not matter).
+        chats = os.path.join(inline.tmp, "chats.jsonl")
+        with open(chats, "w") as f:
+            for u1, u2 in zip(firsts, seconds):
+                ids = u1 + [3] * 5 + u2 + [4] * 9
+                mask = [0] * len(u1) + [1] * 5 + [0] * len(u2) + [1] * 9
+                f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
+        a1 = model_generate(model, firsts, offline.tmp, "turn1")
+        a2 = model_generate(model, [u1 + x + u2 for u1, x, u2 in zip(firsts, a1, seconds)], offline.tmp, "turn2")
+        lengths = [len(x) for x in a1 + a2]
+        check(min(lengths) < MAX_NEW and max(lengths) == MAX_NEW and any(x[-1] == stop for x in a1 + a2),
+              f"answer lengths {sorted(lengths)}: some end at the eos {stop}, some run to {MAX_NEW}")
+        answered = os.path.join(offline.tmp, "answered.jsonl")
+        with open(answered, "w") as f:
+            for u1, x1, u2, x2 in zip(firsts, a1, seconds, a2):
+                f.write(json.dumps({"input_ids": u1 + x1 + u2 + x2,
+                                    "loss_mask": [0] * len(u1) + [1] * len(x1) + [0] * len(u2) + [1] * len(x2)})
+                        + "\n")
+        for r, data in ((inline, chats), (offline, answered)):
+            r.settings.update(model=model, data_path=data)
+            r.tail = f"[generate]\nmax_new_tokens = {MAX_NEW}\nbatch = 1\n"
+            r.write_config()
+            r.start()
+            r.expect_exit(0, timeout=600)
+            r.verify()
+        a, b = offline.rows(), inline.rows()
+        check(len(a) == TURNS_SAMPLES * EPOCHS and [x["tokens"] for x in a] == [x["tokens"] for x in b],
+              "the same steps of the same token counts")
+        check(export(inline) == export(offline),
+              "the drafter trained on two turns answered in the pipeline equals the one trained on the same "
+              "turns answered one after the other by `hsring model generate`")
+        print(f"two turns: {len(b)} steps, export equal to turn-by-turn answers (eos {stop}, answers of "
+              f"{min(lengths)}..{max(lengths)} tokens)", flush=True)
+    finally:
+        offline.cleanup()
+        inline.cleanup()
+
+
 def test_answers_survive_kills_bit_for_bit():
     # Two samples per slot: 60 steps, so the supervisor is killed well before the end.
     ref = AnswerRun("rkr", model="x", data="x", stop=0, responses="target", per_slot=2, targets='["cpu", "cpu"]')
@@ -190,4 +259,5 @@ def test_answers_survive_kills_bit_for_bit():
 
 
 if __name__ == "__main__":
-    main([test_answers_in_the_pipeline_train_what_offline_answers_train, test_answers_survive_kills_bit_for_bit])
+    main([test_answers_in_the_pipeline_train_what_offline_answers_train, test_several_turns_answered_in_order,
+          test_answers_survive_kills_bit_for_bit])
