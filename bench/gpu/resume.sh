@@ -12,6 +12,9 @@
 # final exports compared (bench/gpu/compare_exports.py): max abs / relative difference.
 # SKIP_REF=1 reuses runs/ref (and runs/ref2) of an earlier call (one call of the device tool is 10
 # minutes at most); SKIP_KILL=1 stops after the unkilled run(s); REFS="ref ref2" names them.
+# RESPONSES=target: [data] responses = "target" (the target answers every prompt, greedy, MAX_NEW
+# (64) new tokens, no stop token: preset weights); the kill schedule (checkpoint_every = CKPT, 6)
+# with answers re-generated for every re-issued sample.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -19,7 +22,11 @@ session_init "$@"
 cfg="$work/resume.toml"
 sed -e "s/^name = .*/name = \"resume\"/" -e "s|^path = .*|path = \"$root/runs/long.jsonl\"|" \
     -e "s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" \
-    -e "s/^checkpoint_every = .*/checkpoint_every = 6/" config/qwen3-8b-1t1d.toml > "$cfg"
+    -e "s/^checkpoint_every = .*/checkpoint_every = ${CKPT:-6}/" config/qwen3-8b-1t1d.toml > "$cfg"
+if [ "${RESPONSES:-dataset}" = target ]; then
+  sed -i -e 's/^epochs = .*/epochs = 1\nresponses = "target"/' "$cfg"
+  printf '[generate]\nmax_new_tokens = %s\nstop_token_ids = []\n' "${MAX_NEW:-64}" >> "$cfg"
+fi
 
 rows() { local n; n=$(grep -c '"step_ms"' "$1/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
 finish() {  # NAME RUN_DIR

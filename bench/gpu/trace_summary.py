@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Sums the GPU kernels of a Kineto trace (`hsring-bench drafter --trace FILE`) by kind.
 
-Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--json]
+Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--host] [--json]
 
 Prints, per step (the trace holds N steps, 2 by default), the milliseconds of GPU kernel time by
 kind (GEMM, attention forward/backward, elementwise, reductions, copies, optimizer, other) and the
 K kernels that took the most time. Kernel time, not wall time: gaps between kernels (host launch
 overhead, syncs) show as the difference between the step's wall time and the kernel sum.
+--host adds the host side: CUDA runtime calls (launches, copies, syncs) and the ATen ops with the
+most time of their own, so a host-bound loop (decoding: ~1,000 small ops per token) shows where
+its wall time goes.
 """
 import argparse
 import collections
@@ -42,6 +45,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--host", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with open(a.trace) as f:
@@ -78,7 +82,45 @@ def main():
     print(f"top {len(top)} kernels (ms per step, calls per step):")
     for name, (ms, calls) in top:
         print(f"  {ms:8.2f} ms {calls / steps:6.0f}x  {short(name)}")
+    if a.host:
+        host(events, steps, a.top)
     return 0
+
+
+def host(events, steps, top):
+    """Host time per step: runtime calls by name, and ATen ops by self time (their duration minus
+    the ATen ops nested in them on the same thread)."""
+    runtime = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("cat") == "cuda_runtime" and "dur" in e:
+            runtime[e["name"]][0] += e["dur"] / 1e3 / steps
+            runtime[e["name"]][1] += 1
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and "dur" in e), key=lambda e: (e["tid"], e["ts"]))
+    own = collections.defaultdict(lambda: [0.0, 0])
+    stack = []  # (end, name, [self us]) of the enclosing ops on this thread
+    tid = None
+    for e in ops:
+        if e["tid"] != tid:
+            stack, tid = [], e["tid"]
+        while stack and stack[-1][0] <= e["ts"]:
+            _, name, me = stack.pop()
+            own[name][0] += me[0] / 1e3 / steps
+        if stack:
+            stack[-1][2][0] -= e["dur"]
+        own[e["name"]][1] += 1
+        stack.append((e["ts"] + e["dur"], e["name"], [e["dur"]]))
+    for _, name, me in stack:
+        own[name][0] += me[0] / 1e3 / steps
+    if ops:
+        span = (max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)) / 1e3 / steps
+        print(f"host: {len(ops) / steps:.0f} ATen ops per step over {span:.1f} ms "
+              f"({1e3 * span / max(1, len(ops) / steps):.1f} us per op)")
+    print("CUDA runtime calls (ms per step, calls per step):")
+    for name, (ms, calls) in sorted(runtime.items(), key=lambda kv: -kv[1][0])[:10]:
+        print(f"  {ms:8.2f} ms {calls / steps:6.0f}x  {name}")
+    print(f"top {top} ATen ops by own time (ms per step, calls per step):")
+    for name, (ms, calls) in sorted(own.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {ms:8.2f} ms {calls / steps:6.0f}x  {name}")
 
 
 if __name__ == "__main__":
