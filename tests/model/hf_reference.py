@@ -18,6 +18,11 @@
       (model.safetensors.index.json): 4 layers, layer 2 dense (mlp_only_layers), the others 8
       experts, top 2; router weights ~ N(0, 0.2^2) so routing is decided, norms in [0.5, 2.5].
 
+  hf_reference.py mxfp4 --out OUT.safetensors
+      Random MXFP4 blocks [2, 6, 3, 16] and scales [2, 6, 3] (uint8, scales 118..135) and what
+      transformers' convert_moe_packed_tensors makes of them (bf16 and fp32), transposed back to
+      [2, 6, 96] (transformers stores experts input-major).
+
   hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
       transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
       generation_config.json) on each prompt alone and on all of them in one left-padded batch;
@@ -194,6 +199,17 @@ def run_generate(args):
     json.dump(out, open(args.out, "w"))
 
 
+def run_mxfp4(args):
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    g = torch.Generator().manual_seed(5)
+    blocks = torch.randint(0, 256, (2, 6, 3, 16), generator=g, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(118, 136, (2, 6, 3), generator=g, dtype=torch.int32).to(torch.uint8)
+    out = {"blocks": blocks, "scales": scales}
+    for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        out[name] = convert_moe_packed_tensors(blocks, scales, dtype=dt).transpose(1, 2).contiguous()
+    save_file(out, args.out, metadata={"transformers": transformers.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -211,9 +227,12 @@ def main():
     m = sub.add_parser("qwen3-moe")
     m.add_argument("--out", required=True)
     m.add_argument("--no-norm-topk-prob", dest="norm_topk_prob", action="store_false")
+    x = sub.add_parser("mxfp4")
+    x.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
-    {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe}[args.cmd](args)
+    {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe,
+     "mxfp4": run_mxfp4}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 // script cannot import transformers.
 #include "dflash_fixture.hpp"
 #include "model/dflash_export.hpp"
+#include "model/mxfp4.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
@@ -202,6 +203,20 @@ TEST_CASE("AutoModel with trust_remote_code builds DFlashDraftModel from the exp
     TempDir dir;
     export_dflash(dir.path() / "drafter", drafter, f.config);
     run_script("hf_auto_map.py", "'" + (dir.path() / "drafter").string() + "'");
+}
+
+TEST_CASE("MXFP4 experts (gpt-oss) dequantise to exactly what transformers' convert_moe_packed_tensors gives") {
+    TempDir dir;
+    run_reference("mxfp4 --out '" + (dir.path() / "ref.safetensors").string() + "'");
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    const at::Tensor blocks = ref.at("blocks"), scales = ref.at("scales");
+    for (const auto& [name, dt] : {std::pair{"bf16", at::kBFloat16}, std::pair{"fp32", at::kFloat}}) {
+        INFO(name);
+        const at::Tensor got = dequantize_mxfp4(blocks, scales, dt, "test");
+        CHECK((got.scalar_type() == dt));
+        CHECK(got.sizes() == ref.at(name).sizes());
+        CHECK(at::equal(got, ref.at(name)));
+    }
 }
 
 } // TEST_SUITE

@@ -2,6 +2,7 @@
 // packing-invariant, HF layer numbering, deterministic random presets, HF directories (tied or
 // not), clear config.json, checkpoint and input errors.
 #include "hsring/error.hpp"
+#include "model/mxfp4.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
 #include "model_test_util.hpp"
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 using namespace hsring;
@@ -101,6 +103,35 @@ void check_against_naive(const ModelShape& s) {
 } // namespace
 
 TEST_SUITE("target") {
+
+TEST_CASE("MXFP4: two e2m1 codes per byte, low nibble first, times 2^(scale - 127) per group of 32") {
+    // One group: byte 0 = 0x21 -> codes 1 (0.5), 2 (1.0); byte 1 = 0xF8 -> -0.0, -6.0; byte 2 = 0x7F
+    // -> -6.0, 6.0; the rest 0. Scale 128: x 2; a second group with scale 125: x 1/4.
+    at::Tensor blocks = at::zeros({1, 2, 16}, at::kByte);
+    blocks[0][0][0] = 0x21;
+    blocks[0][0][1] = 0xF8;
+    blocks[0][0][2] = 0x7F;
+    blocks[0][1][15] = 0x53;  // codes 3 (1.5), 5 (3.0)
+    const at::Tensor scales = at::tensor(std::vector<std::uint8_t>{128, 125}, at::kByte).view({1, 2});
+    const at::Tensor w = dequantize_mxfp4(blocks, scales, at::kFloat, "test");
+    REQUIRE(w.sizes() == std::vector<std::int64_t>{1, 64});
+    const auto* v = w.data_ptr<float>();
+    CHECK(v[0] == 1.0f);
+    CHECK(v[1] == 2.0f);
+    CHECK(v[2] == 0.0f);
+    CHECK(std::signbit(v[2]));
+    CHECK(v[3] == -12.0f);
+    CHECK(v[4] == -12.0f);
+    CHECK(v[5] == 12.0f);
+    CHECK(v[6] == 0.0f);
+    CHECK(v[62] == 0.375f);
+    CHECK(v[63] == 0.75f);
+    CHECK(at::equal(dequantize_mxfp4(blocks, scales, at::kBFloat16, "test").to(at::kFloat), w));
+    CHECK(test::error_of([&] { dequantize_mxfp4(blocks, scales.view({2, 1}), at::kFloat, "experts.gate_up_proj"); })
+              .find("experts.gate_up_proj: MXFP4 blocks [1, 2, 16] and scales [2, 1] do not match") != std::string::npos);
+    CHECK(test::error_of([&] { dequantize_mxfp4(blocks.to(at::kInt), scales, at::kFloat, "w"); })
+              .find("must be uint8") != std::string::npos);
+}
 
 TEST_CASE("Qwen3 tiny equals the naive per-head fp64 reference, every layer and the logits") {
     check_against_naive(preset_shape("tiny"));
