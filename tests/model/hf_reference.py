@@ -23,6 +23,12 @@
       transformers' convert_moe_packed_tensors makes of them (bf16 and fp32), transposed back to
       [2, 6, 96] (transformers stores experts input-major).
 
+  hf_reference.py gpt-oss-mlp --out OUT.safetensors
+      transformers' GptOssMLP (router + experts, eager) of a tiny random GptOssConfig (hidden 64,
+      8 experts of width 32, top 2; weights ~ N(0, 0.3^2), biases ~ N(0, 0.5^2)) on x [24, 64] ~
+      N(0, 2^2): its weights (transformers' layout), x, the output, and how many gate/up values
+      the SwiGLU clamp cut (the test wants the clamp exercised).
+
   hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
       transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
       generation_config.json) on each prompt alone and on all of them in one left-padded batch;
@@ -210,6 +216,27 @@ def run_mxfp4(args):
     save_file(out, args.out, metadata={"transformers": transformers.__version__})
 
 
+def run_gpt_oss_mlp(args):
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+    cfg = GptOssConfig(hidden_size=64, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                       num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128)
+    cfg._experts_implementation = "eager"
+    mlp = GptOssMLP(cfg).eval()
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for name, p in mlp.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.5 if name.endswith("bias") else 0.3))
+        x = torch.randn(24, 64, generator=g) * 2
+        out = mlp(x.unsqueeze(0))
+        out = out[0] if isinstance(out, tuple) else out
+        gate_up = torch.einsum("th,ehi->eti", x, mlp.experts.gate_up_proj) + mlp.experts.gate_up_proj_bias[:, None]
+        clamped = int((gate_up[..., ::2] > 7).sum() + (gate_up[..., 1::2].abs() > 7).sum())
+    tensors = {n: p.detach().contiguous() for n, p in mlp.named_parameters()}
+    tensors.update({"x": x, "out": out.reshape(24, 64).contiguous(), "clamped": torch.tensor([clamped])})
+    save_file(tensors, args.out, metadata={"transformers": transformers.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -229,10 +256,12 @@ def main():
     m.add_argument("--no-norm-topk-prob", dest="norm_topk_prob", action="store_false")
     x = sub.add_parser("mxfp4")
     x.add_argument("--out", required=True)
+    o = sub.add_parser("gpt-oss-mlp")
+    o.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
     {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe,
-     "mxfp4": run_mxfp4}[args.cmd](args)
+     "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp}[args.cmd](args)
 
 
 if __name__ == "__main__":

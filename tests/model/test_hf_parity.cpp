@@ -7,6 +7,7 @@
 // script cannot import transformers.
 #include "dflash_fixture.hpp"
 #include "model/dflash_export.hpp"
+#include "model/gpt_oss_mlp.hpp"
 #include "model/mxfp4.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
@@ -217,6 +218,25 @@ TEST_CASE("MXFP4 experts (gpt-oss) dequantise to exactly what transformers' conv
         CHECK(got.sizes() == ref.at(name).sizes());
         CHECK(at::equal(got, ref.at(name)));
     }
+}
+
+TEST_CASE("gpt-oss's sparse MLP (top-k then softmax, biases, interleaved gate/up, clamped SwiGLU) equals transformers' GptOssMLP") {
+    TempDir dir;
+    run_reference("gpt-oss-mlp --out '" + (dir.path() / "ref.safetensors").string() + "'");
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    REQUIRE_MESSAGE(ref.at("clamped").item<std::int64_t>() > 100, "the reference must exercise the SwiGLU clamp");
+    // transformers keeps the experts input-major ([E, H, 2I], [E, I, H]); hsring output-major.
+    GptOssMoeWeights w{ref.at("router.weight"), ref.at("router.bias"),
+                       ref.at("experts.gate_up_proj").transpose(1, 2).contiguous(), ref.at("experts.gate_up_proj_bias"),
+                       ref.at("experts.down_proj").transpose(1, 2).contiguous(), ref.at("experts.down_proj_bias")};
+    const at::Tensor got = gpt_oss_moe_mlp(ref.at("x"), w, GptOssRouting{2});
+    const double err = rel_err(got, ref.at("out"));
+    MESSAGE("gpt-oss MLP max relative error " << err);
+    CHECK(err < 1e-5);
+    // The other order (softmax, then top-k, as Qwen3-MoE) or gate/up not interleaved would differ.
+    GptOssMoeWeights halves = w;
+    halves.gate_up = at::cat({w.gate_up.slice(1, 0, 64, 2), w.gate_up.slice(1, 1, 64, 2)}, 1);
+    CHECK(rel_err(gpt_oss_moe_mlp(ref.at("x"), halves, GptOssRouting{2}), ref.at("out")) > 1e-2);
 }
 
 } // TEST_SUITE
