@@ -29,6 +29,11 @@
       N(0, 2^2): its weights (transformers' layout), x, the output, and how many gate/up values
       the SwiGLU clamp cut (the test wants the clamp exercised).
 
+  hf_reference.py yarn --out OUT.safetensors
+      transformers' YaRN frequencies and attention factor (ROPE_INIT_FUNCTIONS["yarn"]) for
+      gpt-oss-20b's rope_scaling (theta 150000, head_dim 64, factor 32, truncate false) and for a
+      truncating one with mscale / mscale_all_dim: case{0,1}.inv_freq, case{0,1}.attention_factor.
+
   hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
       transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
       generation_config.json) on each prompt alone and on all of them in one left-padded batch;
@@ -237,6 +242,30 @@ def run_gpt_oss_mlp(args):
     save_file(tensors, args.out, metadata={"transformers": transformers.__version__})
 
 
+YARN_CASES = [
+    {"rope_theta": 150000.0, "head_dim": 64, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+     "original_max_position_embeddings": 4096, "truncate": False},
+    {"rope_theta": 10000.0, "head_dim": 128, "factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
+     "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 0.707},
+]
+
+
+def run_yarn(args):
+    from transformers import GptOssConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    out = {}
+    for i, c in enumerate(YARN_CASES):
+        params = {k: v for k, v in c.items() if k != "head_dim"}
+        params["rope_type"] = "yarn"
+        cfg = GptOssConfig(head_dim=c["head_dim"], hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=int(c["factor"] * c["original_max_position_embeddings"]),
+                           rope_parameters=params)
+        inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+        out[f"case{i}.inv_freq"] = inv_freq.float().contiguous()
+        out[f"case{i}.attention_factor"] = torch.tensor([float(attention_factor)], dtype=torch.float64)
+    save_file(out, args.out, metadata={"transformers": transformers.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -258,10 +287,13 @@ def main():
     x.add_argument("--out", required=True)
     o = sub.add_parser("gpt-oss-mlp")
     o.add_argument("--out", required=True)
+    y = sub.add_parser("yarn")
+    y.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
     {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe,
-     "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp}[args.cmd](args)
+     "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp,
+     "yarn": run_yarn}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include "model/dflash_export.hpp"
 #include "model/gpt_oss_mlp.hpp"
 #include "model/mxfp4.hpp"
+#include "model/yarn_rope.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
@@ -237,6 +238,31 @@ TEST_CASE("gpt-oss's sparse MLP (top-k then softmax, biases, interleaved gate/up
     GptOssMoeWeights halves = w;
     halves.gate_up = at::cat({w.gate_up.slice(1, 0, 64, 2), w.gate_up.slice(1, 1, 64, 2)}, 1);
     CHECK(rel_err(gpt_oss_moe_mlp(ref.at("x"), halves, GptOssRouting{2}), ref.at("out")) > 1e-2);
+}
+
+TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) equal transformers'") {
+    TempDir dir;
+    run_reference("yarn --out '" + (dir.path() / "ref.safetensors").string() + "'");
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    YarnParams gpt_oss;  // gpt-oss-20b: theta 150000, head_dim 64
+    gpt_oss.factor = 32;
+    gpt_oss.truncate = false;
+    YarnParams deepseek_like;  // truncating, attention factor from mscale / mscale_all_dim
+    deepseek_like.factor = 40;
+    deepseek_like.mscale = 1.0;
+    deepseek_like.mscale_all_dim = 0.707;
+    const std::vector<std::tuple<std::int64_t, double, YarnParams>> cases{{64, 150000.0, gpt_oss},
+                                                                          {128, 10000.0, deepseek_like}};
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+        INFO("case " << c);
+        const auto& [head_dim, theta, params] = cases[c];
+        const YarnRope r = yarn_rope(head_dim, theta, params);
+        const at::Tensor want = ref.at(fmt::format("case{}.inv_freq", c));
+        CHECK(r.inv_freq.sizes() == want.sizes());
+        CHECK(rel_err(r.inv_freq, want) < 1e-6);
+        CHECK(r.attention_factor == doctest::Approx(ref.at(fmt::format("case{}.attention_factor", c)).item<double>()).epsilon(1e-12));
+    }
+    CHECK(test::error_of([] { yarn_rope(63, 1e4, YarnParams{}); }).find("even") != std::string::npos);
 }
 
 } // TEST_SUITE
