@@ -34,6 +34,12 @@
       gpt-oss-20b's rope_scaling (theta 150000, head_dim 64, factor 32, truncate false) and for a
       truncating one with mscale / mscale_all_dim: case{0,1}.inv_freq, case{0,1}.attention_factor.
 
+  hf_reference.py sink-attention --out OUT.safetensors
+      transformers' gpt-oss eager_attention_forward (sinks, GQA) on random q/k/v of two sequences
+      (9 and 20 tokens) one at a time, with a sliding window of 4 and with full causal attention
+      (transformers' mask semantics: key j visible to query i iff j <= i and j > i - window):
+      q, k, v (packed [T, H, D]), sinks, out.window, out.full.
+
   hf_reference.py generate --model DIR --prompts PROMPTS.json --max-new-tokens N --out OUT.json
       transformers' greedy generate(do_sample=False) (fp32; eos from the directory's
       generation_config.json) on each prompt alone and on all of them in one left-padded batch;
@@ -266,6 +272,30 @@ def run_yarn(args):
     save_file(out, args.out, metadata={"transformers": transformers.__version__})
 
 
+def run_sink_attention(args):
+    from types import SimpleNamespace
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+    g = torch.Generator().manual_seed(7)
+    lengths, hq, hkv, d, window = (9, 20), 4, 2, 16, 4
+    t = sum(lengths)
+    q, k, v = (torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv))
+    sinks = torch.randn(hq, generator=g) * 2
+    module = SimpleNamespace(sinks=sinks, num_key_value_groups=hq // hkv, training=False)
+    out = {"q": q, "k": k, "v": v, "sinks": sinks}
+    for name, w in (("window", window), ("full", None)):
+        parts, a = [], 0
+        for n in lengths:
+            i, j = torch.arange(n).view(n, 1), torch.arange(n).view(1, n)
+            visible = (j <= i) & ((j > i - w) if w else True)
+            mask = torch.zeros(n, n).masked_fill(~visible, torch.finfo(torch.float32).min).view(1, 1, n, n)
+            heads = [x[a:a + n].transpose(0, 1).unsqueeze(0) for x in (q, k, v)]  # [1, H, n, D]
+            o, _ = eager_attention_forward(module, *heads, mask, scaling=d ** -0.5)
+            parts.append(o[0])  # [n, Hq, D]
+            a += n
+        out[f"out.{name}"] = torch.cat(parts).contiguous()
+    save_file(out, args.out, metadata={"transformers": transformers.__version__})
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -289,11 +319,13 @@ def main():
     o.add_argument("--out", required=True)
     y = sub.add_parser("yarn")
     y.add_argument("--out", required=True)
+    a = sub.add_parser("sink-attention")
+    a.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
     {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe,
      "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp,
-     "yarn": run_yarn}[args.cmd](args)
+     "yarn": run_yarn, "sink-attention": run_sink_attention}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include "model/dflash_export.hpp"
 #include "model/gpt_oss_mlp.hpp"
 #include "model/mxfp4.hpp"
+#include "model/sink_attention.hpp"
 #include "model/yarn_rope.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sys/wait.h>
@@ -263,6 +265,24 @@ TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) e
         CHECK(r.attention_factor == doctest::Approx(ref.at(fmt::format("case{}.attention_factor", c)).item<double>()).epsilon(1e-12));
     }
     CHECK(test::error_of([] { yarn_rope(63, 1e4, YarnParams{}); }).find("even") != std::string::npos);
+}
+
+TEST_CASE("gpt-oss attention with sinks, GQA and a sliding window shorter than the sequences equals transformers'") {
+    TempDir dir;
+    run_reference("sink-attention --out '" + (dir.path() / "ref.safetensors").string() + "'");
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    const std::vector<std::int64_t> cu{0, 9, 29};
+    const double scale = 1.0 / std::sqrt(16.0);
+    for (const auto& [name, window] : {std::pair{std::string("window"), std::int64_t{4}}, std::pair{std::string("full"), std::int64_t{0}}}) {
+        INFO(name);
+        const at::Tensor got = sink_attention(ref.at("q"), ref.at("k"), ref.at("v"), ref.at("sinks"), cu, window, scale);
+        const double err = rel_err(got, ref.at("out." + name));
+        MESSAGE("sink attention (" << name << ") max relative error " << err);
+        CHECK(err < 1e-5);
+    }
+    // Without the sinks (a sink of -inf takes no mass) the result is plain softmax attention: different.
+    const at::Tensor no_sink = at::full({4}, -1e30);
+    CHECK(rel_err(sink_attention(ref.at("q"), ref.at("k"), ref.at("v"), no_sink, cu, 4, scale), ref.at("out.window")) > 1e-2);
 }
 
 } // TEST_SUITE

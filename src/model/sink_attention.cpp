@@ -1,0 +1,49 @@
+// Attention with sinks and a sliding window (see sink_attention.hpp), in transformers' order of
+// operations: scores in the compute dtype, + mask, [scores | sink], minus the row max, softmax,
+// the sink column dropped, times the values.
+#include "model/sink_attention.hpp"
+
+#include "hsring/error.hpp"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+namespace hsring::model {
+
+at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                          const std::vector<std::int64_t>& cu_seqlens, std::int64_t window, double scale) {
+    const std::int64_t hq = q.size(1), hkv = k.size(1), d = q.size(2);
+    HSRING_ASSERT(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && hkv > 0 && hq % hkv == 0 &&
+                      sinks.numel() == hq && !cu_seqlens.empty() && cu_seqlens.back() == q.size(0),
+                  "sink_attention: q [{} x {} x {}], k/v with {} heads, {} sinks, {} tokens packed", q.size(0), hq, d,
+                  hkv, sinks.numel(), cu_seqlens.back());
+    const std::int64_t rep = hq / hkv;
+    const at::Tensor sink = sinks.to(q.scalar_type()).view({hq, 1, 1});
+    std::vector<at::Tensor> outs;
+    for (std::size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+        const std::int64_t a = cu_seqlens[s], len = cu_seqlens[s + 1] - a;
+        if (len == 0) continue;
+        auto heads_first = [&](const at::Tensor& x, std::int64_t repeat) {  // [len, H, D] -> [H * repeat, len, D]
+            at::Tensor t = x.narrow(0, a, len);
+            if (repeat > 1) t = t.repeat_interleave(repeat, 1);
+            return t.transpose(0, 1);
+        };
+        const at::Tensor qs = heads_first(q, 1), ks = heads_first(k, rep), vs = heads_first(v, rep);
+        at::Tensor scores = at::matmul(qs, ks.transpose(1, 2)) * scale;  // [Hq, len, len]
+        const auto longs = at::TensorOptions().dtype(at::kLong).device(q.device());
+        const at::Tensor i = at::arange(len, longs).view({len, 1}), j = at::arange(len, longs).view({1, len});
+        at::Tensor visible = j <= i;
+        if (window > 0) visible = visible & (j > i - window);
+        // As transformers: the lowest finite value added, not -inf (identical after the softmax).
+        scores = scores.masked_fill(visible.logical_not(), std::numeric_limits<float>::lowest());
+        at::Tensor combined = at::cat({scores, sink.expand({hq, len, 1})}, -1);
+        combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+        const at::Tensor probs = at::softmax(combined, -1).narrow(-1, 0, len);
+        outs.push_back(at::matmul(probs, vs).transpose(0, 1));  // [len, Hq, D]
+    }
+    if (outs.empty()) return at::empty_like(q);
+    return at::cat(outs, 0);
+}
+
+} // namespace hsring::model
