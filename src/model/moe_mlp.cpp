@@ -2,6 +2,7 @@
 #include "model/moe_mlp.hpp"
 
 #include "hsring/error.hpp"
+#include "model/expert_dispatch.hpp"
 #include "model/ops.hpp"
 
 #include <ATen/ATen.h>
@@ -17,25 +18,9 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, MoeRouting routing)
     if (routing.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
     top_weights = top_weights.to(x.scalar_type());
 
-    // The (token, slot) pairs sorted by expert; stable, so each expert's rows keep token order.
-    const auto [sorted_experts, order] = at::sort(top_experts.reshape(-1), std::optional<bool>(true), 0, false);
-    const at::Tensor pair_token = order.div(k, "floor");
-    const at::Tensor pair_weight = top_weights.reshape(-1).index_select(0, order).unsqueeze(1);
-    // Rows per expert on the host: the loop's bounds (one device sync per layer, as transformers).
-    const at::Tensor counts = at::bincount(sorted_experts, {}, experts).to(at::kCPU);
-    const auto* count = counts.data_ptr<std::int64_t>();
-
-    at::Tensor out = at::zeros_like(x);
-    std::int64_t begin = 0;
-    for (std::int64_t e = 0; e < experts; ++e) {
-        const std::int64_t n = count[e];
-        if (n == 0) continue;
-        const at::Tensor rows = pair_token.narrow(0, begin, n);
-        at::Tensor y = dense(swiglu(dense(x.index_select(0, rows), w.gate_up[e])), w.down[e]);
-        out.index_add_(0, rows, y * pair_weight.narrow(0, begin, n));
-        begin += n;
-    }
-    return out;
+    return dispatch_experts(x, top_experts, top_weights, experts, [&](std::int64_t e, const at::Tensor& rows) {
+        return dense(swiglu(dense(rows, w.gate_up[e])), w.down[e]);
+    });
 }
 
 } // namespace hsring::model

@@ -64,21 +64,15 @@ ModelShape llama3_8b() {
     return s;
 }
 
-// Qwen/Qwen3-30B-A3B's config.json: 48 sparse layers of 128 experts, 8 per token.
+// Qwen/Qwen3-30B-A3B's config.json: 48 sparse layers of 128 experts, 8 per token; vocabulary,
+// positions, rope, norms and mask token as Qwen3-8B.
 ModelShape qwen3_30b_a3b() {
-    ModelShape s;
+    ModelShape s = qwen3_8b();
     s.arch = "qwen3_moe";
     s.hidden_size = 2048;
     s.num_layers = 48;
-    s.num_heads = 32;
     s.num_kv_heads = 4;
-    s.head_dim = 128;
     s.intermediate_size = 6144;
-    s.vocab_size = 151936;
-    s.max_position_embeddings = 40960;
-    s.rope_theta = 1e6;
-    s.rms_norm_eps = 1e-6;
-    s.mask_token_id = 151669;
     s.num_experts = 128;
     s.num_experts_per_tok = 8;
     s.moe_intermediate_size = 768;
