@@ -12,15 +12,21 @@
 namespace hsring {
 
 struct RopeScaling {
-    std::string type;  // "" (none) | "llama3" | "linear"
+    std::string type;  // "" (none) | "llama3" | "linear" | "yarn"
     double factor = 1.0;
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     std::int64_t original_max_position_embeddings = 8192;
+    // yarn (gpt-oss): the correction range in rotations, whether its bounds are floored/ceiled,
+    // and the attention factor (given, or from factor and mscale / mscale_all_dim).
+    double beta_fast = 32.0;
+    double beta_slow = 1.0;
+    bool truncate = true;
+    std::optional<double> attention_factor, mscale, mscale_all_dim;
 };
 
 struct ModelShape {
-    std::string arch;    // "qwen3" | "qwen3_moe" | "llama"
+    std::string arch;    // "qwen3" | "qwen3_moe" | "llama" | "gpt_oss"
     std::string source;  // "preset:NAME" or the model directory
     std::int64_t hidden_size = 0;
     std::int64_t num_layers = 0;
@@ -50,7 +56,19 @@ struct ModelShape {
     std::int64_t decoder_sparse_step = 1;
     std::vector<std::int64_t> mlp_only_layers;
 
+    // gpt-oss: every layer sparse (router and experts with biases, the clamped SwiGLU with
+    // swiglu_limit), q/k/v/o biases (attention_bias), one learned sink logit per head in every
+    // softmax, and per layer full or sliding-window attention (layer_types: "full_attention" |
+    // "sliding_attention", a key j visible to query i iff i - sliding_window < j <= i).
+    bool attention_bias = false;
+    std::int64_t sliding_window = 0;
+    std::vector<std::string> layer_types;  // empty: every layer full attention
+    double swiglu_limit = 7.0;
+
     bool qk_norm() const { return arch == "qwen3" || arch == "qwen3_moe"; }
+    bool attention_sinks() const { return arch == "gpt_oss"; }
+    // The window of layer's attention (0: full causal).
+    std::int64_t attention_window(std::int64_t layer) const;
     // transformers' Qwen3MoeDecoderLayer rule: sparse iff not in mlp_only_layers, experts exist
     // and (layer + 1) is a multiple of decoder_sparse_step.
     bool is_moe_layer(std::int64_t layer) const;
@@ -60,7 +78,8 @@ struct ModelShape {
 const std::vector<std::string>& preset_names();
 // Throws hsring::Error naming the preset and the known ones.
 ModelShape preset_shape(std::string_view name);
-// Parses a HF config.json (Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM); errors name
+// Parses a HF config.json (Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM,
+// GptOssForCausalLM); errors name
 // the file and key.
 ModelShape parse_hf_config(const std::filesystem::path& config_json);
 // "preset:NAME" or a directory holding config.json (relative to base_dir).

@@ -144,7 +144,9 @@ DFlashConfig dflash_config_for(const ModelShape& target, int num_layers, int blo
     c.max_position_embeddings = target.max_position_embeddings;
     c.rms_norm_eps = target.rms_norm_eps;
     c.rope_theta = target.rope_theta;
-    c.rope_scaling = target.rope_scaling;
+    // The drafter's layers are Qwen3's: Llama-3 / linear scaling carry over, YaRN (gpt-oss) does
+    // not (its attention factor is no part of the DFlash model code): plain RoPE at the target's theta.
+    c.rope_scaling = target.rope_scaling.type == "yarn" ? RopeScaling{} : target.rope_scaling;
     c.block_size = block_size;
     if (mask_token_id < 0) {
         if (!target.mask_token_id)

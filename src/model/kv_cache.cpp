@@ -2,10 +2,12 @@
 
 #include "hsring/error.hpp"
 #include "model/safetensors.hpp"
+#include "model/sink_attention.hpp"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace hsring::model {
 
@@ -117,7 +119,7 @@ CacheExtension::CacheExtension(KVCache& cache, std::vector<std::int64_t> counts,
 }
 
 at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  double scale) const {
+                                  double scale, std::int64_t window, const at::Tensor& sinks) const {
     KVCache& c = cache_;
     const std::int64_t rows = c.rows(), cap = c.capacity_, hkv = c.kv_heads_, d = c.head_dim_, rep = c.kv_repeat_;
     HSRING_ASSERT(q.size(0) == total() && k.size(0) == total() && q.size(1) == hkv * rep && k.size(1) == hkv,
@@ -126,9 +128,14 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
     at::Tensor keys = c.keys_.at(static_cast<std::size_t>(layer)), values = c.values_.at(static_cast<std::size_t>(layer));
     keys.view({rows * cap, hkv, d}).index_copy_(0, slot_, k.to(keys.scalar_type()));
     values.view({rows * cap, hkv, d}).index_copy_(0, slot_, v.to(values.scalar_type()));
+    const bool sink_path = window > 0 || sinks.defined();
+    // No sinks but a window: a sink of -inf takes no probability mass.
+    const at::Tensor sink_logits =
+        !sink_path ? at::Tensor() : sinks.defined() ? sinks : at::full({hkv * rep}, -INFINITY, q.options().dtype(at::kFloat));
     if (fresh_) {
         // Every row starts empty: the new tokens are the whole context, so the packed causal
         // attention (varlen flash on CUDA) needs no padding and no mask.
+        if (sink_path) return packed_sink_attention(q, k, v, sink_logits, packed_, window, scale);
         return causal_packed_attention(q, k, v, packed_, scale);
     }
     // Padded queries [rows, max_new, Hq, D] -> the query heads sharing a kv head stacked along the
@@ -137,6 +144,27 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
     qp.index_copy_(0, pad_index_, q);
     qp = qp.view({rows, max_new_, hkv, rep, d}).permute({0, 2, 3, 1, 4}).reshape({rows, hkv, rep * max_new_, d});
     auto kv = [&](const at::Tensor& t) { return t.narrow(1, 0, max_keys_).transpose(1, 2); };
+    if (sink_path) {
+        // gpt-oss: explicit fp32 scores, the window cut from the causal mask (a query sees keys
+        // limit - window .. limit - 1, limit = the number its causal mask shows), the sink logit
+        // as one more column of every softmax, dropped before the values.
+        at::Tensor scores = at::matmul(qp.to(at::kFloat), kv(keys).to(at::kFloat).transpose(-1, -2)) * scale;
+        at::Tensor visible = mask_;
+        if (window > 0) {
+            const at::Tensor limit = mask_.sum(-1, /*keepdim=*/true);
+            const at::Tensor key = at::arange(max_keys_, at::TensorOptions().dtype(at::kLong).device(q.device()));
+            visible = visible & (key.view({1, 1, 1, max_keys_}) >= limit - window);
+        }
+        scores = scores.masked_fill(visible.logical_not(), -INFINITY);
+        const at::Tensor sink = sink_logits.to(at::kFloat)
+                                    .view({1, hkv, rep, 1, 1})
+                                    .expand({rows, hkv, rep, max_new_, 1})
+                                    .reshape({rows, hkv, rep * max_new_, 1});
+        const at::Tensor probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, max_keys_);
+        at::Tensor o = at::matmul(probs.to(values.scalar_type()), kv(values));
+        o = o.reshape({rows, hkv, rep, max_new_, d}).permute({0, 3, 1, 2, 4}).reshape({rows * max_new_, hkv * rep, d});
+        return o.index_select(0, pad_index_).to(q.scalar_type());
+    }
     // The memory-efficient kernel: no per-shape plan, and the key count changes every step.
     SdpaBackendScope backend(AttentionKernel::Efficient, q.is_cuda());
     at::Tensor o = at::scaled_dot_product_attention(qp, kv(keys), kv(values), mask_, 0.0, /*is_causal=*/false, scale);

@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "model/fused_rope.hpp"
+#include "model/yarn_rope.hpp"
 
 #include <ATen/ATen.h>
 
@@ -26,6 +27,21 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
     return at::silu(parts[0]) * parts[1];
 }
 
+namespace {
+YarnParams yarn_params(const RopeScaling& s) {
+    YarnParams p;
+    p.factor = s.factor;
+    p.beta_fast = s.beta_fast;
+    p.beta_slow = s.beta_slow;
+    p.original_max_position_embeddings = s.original_max_position_embeddings;
+    p.truncate = s.truncate;
+    p.attention_factor = s.attention_factor;
+    p.mscale = s.mscale;
+    p.mscale_all_dim = s.mscale_all_dim;
+    return p;
+}
+} // namespace
+
 at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
     if (head_dim % 2 != 0) fail("rotary embedding needs an even head_dim, got {}", head_dim);
     // As transformers: base ** (arange(0, d, 2).float() / d) in fp32, then its reciprocal.
@@ -46,14 +62,22 @@ at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling&
         at::Tensor medium = at::logical_not(wavelen < high_wavelen) & at::logical_not(wavelen > low_wavelen);
         return at::where(medium, smoothed, scaled);
     }
-    fail("rope scaling type \"{}\" is not supported (supported: llama3, linear)", scaling.type);
+    if (scaling.type == "yarn") return yarn_rope(head_dim, theta, yarn_params(scaling)).inv_freq;
+    fail("rope scaling type \"{}\" is not supported (supported: llama3, linear, yarn)", scaling.type);
 }
 
-RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype) {
+double rope_attention_factor(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
+    if (scaling.type != "yarn") return 1.0;
+    return yarn_rope(head_dim, theta, yarn_params(scaling)).attention_factor;
+}
+
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype,
+                       double attention_factor) {
     at::Tensor inv = inv_freq.to(positions.device(), at::kFloat);
     at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);  // [T, d/2]
     at::Tensor emb = at::cat({freqs, freqs}, -1);
-    return {emb.cos().to(dtype), emb.sin().to(dtype)};
+    if (attention_factor == 1.0) return {emb.cos().to(dtype), emb.sin().to(dtype)};
+    return {(emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {

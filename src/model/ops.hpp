@@ -23,16 +23,20 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 // silu(gate) * up for gate_up = [.., 2*I] (gate first, as a fused gate|up projection gives).
 at::Tensor swiglu(const at::Tensor& gate_up);
 
-// Rotary embedding frequencies [head_dim/2] in fp32: theta^(-2i/d), with Llama-3 or linear
-// scaling when `scaling.type` says so (transformers' _compute_llama3_parameters).
+// Rotary embedding frequencies [head_dim/2] in fp32: theta^(-2i/d), with Llama-3, linear or YaRN
+// scaling when `scaling.type` says so (transformers' _compute_llama3_parameters, yarn_rope.hpp).
 at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling);
+// The factor cos and sin are multiplied by (YaRN's attention factor; 1 otherwise).
+double rope_attention_factor(std::int64_t head_dim, double theta, const RopeScaling& scaling);
 
 struct RopeTables {
     at::Tensor cos;  // [T, head_dim], dtype of the activations
     at::Tensor sin;
 };
 // Tables for integer positions [T] (any device; inv_freq is moved there).
-RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
+// cos and sin are multiplied by attention_factor in fp32 before the cast, as transformers does.
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype,
+                       double attention_factor = 1.0);
 
 // x [T, heads, head_dim] rotated by its row's position: x*cos + rotate_half(x)*sin. On the GPU
 // one fused kernel each way (fused_rope.hpp: fp32 math, one rounding), elsewhere apply_rope_aten.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 
 namespace hsring {
 namespace {
@@ -93,6 +94,105 @@ ModelShape tiny_moe() {
     return s;
 }
 
+// transformers' GptOssConfig default: even layers sliding, odd layers full.
+std::vector<std::string> alternating_layer_types(std::int64_t layers) {
+    std::vector<std::string> types;
+    for (std::int64_t i = 0; i < layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    return types;
+}
+
+// openai/gpt-oss-20b's config.json: 24 layers of 32 experts (4 per token, width 2880), sliding
+// window 128 on even layers, YaRN x32 over 4,096 original positions.
+ModelShape gpt_oss_20b() {
+    ModelShape s;
+    s.arch = "gpt_oss";
+    s.hidden_size = 2880;
+    s.num_layers = 24;
+    s.num_heads = 64;
+    s.num_kv_heads = 8;
+    s.head_dim = 64;
+    s.intermediate_size = 2880;
+    s.vocab_size = 201088;
+    s.max_position_embeddings = 131072;
+    s.rope_theta = 150000.0;
+    s.rms_norm_eps = 1e-5;
+    s.rope_scaling.type = "yarn";
+    s.rope_scaling.factor = 32.0;
+    s.rope_scaling.original_max_position_embeddings = 4096;
+    s.rope_scaling.truncate = false;
+    s.num_experts = 32;
+    s.num_experts_per_tok = 4;
+    s.moe_intermediate_size = 2880;
+    s.attention_bias = true;
+    s.sliding_window = 128;
+    s.layer_types = alternating_layer_types(s.num_layers);
+    s.mask_token_id = 200017;  // <|reserved_200017|>: a reserved id the tokenizer never produces
+    return s;
+}
+
+// gpt-oss's structure at `tiny`'s sizes (sliding window 4): a gpt_oss target for CPU tests.
+ModelShape tiny_gpt_oss() {
+    ModelShape s = gpt_oss_20b();
+    const ModelShape t = tiny();
+    s.hidden_size = t.hidden_size;
+    s.num_layers = 4;
+    s.num_heads = t.num_heads;
+    s.num_kv_heads = t.num_kv_heads;
+    s.head_dim = t.head_dim;
+    s.intermediate_size = 32;
+    s.moe_intermediate_size = 32;
+    s.vocab_size = t.vocab_size;
+    s.max_position_embeddings = t.max_position_embeddings;
+    s.num_experts = 8;
+    s.num_experts_per_tok = 2;
+    s.sliding_window = 4;
+    s.layer_types = alternating_layer_types(s.num_layers);
+    s.mask_token_id = t.mask_token_id;
+    s.embedding_init_std = t.embedding_init_std;
+    return s;
+}
+
+// The gpt-oss keys of config.json (transformers' GptOssConfig): every layer sparse, the experts'
+// width is intermediate_size; layer_types default to alternating sliding/full.
+void parse_gpt_oss(const nlohmann::json& j, const std::filesystem::path& file, ModelShape& s) {
+    auto int_key = [&](std::initializer_list<const char*> keys, std::optional<std::int64_t> fallback) -> std::int64_t {
+        for (const char* key : keys) {
+            if (!j.contains(key) || j[key].is_null()) continue;
+            if (!j[key].is_number_integer())
+                fail("{}: \"{}\" must be an integer, got {}", file.string(), key, j[key].dump());
+            return j[key].get<std::int64_t>();
+        }
+        if (fallback) return *fallback;
+        fail("{}: missing key \"{}\" (a gpt_oss config.json needs it)", file.string(), *keys.begin());
+    };
+    s.num_experts = int_key({"num_local_experts", "num_experts"}, std::nullopt);
+    s.num_experts_per_tok = int_key({"num_experts_per_tok", "experts_per_token"}, std::nullopt);
+    s.moe_intermediate_size = s.intermediate_size;
+    s.sliding_window = int_key({"sliding_window"}, 128);
+    s.attention_bias = j.value("attention_bias", true);
+    s.swiglu_limit = j.value("swiglu_limit", 7.0);
+    if (s.num_experts < 1) fail("{}: \"num_local_experts\" {} must be >= 1", file.string(), s.num_experts);
+    if (s.num_experts_per_tok < 1 || s.num_experts_per_tok > s.num_experts)
+        fail("{}: \"num_experts_per_tok\" {} must lie in [1, {}] (the experts a token is routed to, of "
+             "\"num_local_experts\" {})",
+             file.string(), s.num_experts_per_tok, s.num_experts, s.num_experts);
+    if (s.sliding_window < 1) fail("{}: \"sliding_window\" {} must be >= 1", file.string(), s.sliding_window);
+    if (!j.contains("layer_types") || j["layer_types"].is_null()) {
+        s.layer_types = alternating_layer_types(s.num_layers);
+        return;
+    }
+    const auto& v = j["layer_types"];
+    if (!v.is_array() || static_cast<std::int64_t>(v.size()) != s.num_layers)
+        fail("{}: \"layer_types\" must list one type per layer ({} layers), got {}", file.string(), s.num_layers,
+             v.dump());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string() || (v[i] != "full_attention" && v[i] != "sliding_attention"))
+            fail("{}: \"layer_types\"[{}] is {}: hsring knows \"full_attention\" and \"sliding_attention\"",
+                 file.string(), i, v[i].dump());
+        s.layer_types.push_back(v[i].get<std::string>());
+    }
+}
+
 // The Qwen3-MoE keys of config.json (transformers' Qwen3MoeConfig: decoder_sparse_step,
 // norm_topk_prob and mlp_only_layers have defaults, the sizes do not here).
 void parse_moe(const nlohmann::json& j, const std::filesystem::path& file, ModelShape& s) {
@@ -151,6 +251,12 @@ bool ModelShape::is_moe_layer(std::int64_t layer) const {
            num_experts > 0 && decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
+std::int64_t ModelShape::attention_window(std::int64_t layer) const {
+    const bool sliding = layer >= 0 && layer < static_cast<std::int64_t>(layer_types.size()) &&
+                         layer_types[static_cast<std::size_t>(layer)] == "sliding_attention";
+    return sliding ? sliding_window : 0;
+}
+
 std::int64_t ModelShape::num_moe_layers() const {
     std::int64_t n = 0;
     for (std::int64_t i = 0; i < num_layers; ++i) n += is_moe_layer(i) ? 1 : 0;
@@ -158,7 +264,8 @@ std::int64_t ModelShape::num_moe_layers() const {
 }
 
 const std::vector<std::string>& preset_names() {
-    static const std::vector<std::string> names{"tiny", "tiny-moe", "qwen3-8b", "qwen3-30b-a3b", "llama3-8b"};
+    static const std::vector<std::string> names{"tiny",        "tiny-moe",     "tiny-gpt-oss", "qwen3-8b",
+                                                "qwen3-30b-a3b", "gpt-oss-20b", "llama3-8b"};
     return names;
 }
 
@@ -166,6 +273,8 @@ ModelShape preset_shape(std::string_view name) {
     ModelShape s;
     if (name == "tiny") s = tiny();
     else if (name == "tiny-moe") s = tiny_moe();
+    else if (name == "tiny-gpt-oss") s = tiny_gpt_oss();
+    else if (name == "gpt-oss-20b") s = gpt_oss_20b();
     else if (name == "qwen3-8b") s = qwen3_8b();
     else if (name == "qwen3-30b-a3b") s = qwen3_30b_a3b();
     else if (name == "llama3-8b") s = llama3_8b();
@@ -202,8 +311,10 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
     };
     ModelShape s;
     std::string mt = j.value("model_type", "");
-    if (mt == "qwen3" || mt == "qwen3_moe" || mt == "llama") s.arch = mt;
-    else fail("{}: model_type \"{}\" is not supported: hsring runs qwen3, qwen3_moe and llama targets", file.string(), mt);
+    if (mt == "qwen3" || mt == "qwen3_moe" || mt == "llama" || mt == "gpt_oss") s.arch = mt;
+    else
+        fail("{}: model_type \"{}\" is not supported: hsring runs qwen3, qwen3_moe, gpt_oss and llama targets",
+             file.string(), mt);
     s.source = file.parent_path().string();
     s.hidden_size = as_int("hidden_size");
     s.num_layers = as_int("num_hidden_layers");
@@ -230,8 +341,27 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
             s.rope_scaling.high_freq_factor = rs->value("high_freq_factor", 4.0);
             s.rope_scaling.original_max_position_embeddings =
                 rs->value("original_max_position_embeddings", std::int64_t{8192});
+        } else if (type == "yarn") {
+            RopeScaling& y = s.rope_scaling;
+            y.type = type;
+            y.factor = rs->value("factor", 1.0);
+            y.beta_fast = rs->value("beta_fast", 32.0);
+            y.beta_slow = rs->value("beta_slow", 1.0);
+            y.truncate = rs->value("truncate", true);
+            y.original_max_position_embeddings =
+                rs->value("original_max_position_embeddings", s.max_position_embeddings);
+            auto optional_number = [&](const char* key) -> std::optional<double> {
+                if (!rs->contains(key) || (*rs)[key].is_null()) return std::nullopt;
+                if (!(*rs)[key].is_number()) fail("{}: rope \"{}\" must be a number", file.string(), key);
+                return (*rs)[key].get<double>();
+            };
+            y.attention_factor = optional_number("attention_factor");
+            y.mscale = optional_number("mscale");
+            y.mscale_all_dim = optional_number("mscale_all_dim");
+            if (!(y.factor >= 1.0)) fail("{}: rope \"factor\" {} must be >= 1 for yarn", file.string(), y.factor);
         } else if (type != "default") {
-            fail("{}: rope scaling type \"{}\" is not supported (supported: llama3, linear)", file.string(), type);
+            fail("{}: rope scaling type \"{}\" is not supported (supported: llama3, linear, yarn)", file.string(),
+                 type);
         }
     }
     if (s.num_heads <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
@@ -241,6 +371,8 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
         fail("{}: \"use_sliding_window\" is true: sliding-window attention is not supported (hsring attends to the "
              "whole causal prefix)", file.string());
     if (s.arch == "qwen3_moe") parse_moe(j, file, s);
+    if (s.arch == "gpt_oss") parse_gpt_oss(j, file, s);
+    if (s.arch == "gpt_oss" && s.vocab_size > 200017) s.mask_token_id = 200017;  // as preset gpt-oss-20b
     if ((s.arch == "qwen3" || s.arch == "qwen3_moe") && s.vocab_size > 151669) s.mask_token_id = 151669;
     return s;
 }

@@ -4,10 +4,12 @@
 #include "model/sink_attention.hpp"
 
 #include "hsring/error.hpp"
+#include "model/safetensors.hpp"
 
 #include <ATen/ATen.h>
 
 #include <limits>
+#include <optional>
 
 namespace hsring::model {
 
@@ -44,6 +46,30 @@ at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
     }
     if (outs.empty()) return at::empty_like(q);
     return at::cat(outs, 0);
+}
+
+at::Tensor packed_sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& sinks, const PackedSequences& seqs, std::int64_t window,
+                                 double scale) {
+    const bool flash = q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
+                       q.size(-1) <= 256 && q.size(-1) % 8 == 0 && seqs.cu_device.defined();
+    if (!flash) return sink_attention(q, k, v, sinks, seqs.cu, window, scale);
+    std::optional<std::int64_t> left, right;
+    if (window > 0) {
+        left = window - 1;  // flash counts the keys before the query; the query itself is visible
+        right = 0;
+    }
+    auto res = at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), seqs.cu_device,
+                                            seqs.cu_device, seqs.max_len, seqs.max_len, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, /*return_debug_mask=*/false, scale, left, right);
+    const at::Tensor& out = std::get<0>(res);  // [T, Hq, D]
+    const at::Tensor& lse = std::get<1>(res);  // [Hq, T] fp32: log sum_j exp(scale q.k_j)
+    HSRING_ASSERT(lse.dim() == 2 && lse.size(0) == q.size(1) && lse.size(1) == q.size(0),
+                  "flash varlen log-sum-exp has shape {}, expected [{}, {}]", shape_str(lse.sizes()), q.size(1),
+                  q.size(0));
+    // softmax over [scores | sink] = softmax(scores) * Z / (Z + e^sink) = softmax(scores) * sigmoid(lse - sink)
+    const at::Tensor keep = at::sigmoid(lse - sinks.to(at::kFloat).view({-1, 1})).transpose(0, 1).unsqueeze(-1);
+    return (out.to(at::kFloat) * keep).to(q.scalar_type());
 }
 
 } // namespace hsring::model

@@ -1,6 +1,8 @@
 #include "model/target.hpp"
 
 #include "hsring/error.hpp"
+#include "model/mxfp4.hpp"
+#include "model/sink_attention.hpp"
 #include "model/tensor_init.hpp"
 
 #include <ATen/ATen.h>
@@ -31,6 +33,24 @@ std::string expert_name(std::int64_t layer, std::int64_t e, const char* proj) {
     return layer_prefix(layer) + "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
 }
 
+// gpt-oss keeps a layer's experts stacked, input-major as transformers holds them:
+// gate_up_proj [E, H, 2I] (gate/up interleaved), down_proj [E, I, H], biases [E, 2I] and [E, H].
+// Published checkpoints ship the two weights as MXFP4 (NAME_blocks + NAME_scales, mxfp4.hpp).
+std::string oss_experts_name(std::int64_t layer, const char* tensor) {
+    return layer_prefix(layer) + "mlp.experts." + tensor;
+}
+
+bool is_gpt_oss(const ModelShape& s) { return s.arch == "gpt_oss"; }
+
+// The model's RMSNorm. GptOssRMSNorm multiplies by the weight in fp32 and rounds once;
+// Qwen3's and Llama's round to the activations' dtype first (ops.hpp rms_norm).
+at::Tensor model_norm(const ModelShape& s, const at::Tensor& x, const at::Tensor& w) {
+    if (!is_gpt_oss(s)) return rms_norm(x, w, s.rms_norm_eps);
+    const at::Tensor xf = x.to(at::kFloat);
+    return (w.to(at::kFloat) * (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + s.rms_norm_eps)))
+        .to(x.scalar_type());
+}
+
 bool is_norm(const std::string& name) { return name.size() >= 11 && name.ends_with("norm.weight"); }
 
 // Every tensor of the model under its HF name, in load order.
@@ -44,13 +64,28 @@ std::vector<std::pair<std::string, Shape>> tensor_specs(const ModelShape& s) {
         out.push_back({p + "self_attn.q_proj.weight", {q, h}});
         out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
         out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+        if (s.attention_bias) {
+            out.push_back({p + "self_attn.q_proj.bias", {q}});
+            out.push_back({p + "self_attn.k_proj.bias", {kv}});
+            out.push_back({p + "self_attn.v_proj.bias", {kv}});
+        }
         if (s.qk_norm()) {
             out.push_back({p + "self_attn.q_norm.weight", {d}});
             out.push_back({p + "self_attn.k_norm.weight", {d}});
         }
         out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+        if (s.attention_bias) out.push_back({p + "self_attn.o_proj.bias", {h}});
+        if (s.attention_sinks()) out.push_back({p + "self_attn.sinks", {s.num_heads}});
         out.push_back({p + "post_attention_layernorm.weight", {h}});
-        if (s.is_moe_layer(i)) {
+        if (is_gpt_oss(s)) {
+            const std::int64_t e = s.num_experts, moe = s.moe_intermediate_size;
+            out.push_back({p + "mlp.router.weight", {e, h}});
+            out.push_back({p + "mlp.router.bias", {e}});
+            out.push_back({oss_experts_name(i, "gate_up_proj"), {e, h, 2 * moe}});
+            out.push_back({oss_experts_name(i, "gate_up_proj_bias"), {e, 2 * moe}});
+            out.push_back({oss_experts_name(i, "down_proj"), {e, moe, h}});
+            out.push_back({oss_experts_name(i, "down_proj_bias"), {e, h}});
+        } else if (s.is_moe_layer(i)) {
             const std::int64_t moe = s.moe_intermediate_size;
             out.push_back({router_name(i), {s.num_experts, h}});
             for (std::int64_t e = 0; e < s.num_experts; ++e) {
@@ -80,15 +115,37 @@ Getter random_getter(const ModelShape& s, std::uint64_t seed, at::Device device,
 
 Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device, at::ScalarType dtype) {
     return [=](const std::string& name, const Shape& shape) {
+        // gpt-oss's MXFP4 experts: NAME_blocks + NAME_scales dequantise to the output-major
+        // [E, out, in]; handed out as the input-major view the HF name means ([E, in, out]).
+        if (shape.size() == 3 && !archive->contains(name) && archive->contains(name + "_blocks")) {
+            const std::string file = archive->file_of(name + "_blocks").string();
+            if (!archive->contains(name + "_scales"))
+                fail("{}: has {}_blocks but no {}_scales (an MXFP4 tensor needs both)", file, name, name);
+            at::Tensor w = dequantize_mxfp4(archive->get(name + "_blocks").to(device),
+                                            archive->get(name + "_scales").to(device), dtype, file + ": " + name);
+            if (w.dim() != 3 || w.size(0) != shape[0] || w.size(1) != shape[2] || w.size(2) != shape[1])
+                fail("{}: {}_blocks/_scales hold {} values, expected {} (experts x out x in)", file, name,
+                     shape_str(w.sizes()), shape_str(Shape{shape[0], shape[2], shape[1]}));
+            return w.transpose(1, 2);
+        }
         return archive->get(name, shape).to(device, dtype);
     };
 }
 
 void check_shape(const ModelShape& s) {
-    if (s.arch != "qwen3" && s.arch != "qwen3_moe" && s.arch != "llama")
-        fail("model {}: architecture \"{}\" is not supported (qwen3, qwen3_moe, llama)", s.source, s.arch);
-    if (s.num_experts > 0 && s.arch != "qwen3_moe")
-        fail("model {}: {} experts on a \"{}\" model: only qwen3_moe has experts", s.source, s.num_experts, s.arch);
+    if (s.arch != "qwen3" && s.arch != "qwen3_moe" && s.arch != "llama" && s.arch != "gpt_oss")
+        fail("model {}: architecture \"{}\" is not supported (qwen3, qwen3_moe, gpt_oss, llama)", s.source, s.arch);
+    if (s.num_experts > 0 && s.arch != "qwen3_moe" && s.arch != "gpt_oss")
+        fail("model {}: {} experts on a \"{}\" model: only qwen3_moe and gpt_oss have experts", s.source,
+             s.num_experts, s.arch);
+    if (is_gpt_oss(s) && s.num_moe_layers() != s.num_layers)
+        fail("model {}: a gpt_oss model has experts in every layer ({} experts, {} of {} layers sparse)", s.source,
+             s.num_experts, s.num_moe_layers(), s.num_layers);
+    if (!s.layer_types.empty() && static_cast<std::int64_t>(s.layer_types.size()) != s.num_layers)
+        fail("model {}: {} layer_types for {} layers", s.source, s.layer_types.size(), s.num_layers);
+    for (const auto& t : s.layer_types)
+        if (t != "full_attention" && t != "sliding_attention")
+            fail("model {}: layer type \"{}\" is not supported (full_attention, sliding_attention)", s.source, t);
     if (s.num_moe_layers() > 0 &&
         (s.num_experts_per_tok < 1 || s.num_experts_per_tok > s.num_experts || s.moe_intermediate_size <= 0))
         fail("model {}: inconsistent experts ({} per token of {}, moe_intermediate_size {})", s.source,
@@ -103,15 +160,16 @@ std::shared_ptr<TensorArchive> open_checkpoint(const ModelShape& shape) {
     auto archive = std::make_shared<TensorArchive>(TensorArchive::open(shape.source));
     for (std::int64_t i = 0; i < shape.num_layers; ++i) {
         const std::string fused = layer_prefix(i) + "mlp.experts.gate_up_proj";
-        if (shape.is_moe_layer(i) && archive->contains(fused))
+        if (shape.arch == "qwen3_moe" && shape.is_moe_layer(i) && archive->contains(fused))
             fail("{}: has {} (experts fused into one tensor): hsring reads per-expert tensors "
                  "(model.layers.L.mlp.experts.E.{{gate,up,down}}_proj.weight, as published checkpoints and "
                  "transformers' save_pretrained write them); re-save the model with save_pretrained",
                  archive->file_of(fused).string(), fused);
     }
     for (const char* bias : {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.mlp.gate_proj.bias"})
-        if (archive->contains(bias))
-            fail("{}: has {}: attention/MLP biases are not supported (Qwen3 and Llama-3 have none)",
+        if (!shape.attention_bias && archive->contains(bias))
+            fail("{}: has {}: attention/MLP biases are not supported here (Qwen3 and Llama-3 have none; its "
+                 "config.json does not set attention_bias)",
                  shape.source, bias);
     return archive;
 }
@@ -139,9 +197,19 @@ void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap
             rope["high_freq_factor"] = s.rope_scaling.high_freq_factor;
             rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
         }
+        if (s.rope_scaling.type == "yarn") {
+            rope["beta_fast"] = s.rope_scaling.beta_fast;
+            rope["beta_slow"] = s.rope_scaling.beta_slow;
+            rope["truncate"] = s.rope_scaling.truncate;
+            rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
+            if (s.rope_scaling.attention_factor) rope["attention_factor"] = *s.rope_scaling.attention_factor;
+            if (s.rope_scaling.mscale) rope["mscale"] = *s.rope_scaling.mscale;
+            if (s.rope_scaling.mscale_all_dim) rope["mscale_all_dim"] = *s.rope_scaling.mscale_all_dim;
+        }
     }
     const char* architecture = s.arch == "qwen3"       ? "Qwen3ForCausalLM"
                                : s.arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                               : s.arch == "gpt_oss"   ? "GptOssForCausalLM"
                                                        : "LlamaForCausalLM";
     std::string dtype = "float32";
     if (auto it = weights.find("model.embed_tokens.weight"); it != weights.end()) {
@@ -163,7 +231,7 @@ void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap
         {"rope_theta", s.rope_theta},
         {"rope_parameters", rope},
         {"hidden_act", "silu"},
-        {"attention_bias", false},
+        {"attention_bias", s.attention_bias},
         {"attention_dropout", 0.0},
         {"mlp_bias", false},
         {"tie_word_embeddings", s.tie_word_embeddings},
@@ -177,6 +245,14 @@ void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap
         j["decoder_sparse_step"] = s.decoder_sparse_step;
         j["mlp_only_layers"] = s.mlp_only_layers;
         j["use_sliding_window"] = false;
+    }
+    if (s.arch == "gpt_oss") {
+        j["num_local_experts"] = s.num_experts;
+        j["num_experts_per_tok"] = s.num_experts_per_tok;
+        j["sliding_window"] = s.sliding_window;
+        j["layer_types"] = s.layer_types;
+        j["swiglu_limit"] = s.swiglu_limit;
+        j.erase("mlp_bias");
     }
     std::ofstream out(dir / "config.json");
     out << j.dump(2) << "\n";
@@ -229,6 +305,15 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
         }
         return w;
     };
+    // gpt-oss: HF's input-major experts transposed to hsring's output-major layout, one layer at a
+    // time (an MXFP4 checkpoint's dequantised weights already are: the transpose is a view).
+    auto take_oss_experts = [&](std::int64_t i) {
+        const std::string p = layer_prefix(i);
+        auto output_major = [&](const char* name) { return take(oss_experts_name(i, name)).transpose(1, 2).contiguous(); };
+        return GptOssMoeWeights{take(p + "mlp.router.weight"), take(p + "mlp.router.bias"),
+                                output_major("gate_up_proj"),  take(oss_experts_name(i, "gate_up_proj_bias")),
+                                output_major("down_proj"),     take(oss_experts_name(i, "down_proj_bias"))};
+    };
     m.embed_ = take("model.embed_tokens.weight");
     for (std::int64_t i = 0; i < shape.num_layers; ++i) {
         const std::string p = layer_prefix(i);
@@ -242,8 +327,17 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
             l.k_norm = take(p + "self_attn.k_norm.weight");
         }
         l.o = take(p + "self_attn.o_proj.weight");
+        if (shape.attention_bias) {
+            l.qkv_bias = at::cat({take(p + "self_attn.q_proj.bias"), take(p + "self_attn.k_proj.bias"),
+                                  take(p + "self_attn.v_proj.bias")}, 0);
+            l.o_bias = take(p + "self_attn.o_proj.bias");
+        }
+        if (shape.attention_sinks()) l.sinks = take(p + "self_attn.sinks");
+        l.window = shape.attention_window(i);
         l.post_norm = take(p + "post_attention_layernorm.weight");
-        if (shape.is_moe_layer(i)) {
+        if (is_gpt_oss(shape)) {
+            l.oss_moe = take_oss_experts(i);
+        } else if (shape.is_moe_layer(i)) {
             l.moe = take_experts(i);
         } else {
             l.gate_up = at::cat({take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")}, 0);
@@ -254,6 +348,7 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
     m.final_norm_ = take("model.norm.weight");
     m.lm_head_ = shape.tie_word_embeddings ? m.embed_ : take("lm_head.weight");
     m.inv_freq_ = rope_inv_freq(shape.head_dim, shape.rope_theta, shape.rope_scaling);
+    m.rope_attention_factor_ = rope_attention_factor(shape.head_dim, shape.rope_theta, shape.rope_scaling);
     return m;
 }
 
@@ -282,7 +377,8 @@ TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::Sc
 at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const {
     const std::int64_t t = h.size(0), hq = shape_.num_heads, hkv = shape_.num_kv_heads, d = shape_.head_dim;
     const double eps = shape_.rms_norm_eps;
-    at::Tensor qkv = dense(rms_norm(h, l.input_norm, eps), l.qkv);
+    at::Tensor qkv = dense(model_norm(shape_, h, l.input_norm), l.qkv);
+    if (l.qkv_bias.defined()) qkv = qkv + l.qkv_bias;
     auto parts = qkv.split({hq * d, hkv * d, hkv * d}, 1);
     at::Tensor q = parts[0].view({t, hq, d}), k = parts[1].view({t, hkv, d});
     at::Tensor v = parts[2].reshape({t, hkv, d});
@@ -292,10 +388,14 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
     }
     q = apply_rope(q, rope);
     k = apply_rope(k, rope);
-    at::Tensor attn = attend(q, k, v);
+    at::Tensor attn = attend(q, k, v, l);
     // Out of place on purpose: the tensor handed to a layer callback is never written again.
-    at::Tensor mid = h + dense(attn.reshape({t, hq * d}), l.o);
-    at::Tensor x = rms_norm(mid, l.post_norm, eps);
+    at::Tensor o = dense(attn.reshape({t, hq * d}), l.o);
+    if (l.o_bias.defined()) o = o + l.o_bias;
+    at::Tensor mid = h + o;
+    at::Tensor x = model_norm(shape_, mid, l.post_norm);
+    if (l.oss_moe.router.defined())
+        return mid + gpt_oss_moe_mlp(x, l.oss_moe, {shape_.num_experts_per_tok, shape_.swiglu_limit});
     if (l.moe.router.defined())
         return mid + moe_mlp(x, l.moe, {shape_.num_experts_per_tok, shape_.norm_topk_prob});
     return mid + dense(swiglu(dense(x, l.gate_up)), l.down);
@@ -325,7 +425,7 @@ void TargetModel::report_layer(int i, const at::Tensor& h, const std::vector<int
     for (std::size_t idx = 0; idx < layer_ids.size(); ++idx) {
         if (layer_ids[idx] != i) continue;
         if (!reported.defined())  // HF ties the last hidden state to the final norm's output
-            reported = i == shape_.num_layers - 1 ? rms_norm(h, final_norm_, shape_.rms_norm_eps) : h;
+            reported = i == shape_.num_layers - 1 ? model_norm(shape_, h, final_norm_) : h;
         if (on_layer) on_layer(idx, reported);
     }
 }
@@ -344,19 +444,21 @@ at::Tensor TargetModel::forward(const at::Tensor& tokens_in, const std::vector<s
     at::Tensor tokens = tokens_in.to(device_);
     check_tokens(tokens, what);
 
-    const RopeTables rope = rope_tables(inv_freq_, seqs.positions(device_), dtype_);
+    const RopeTables rope = rope_tables(inv_freq_, seqs.positions(device_), dtype_, rope_attention_factor_);
     const double scale = 1.0 / std::sqrt(static_cast<double>(shape_.head_dim));
     const int stop = want_logits ? static_cast<int>(shape_.num_layers) - 1 : last;
     at::Tensor h = embed_.index_select(0, tokens);
     for (int i = 0; i <= stop; ++i) {
         h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
-                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Layer& l) {
+                              if (l.sinks.defined())
+                                  return packed_sink_attention(q, k, v, l.sinks, seqs, l.window, scale);
                               return causal_packed_attention(q, k, v, seqs, scale);
                           });
         report_layer(i, h, layer_ids, on_layer);
     }
     if (!want_logits) return {};
-    return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
+    return dense(model_norm(shape_, h, final_norm_), lm_head_);
 }
 
 at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::vector<std::int64_t>& counts,
@@ -380,13 +482,13 @@ at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::v
     at::Tensor tokens = tokens_in.to(device_);
     check_tokens(tokens, what);
 
-    const RopeTables rope = rope_tables(inv_freq_, ext.positions(), dtype_);
+    const RopeTables rope = rope_tables(inv_freq_, ext.positions(), dtype_, rope_attention_factor_);
     const double scale = 1.0 / std::sqrt(static_cast<double>(shape_.head_dim));
     at::Tensor h = embed_.index_select(0, tokens);
     for (std::int64_t i = 0; i < shape_.num_layers; ++i) {
         h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
-                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                              return ext.attend(i, q, k, v, scale);
+                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Layer& l) {
+                              return ext.attend(i, q, k, v, scale, l.window, l.sinks);
                           });
         report_layer(static_cast<int>(i), h, layer_ids, on_layer);
     }
@@ -396,7 +498,7 @@ at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::v
         for (std::size_t r = 0; r + 1 < ext.cu().size(); ++r) last.push_back(ext.cu()[r + 1] - 1);
         h = h.index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(device_));
     }
-    return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);
+    return dense(model_norm(shape_, h, final_norm_), lm_head_);
 }
 
 } // namespace hsring::model

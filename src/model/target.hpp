@@ -1,5 +1,5 @@
 #pragma once
-// The frozen target: a Qwen3, Qwen3-MoE or Llama-3 decoder-only model, loaded from a HF model directory
+// The frozen target: a Qwen3, Qwen3-MoE, gpt-oss or Llama-3 decoder-only model, loaded from a HF model directory
 // (config.json + safetensors, tied embeddings allowed) or random-initialised from a preset.
 // Forward runs a packed batch (no KV cache, no autograd) and hands out the hidden states of the
 // requested layers as soon as each is computed; forward_cached extends a KVCache (generation,
@@ -15,6 +15,7 @@
 // the same (seed, name, device type) in any process (see load_target_head).
 #include "hsring/model_shape.hpp"
 #include "model/attention.hpp"
+#include "model/gpt_oss_mlp.hpp"
 #include "model/kv_cache.hpp"
 #include "model/moe_mlp.hpp"
 #include "model/ops.hpp"
@@ -96,9 +97,15 @@ private:
         at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm;
         at::Tensor gate_up, down;  // a dense layer's MLP
         MoeWeights moe;            // a sparse layer's (router defined), qwen3_moe
+        GptOssMoeWeights oss_moe;  // gpt_oss's (router defined)
+        at::Tensor qkv_bias, o_bias;  // attention_bias (gpt_oss)
+        at::Tensor sinks;             // [Hq] fp32 sink logits (gpt_oss)
+        std::int64_t window = 0;      // sliding window (0: full causal)
     };
-    // attend(q, k, v) -> [T, Hq, D]: the packed causal attention, or a cache extension's.
-    using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+    // attend(q, k, v, layer) -> [T, Hq, D]: the packed causal attention, or a cache extension's,
+    // within the layer's window and with its sinks.
+    using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                const Layer& layer)>;
     at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const;
     void check_tokens(const at::Tensor& tokens, const std::string& what) const;
     // Throws for an id outside the model's layers; returns the largest id (-1 for none).
@@ -111,6 +118,7 @@ private:
     at::Device device_{at::kCPU};
     at::ScalarType dtype_ = at::kFloat;
     at::Tensor embed_, lm_head_, final_norm_, inv_freq_;
+    double rope_attention_factor_ = 1.0;
     std::vector<Layer> layers_;
 };
 

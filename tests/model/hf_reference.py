@@ -18,6 +18,9 @@
       (model.safetensors.index.json): 4 layers, layer 2 dense (mlp_only_layers), the others 8
       experts, top 2; router weights ~ N(0, 0.2^2) so routing is decided, norms in [0.5, 2.5].
 
+  hf_reference.py gpt-oss --out DIR [--mxfp4-out DIR2]
+      a tiny random GptOssForCausalLM (window 4 < the test sequences, sinks and biases non-zero, YaRN)
+      saved by transformers in fp32; DIR2: the same with its experts shipped as MXFP4 blocks/scales
   hf_reference.py mxfp4 --out OUT.safetensors
       Random MXFP4 blocks [2, 6, 3, 16] and scales [2, 6, 3] (uint8, scales 118..135) and what
       transformers' convert_moe_packed_tensors makes of them (bf16 and fp32), transposed back to
@@ -52,6 +55,7 @@ Exit code 77 (skip) only when transformers cannot be imported.
 """
 import argparse
 import json
+import os
 import sys
 
 try:
@@ -227,6 +231,50 @@ def run_mxfp4(args):
     save_file(out, args.out, metadata={"transformers": transformers.__version__})
 
 
+def run_gpt_oss(args):
+    """A tiny random GptOssForCausalLM (tiny-gpt-oss's shape: window 4, sinks, biases, YaRN) saved by
+    transformers in fp32 to --out; with --mxfp4-out, the same model with its experts' weights drawn as
+    MXFP4 blocks/scales (the fp32 copy holds their exact dequantisation) and shipped that way."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    cfg = GptOssConfig(vocab_size=512, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+                       num_experts_per_tok=2, sliding_window=4, max_position_embeddings=4096,
+                       tie_word_embeddings=False)
+    model = GptOssForCausalLM(cfg).float()
+    g = torch.Generator().manual_seed(7)
+    packed = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 2.5, generator=g)
+            elif name.endswith("sinks"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            elif name.endswith("router.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif name.endswith("gate_up_proj") or name.endswith("down_proj"):
+                e, k, n = p.shape  # input-major [E, in, out]: blocks over `in`, 32 values a group
+                blocks = torch.randint(0, 256, (e, n, k // 32, 16), generator=g, dtype=torch.int32).to(torch.uint8)
+                scales = torch.randint(119, 124, (e, n, k // 32), generator=g, dtype=torch.int32).to(torch.uint8)
+                w = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+                assert w.shape == p.shape, (w.shape, p.shape)
+                p.copy_(w)
+                packed[name] = (blocks, scales)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    model.save_pretrained(args.out)
+    if args.mxfp4_out:
+        import shutil
+        shutil.copytree(args.out, args.mxfp4_out)
+        tensors = load_file(os.path.join(args.out, "model.safetensors"))
+        for name, (blocks, scales) in packed.items():
+            del tensors[name]
+            tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+        save_file(tensors, os.path.join(args.mxfp4_out, "model.safetensors"), metadata={"format": "pt"})
+
+
 def run_gpt_oss_mlp(args):
     from transformers import GptOssConfig
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
@@ -317,6 +365,9 @@ def main():
     x.add_argument("--out", required=True)
     o = sub.add_parser("gpt-oss-mlp")
     o.add_argument("--out", required=True)
+    go = sub.add_parser("gpt-oss")
+    go.add_argument("--out", required=True)
+    go.add_argument("--mxfp4-out")
     y = sub.add_parser("yarn")
     y.add_argument("--out", required=True)
     a = sub.add_parser("sink-attention")
@@ -324,7 +375,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     {"target": run_target, "dflash": run_dflash, "generate": run_generate, "qwen3-moe": run_qwen3_moe,
-     "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp,
+     "mxfp4": run_mxfp4, "gpt-oss-mlp": run_gpt_oss_mlp, "gpt-oss": run_gpt_oss,
      "yarn": run_yarn, "sink-attention": run_sink_attention}[args.cmd](args)
 
 

@@ -114,6 +114,24 @@ TEST_CASE("prefill + one-token decode steps in a batch give the packed forward's
     CHECK(cache.lengths() == std::vector<std::int64_t>{14, 9});
 }
 
+TEST_CASE("gpt-oss (window 4, sinks): prefill + decode steps + a block give the packed forward's logits, row by row") {
+    auto m = TargetModel::load(preset_shape("tiny-gpt-oss"), at::kCPU, at::kFloat, 5);
+    const auto a = iota_tokens(14, 3), b = iota_tokens(9, 100, 13);
+    const at::Tensor full_a = packed_logits(m, a), full_b = packed_logits(m, b);
+    KVCache cache(m.shape(), 2, 32, at::kCPU, at::kFloat);
+    at::Tensor l = m.forward_cached(tokens_of(cat(slice(a, 0, 6), slice(b, 0, 2))), {6, 2}, cache);
+    CHECK(at::allclose(l[0], full_a[5], kRtol, kAtol));
+    CHECK(at::allclose(l[1], full_b[1], kRtol, kAtol));
+    for (std::size_t s = 0; s < 6; ++s) {  // row a passes the window (4) from its first step
+        l = m.forward_cached(tokens_of({a[6 + s], b[2 + s]}), {1, 1}, cache);
+        INFO("step " << s);
+        CHECK(at::allclose(l[0], full_a[static_cast<std::int64_t>(6 + s)], kRtol, kAtol));
+        CHECK(at::allclose(l[1], full_b[static_cast<std::int64_t>(2 + s)], kRtol, kAtol));
+    }
+    at::Tensor blk = m.forward_cached(tokens_of({a[12], a[13]}), {2, 0}, cache, /*all_logits=*/true);
+    CHECK(at::allclose(blk, full_a.narrow(0, 12, 2), kRtol, kAtol));
+}
+
 TEST_CASE("forward_cached captures the new tokens' layers: a cached prefill + decode + block equals the packed forward") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 7);
     const auto a = iota_tokens(12, 5), b = iota_tokens(8, 60, 11);
@@ -383,6 +401,12 @@ TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny
 // The cached forward (prefill, then one token per row per step) runs the sparse MLP on a few rows.
 TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny Qwen3-MoE (sparse + dense layers)") {
     check_greedy_against_transformers(preset_shape("tiny-moe"));
+}
+
+// Sliding window 4 on layers 0 and 2 (shorter than the prompts), sinks, biases, YaRN: the cached
+// decode's windowed attention with sinks against transformers' own cache.
+TEST_CASE("greedy tokens equal transformers' generate(do_sample=False) on a tiny gpt-oss (sinks, sliding window)") {
+    check_greedy_against_transformers(preset_shape("tiny-gpt-oss"));
 }
 
 // Untied: a tiny random model with tied embeddings echoes its last token forever (tied embeddings

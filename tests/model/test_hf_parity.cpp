@@ -53,7 +53,8 @@ TensorMap sharpened_weights(const ModelShape& s) {
     at::Generator g = cpu_generator(32);
     for (auto& [name, t] : w) {
         if (name.ends_with("norm.weight")) t = at::empty(t.sizes()).uniform_(0.5, 2.5, g);
-        if (name.ends_with("mlp.gate.weight")) t = t * 10;  // a router that decides
+        if (name.ends_with("mlp.gate.weight") || name.ends_with("mlp.router.weight")) t = t * 10;  // a router that decides
+        if (name.ends_with("sinks") || name.ends_with("bias")) t = t * 20;  // sinks and biases that matter
         if (s.arch == "llama" && (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos))
             t = t * 8;
     }
@@ -68,7 +69,8 @@ double rel_err(const at::Tensor& a, const at::Tensor& ref) {
 
 // The HF directory dir/model (written by the caller) against transformers: every layer of every
 // sequence of a packed forward, and the logits, within relative error 1e-4 (fp32).
-void check_model_dir(const TempDir& dir, const ModelShape& s) {
+// hsring_dir: where hsring reads the model from, when not dir/model (the same weights in another form).
+void check_model_dir(const TempDir& dir, const ModelShape& s, const std::string& hsring_dir = "") {
     const std::vector<std::vector<std::int64_t>> seqs{{1, 5, 9, 200, 3, 77, 4, 8, 100, 12, 13, 14, 15, 16, 17, 18, 19, 20,
                                                        21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35},
                                                       {7}, {300, 301, 302, 303, 304, 305, 306, 307, 308}};
@@ -77,7 +79,7 @@ void check_model_dir(const TempDir& dir, const ModelShape& s) {
                   (dir.path() / "tokens.json").string() + "' --out '" + (dir.path() / "ref.safetensors").string() + "'");
     auto ref = load_safetensors(dir.path() / "ref.safetensors");
 
-    ModelShape parsed = resolve_model_shape((dir.path() / "model").string());
+    ModelShape parsed = resolve_model_shape(hsring_dir.empty() ? (dir.path() / "model").string() : hsring_dir);
     CHECK(parsed.rope_scaling.type == s.rope_scaling.type);
     CHECK(parsed.num_moe_layers() == s.num_moe_layers());
     auto model = TargetModel::load(parsed, at::kCPU, at::kFloat, 0);
@@ -138,9 +140,49 @@ void check_transformers_moe(bool norm_topk_prob) {
     check_model_dir(dir, s);
 }
 
+// A tiny random GptOssForCausalLM written by transformers (hf_reference.py gpt-oss): sliding
+// window 4 on layers 0 and 2 (shorter than the 33- and 9-token sequences), sinks and every bias
+// non-zero, YaRN; the same weights shipped with MXFP4 experts (blocks/scales) load to the same model.
+void check_transformers_gpt_oss(bool mxfp4) {
+    TempDir dir;
+    const std::string fp32_dir = (dir.path() / "model").string(), mx_dir = (dir.path() / "mxfp4").string();
+    run_reference("gpt-oss --out '" + fp32_dir + "' --mxfp4-out '" + mx_dir + "'");
+    const ModelShape parsed = resolve_model_shape(fp32_dir);
+    CHECK(parsed.arch == "gpt_oss");
+    CHECK(parsed.num_experts == 8);
+    CHECK(parsed.num_experts_per_tok == 2);
+    CHECK(parsed.moe_intermediate_size == 32);
+    CHECK(parsed.num_moe_layers() == 4);
+    CHECK(parsed.attention_bias);
+    CHECK(parsed.attention_window(0) == 4);
+    CHECK(parsed.attention_window(1) == 0);
+    CHECK(parsed.rope_scaling.type == "yarn");
+    CHECK(parsed.rope_scaling.factor == 32.0);
+    CHECK(!parsed.rope_scaling.truncate);
+    if (mxfp4) {  // hsring reads the MXFP4 directory; transformers the fp32 one (the reference)
+        auto archive = TensorArchive::open(mx_dir);
+        REQUIRE(archive.contains("model.layers.0.mlp.experts.gate_up_proj_blocks"));
+        REQUIRE(archive.contains("model.layers.3.mlp.experts.down_proj_scales"));
+        REQUIRE(!archive.contains("model.layers.0.mlp.experts.gate_up_proj"));
+    }
+    check_model_dir(dir, preset_shape("tiny-gpt-oss"), mxfp4 ? mx_dir : "");
+}
+
 } // namespace
 
 TEST_SUITE("hf_parity") {
+
+TEST_CASE("gpt-oss written by transformers (sinks, biases, sliding window 4, YaRN): every layer and the logits") {
+    check_transformers_gpt_oss(false);
+}
+
+TEST_CASE("gpt-oss with MXFP4 experts as shipped (_blocks/_scales) equals transformers on their dequantised weights") {
+    check_transformers_gpt_oss(true);
+}
+
+TEST_CASE("gpt-oss written by hsring (save_hf_model_dir) loads in transformers with every tensor and equals it") {
+    check_target(preset_shape("tiny-gpt-oss"));
+}
 
 TEST_CASE("Qwen3 tiny: layer k equals transformers' hidden_states[k+1], the last one included") {
     check_target(preset_shape("tiny"));

@@ -227,8 +227,89 @@ TEST_CASE("a qwen3_moe config.json: expert keys read (num_experts or num_local_e
     CHECK(error(j).find("use_sliding_window") != std::string::npos);
     j = base;
     j["model_type"] = "mixtral";
-    CHECK(error(j).find("model_type \"mixtral\" is not supported: hsring runs qwen3, qwen3_moe and llama") !=
+    CHECK(error(j).find("model_type \"mixtral\" is not supported: hsring runs qwen3, qwen3_moe, gpt_oss and llama") !=
           std::string::npos);
+}
+
+TEST_CASE("a gpt_oss config.json: experts, window, layer_types and YaRN read; bad ones name the file and key") {
+    TempDir dir;
+    const ModelShape s = preset_shape("tiny-gpt-oss");
+    save_hf_model_dir(dir.path(), s, random_target_weights(s, 1, at::kCPU, at::kFloat));
+    const auto file = dir.path() / "config.json";
+    const nlohmann::json base = nlohmann::json::parse(std::ifstream(file));
+    auto parse = [&](const nlohmann::json& j) {
+        std::ofstream(file) << j.dump();
+        return parse_hf_config(file);
+    };
+    auto error = [&](nlohmann::json j) {
+        std::string msg = error_of([&] { parse(j); });
+        CHECK(msg.find(file.string()) != std::string::npos);
+        return msg;
+    };
+    ModelShape p = parse(base);
+    CHECK(p.arch == "gpt_oss");
+    CHECK((p.num_experts == 8 && p.num_experts_per_tok == 2 && p.moe_intermediate_size == 32 && p.num_moe_layers() == 4));
+    CHECK((p.attention_bias && p.attention_sinks() && p.sliding_window == 4 && p.swiglu_limit == 7.0));
+    CHECK(p.layer_types == std::vector<std::string>{"sliding_attention", "full_attention", "sliding_attention",
+                                                    "full_attention"});
+    CHECK((p.attention_window(0) == 4 && p.attention_window(1) == 0));
+    CHECK((p.rope_scaling.type == "yarn" && p.rope_scaling.factor == 32.0 && !p.rope_scaling.truncate &&
+           p.rope_scaling.original_max_position_embeddings == 4096));
+    nlohmann::json j = base;
+    j.erase("layer_types");  // transformers' default: even layers sliding
+    CHECK(parse(j).layer_types == p.layer_types);
+    j = base;
+    j["experts_per_token"] = 2;  // openai's spelling
+    j.erase("num_experts_per_tok");
+    CHECK(parse(j).num_experts_per_tok == 2);
+
+    j = base;
+    j["layer_types"][2] = "chunked_attention";
+    CHECK(error(j).find("\"layer_types\"[2] is \"chunked_attention\"") != std::string::npos);
+    j = base;
+    j["layer_types"] = {"full_attention"};
+    CHECK(error(j).find("\"layer_types\" must list one type per layer (4 layers)") != std::string::npos);
+    j = base;
+    j["num_experts_per_tok"] = 9;
+    CHECK(error(j).find("\"num_experts_per_tok\" 9 must lie in [1, 8]") != std::string::npos);
+    j = base;
+    j.erase("num_local_experts");
+    CHECK(error(j).find("missing key \"num_local_experts\"") != std::string::npos);
+    j = base;
+    j["sliding_window"] = 0;
+    CHECK(error(j).find("\"sliding_window\" 0 must be >= 1") != std::string::npos);
+    j = base;
+    j["rope_parameters"]["factor"] = 0.5;
+    CHECK(error(j).find("\"factor\" 0.5 must be >= 1 for yarn") != std::string::npos);
+}
+
+TEST_CASE("a gpt-oss HF directory: a missing expert tensor or half an MXFP4 pair names the file and tensor") {
+    const ModelShape s = preset_shape("tiny-gpt-oss");
+    const TensorMap good = random_target_weights(s, 5, at::kCPU, at::kFloat);
+    TempDir dir;
+    auto load_error = [&](const TensorMap& w) {
+        save_hf_model_dir(dir.path(), s, w);
+        return error_of([&] { TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0); });
+    };
+    TensorMap w = good;
+    w.erase("model.layers.2.mlp.experts.down_proj");
+    std::string msg = load_error(w);
+    CHECK(msg.find((dir.path() / "model.safetensors").string()) != std::string::npos);
+    CHECK(msg.find("no tensor model.layers.2.mlp.experts.down_proj") != std::string::npos);
+    w = good;
+    w.erase("model.layers.1.self_attn.sinks");
+    CHECK(load_error(w).find("no tensor model.layers.1.self_attn.sinks") != std::string::npos);
+    w = good;
+    w.erase("model.layers.0.mlp.experts.gate_up_proj");
+    w["model.layers.0.mlp.experts.gate_up_proj_blocks"] = at::zeros({8, 64, 2, 16}, at::kByte);
+    CHECK(load_error(w).find("gate_up_proj_blocks but no model.layers.0.mlp.experts.gate_up_proj_scales") !=
+          std::string::npos);
+    w["model.layers.0.mlp.experts.gate_up_proj_scales"] = at::full({8, 64, 2}, 127, at::kByte);
+    save_hf_model_dir(dir.path(), s, w);  // [E, 2I = 64, H / 32 = 2, 16]: the right shape loads
+    CHECK_NOTHROW(TargetModel::load(resolve_model_shape(dir.path().string()), at::kCPU, at::kFloat, 0));
+    w["model.layers.0.mlp.experts.gate_up_proj_blocks"] = at::zeros({8, 32, 2, 16}, at::kByte);
+    w["model.layers.0.mlp.experts.gate_up_proj_scales"] = at::full({8, 32, 2}, 127, at::kByte);
+    CHECK(load_error(w).find("hold [8, 32, 64] values, expected [8, 64, 64]") != std::string::npos);
 }
 
 TEST_CASE("a Qwen3-MoE HF directory: a missing or misshapen expert tensor names the file and tensor; fused experts are refused") {
