@@ -18,12 +18,17 @@ at::Tensor gpt_oss_moe_mlp(const at::Tensor& x, const GptOssMoeWeights& w, const
     const at::Tensor top_weights = at::softmax(top_logits, -1);  // over the k chosen, in x's dtype
 
     const double limit = routing.swiglu_limit;
-    return dispatch_experts(x, top_experts, top_weights, experts, [&](std::int64_t e, const at::Tensor& rows) {
-        const at::Tensor gate_up = at::linear(rows, as_dtype_of(w.gate_up[e], x), as_dtype_of(w.gate_up_bias[e], x));
+    auto clamped_swiglu = [&](const at::Tensor& gate_up) {
         const at::Tensor gate = gate_up.slice(-1, 0, gate_up.size(-1), 2).clamp_max(limit);
         const at::Tensor up = gate_up.slice(-1, 1, gate_up.size(-1), 2).clamp(-limit, limit);
-        const at::Tensor glu = gate * at::sigmoid(gate * routing.alpha);
-        return at::linear((up + 1) * glu, as_dtype_of(w.down[e], x), as_dtype_of(w.down_bias[e], x));
+        return (up + 1) * (gate * at::sigmoid(gate * routing.alpha));
+    };
+    if (grouped_experts_apply(x) && w.gate_up.scalar_type() == x.scalar_type())
+        return grouped_experts(x, top_experts, top_weights, w.gate_up, as_dtype_of(w.gate_up_bias, x), w.down,
+                               as_dtype_of(w.down_bias, x), clamped_swiglu);
+    return dispatch_experts(x, top_experts, top_weights, experts, [&](std::int64_t e, const at::Tensor& rows) {
+        const at::Tensor gate_up = at::linear(rows, as_dtype_of(w.gate_up[e], x), as_dtype_of(w.gate_up_bias[e], x));
+        return at::linear(clamped_swiglu(gate_up), as_dtype_of(w.down[e], x), as_dtype_of(w.down_bias[e], x));
     });
 }
 

@@ -18,6 +18,9 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, MoeRouting routing)
     if (routing.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
     top_weights = top_weights.to(x.scalar_type());
 
+    if (grouped_experts_apply(x) && w.gate_up.scalar_type() == x.scalar_type())
+        return grouped_experts(x, top_experts, top_weights, w.gate_up, {}, w.down, {},
+                               [](const at::Tensor& h) { return swiglu(h); });
     return dispatch_experts(x, top_experts, top_weights, experts, [&](std::int64_t e, const at::Tensor& rows) {
         return dense(swiglu(dense(rows, w.gate_up[e])), w.down[e]);
     });

@@ -69,13 +69,18 @@ std::uint64_t HostMemory::total() const {
 std::uint64_t target_params(const ModelShape& s) {
     const Dims m(s);
     // tensor_specs() in src/model/target.cpp: per layer q/k/v/o, two norms (+ q/k norms for
-    // Qwen3), the MLP: gate/up/down, or on a sparse layer (Qwen3-MoE) the router [E, H] and
-    // every expert's gate/up/down (all are loaded, whatever a token uses); embedding, final
-    // norm, LM head unless tied.
-    const u64 attention = m.h * (m.q + 2 * m.k) + m.q * m.h + 2 * m.h + (s.qk_norm() ? 2 * m.d : 0);
+    // Qwen3), the MLP: gate/up/down, or on a sparse layer (Qwen3-MoE, gpt-oss) the router [E, H]
+    // and every expert's gate/up/down (all are loaded, whatever a token uses); gpt-oss adds
+    // q/k/v/o, router and expert biases and one sink per head; embedding, final norm, LM head
+    // unless tied.
+    const bool oss = s.arch == "gpt_oss";
+    const u64 attention = m.h * (m.q + 2 * m.k) + m.q * m.h + 2 * m.h + (s.qk_norm() ? 2 * m.d : 0) +
+                          (s.attention_bias ? m.q + 2 * m.k + m.h : 0) + (s.attention_sinks() ? m.hq : 0);
     const u64 sparse = u64(s.num_moe_layers());
     const u64 experts = u64(s.num_experts), moe_i = u64(s.moe_intermediate_size);
-    const u64 mlps = (m.layers - sparse) * 3 * m.h * m.i + sparse * (experts * 3 * m.h * moe_i + experts * m.h);
+    const u64 expert_biases = oss ? experts * (2 * moe_i + m.h) + experts : 0;
+    const u64 mlps =
+        (m.layers - sparse) * 3 * m.h * m.i + sparse * (experts * 3 * m.h * moe_i + experts * m.h + expert_biases);
     return m.v * m.h + m.layers * attention + mlps + m.h + (s.tie_word_embeddings ? 0 : m.v * m.h);
 }
 
@@ -114,18 +119,22 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
     const bool dense_layers = s.num_moe_layers() < s.num_layers;
     const u64 mlp = dense_layers ? base + 2 * m.q + 2 * m.k + 2 * m.h + 4 * m.i : 0;
     const u64 down = dense_layers ? base + 2 * m.q + 2 * m.k + 4 * m.h + 3 * m.i : 0;
-    //   a sparse layer (moe_mlp.cpp), in one expert's down projection: + q, k, v, attention out
-    //                 (2Q + 2K), mid, normed mid and the output summed into (3H), router logits
-    //                 (E), the routing weights cast and gathered (2k); one expert's rows: gathered
-    //                 x, gate_up (2I), product (I), down (H) = 2H + 3I per row, at most one row per
-    //                 token (only the top-k experts compute a token, one expert at a time)
+    //   a sparse layer (moe_mlp.cpp / gpt_oss_mlp.cpp on grouped GEMMs, expert_dispatch.cpp):
+    //                 + q, k, v, attention out (2Q + 2K), mid, normed mid and the output summed
+    //                 into (3H), router logits (E), the routing weights (2k); per routed pair
+    //                 (k per token, all experts' rows at once) the largest of: gathered rows +
+    //                 gate_up (H + 2I), the activation (gate_up + its temporaries: 4I, gpt-oss's
+    //                 clamped SwiGLU 6I), down + its input (H + I, + H for gpt-oss's bias rows),
+    //                 the gather back to token order (2H)
     //                 + bytes: fp32 probabilities (4E) and top-k weights (4k), int64 expert ids,
-    //                 sorted ids, sort order, pair tokens (32k)
+    //                 their sorted copy and order, the pair order and tokens (48k)
     const u64 moe_k = u64(s.num_experts_per_tok), moe_i = u64(s.moe_intermediate_size);
     const bool sparse_layers = s.num_moe_layers() > 0;
+    const bool oss = s.arch == "gpt_oss";
+    const u64 pair = std::max({m.h + 2 * moe_i, (oss ? 6 : 4) * moe_i, moe_i + (oss ? 2 : 1) * m.h, 2 * m.h});
     const u64 moe =
-        sparse_layers ? base + 2 * m.q + 2 * m.k + 3 * m.h + u64(s.num_experts) + 2 * moe_k + 2 * m.h + 3 * moe_i : 0;
-    const u64 moe_bytes = sparse_layers ? 4 * u64(s.num_experts) + 4 * moe_k + 32 * moe_k : 0;
+        sparse_layers ? base + 2 * m.q + 2 * m.k + 3 * m.h + u64(s.num_experts) + 2 * moe_k + moe_k * pair : 0;
+    const u64 moe_bytes = sparse_layers ? 4 * u64(s.num_experts) + 4 * moe_k + 48 * moe_k : 0;
     const u64 per_token = std::max({rope, mlp, down, moe});
     // + RoPE cos/sin tables, int64 tokens and positions, flash attention's fp32 log-sum-exp.
     const u64 small = 2 * m.d * e + 16 + 4 * m.hq + (moe == per_token ? moe_bytes : 0);

@@ -90,18 +90,35 @@ TEST_CASE("Qwen3-30B-A3B parameter counts: every expert and the router of each s
     CHECK(target_params(dense) == 30'532'122'624ull - 48ull * (603'979'776 + 262'144) + 48ull * 3 * 2048 * 6144);
 }
 
-TEST_CASE("Qwen3-30B-A3B target memory: all experts' weights, activations of one expert's rows at a time") {
+TEST_CASE("Qwen3-30B-A3B target memory: all experts' weights, activations of every routed pair at once") {
     const Config c = qwen();
     const Derived d = derive(c, preset_shape("qwen3-30b-a3b"));
     const WorkerMemory w = target_memory(c, d, "target.0", Place{0}, 16384);
     CHECK(part(w, "weights").bytes == 30'532'122'624ull * 2);
     // per token, elements: h + qkv = 2048 + 5120 = 7,168; + q 4096, k 512, v 512, attention out
     // 4096 (9,216); mid, normed mid, output 6,144; router logits 128; routing weights 2 x 8;
-    // one expert's rows: x 2048, gate_up 1536, product 768, down 2048 -> 6,400
-    //   = 29,072 (the RoPE moment 7,168 + 4096 + 16,384 = 27,648 is lower)
-    // bytes: 29,072 x 2 + RoPE tables 2 x 128 x 2 + 16 + lse 32 x 4 + fp32 probabilities 512,
-    //   top-k weights 32, int64 ids/sorts/tokens 256 = 58,144 + 512 + 16 + 128 + 800 = 59,600
-    CHECK(part(w, "activations").bytes == 16384ull * 59'600);
+    // 8 routed pairs (grouped GEMMs over all of them), each the largest of rows + gate_up
+    // 2048 + 1536, the SwiGLU 4 x 768, down + product 2048 + 768, the gather back 2 x 2048 = 4,096
+    //   -> 32,768; in all 55,440 (the RoPE moment 7,168 + 4096 + 16,384 = 27,648 is lower)
+    // bytes: 55,440 x 2 + RoPE tables 2 x 128 x 2 + 16 + lse 32 x 4 + fp32 probabilities 512,
+    //   top-k weights 32, int64 ids/sorts/orders/tokens 384 = 110,880 + 512 + 16 + 128 + 928 = 112,464
+    CHECK(part(w, "activations").bytes == 16384ull * 112'464);
+}
+
+TEST_CASE("gpt-oss-20b target memory: experts with biases, sinks, the clamped SwiGLU's temporaries") {
+    const Config c = qwen();
+    const Derived d = derive(c, preset_shape("gpt-oss-20b"));
+    // 24 layers: attention 2880 x (4096 + 512 + 512 + 4096) + biases 4096 + 1024 + 2880 + sinks 64
+    // + norms 5760; 32 experts x (3 x 2880 x 2880 + biases 5760 + 2880) + router 32 x 2880 + 32;
+    // embedding and LM head 201,088 x 2880 each; final norm (20.9 B, as published)
+    const std::uint64_t attention = 2880ull * 9216 + 4096 + 1024 + 2880 + 64 + 5760;
+    const std::uint64_t experts = 32ull * (3ull * 2880 * 2880 + 5760 + 2880) + 32ull * 2880 + 32;
+    CHECK(target_params(d.target) == 24 * (attention + experts) + 2ull * 201'088 * 2880 + 2880);
+    const WorkerMemory w = target_memory(c, d, "target.0", Place{0}, 16384);
+    // per routed pair the clamped SwiGLU's 6 x 2880 = 17,280 is the largest (rows + gate_up 8,640)
+    // per token: 2880 + 5120 (h + qkv) + 8192 + 1024 (q, k, v, attention out) + 8640 (3H) + 32
+    //   + 8 + 4 x 17,280 = 95,016 elements
+    CHECK(part(w, "activations").bytes == 16384ull * (95'016ull * 2 + 2 * 64 * 2 + 16 + 64 * 4 + 4 * 32 + 4 * 4 + 48 * 4));
 }
 
 TEST_CASE("target memory at a 16,384-token batch, by hand") {
