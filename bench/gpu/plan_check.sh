@@ -14,6 +14,7 @@
 #   PLAN_SAMPLES=300 PLAN_LENGTH=3072     its size
 #   PLAN_DEVICE=cuda PLAN_SECONDS=20      --device, --seconds of each measurement
 #   PLAN_GPUS=4                           GPUs to split between targets and drafters
+#   PLAN_CONFIGS="base mbt slot"          which of the three to run
 # On the CPU (a check of the path, not of the numbers), e.g.:
 #   PLAN_BASE=config/demo.toml PLAN_DATA=data/demo.jsonl PLAN_DEVICE=cpu PLAN_MBT=256 PLAN_SLOT=2048 \
 #     PLAN_RING=64MiB PLAN_SECONDS=2 bench/gpu/plan_check.sh build OUT
@@ -80,7 +81,8 @@ set_key "$c3" ring size "\"${PLAN_RING:-24GiB}\""
   git log -1 --oneline 2>/dev/null
 } > "$out/plan_check.md"
 status=0
-for name in base mbt slot; do
+names=${PLAN_CONFIGS:-base mbt slot}
+for name in $names; do
   cfg="$out/$name.toml"
   echo "== $name: $hs plan $cfg --measure --json" >&2
   "$hs" plan "$cfg" --measure --json --seconds "${PLAN_SECONDS:-20}" --device "${PLAN_DEVICE:-cuda}" \
@@ -91,7 +93,7 @@ for name in base mbt slot; do
   [ $rc -le 1 ] || status=1
 done
 
-"$py" - "$out" base mbt slot >> "$out/plan_check.md" <<'EOF'
+"$py" - "$out" $names >> "$out/plan_check.md" <<'EOF'
 import json, os, sys
 out, names = sys.argv[1], sys.argv[2:]
 gib = lambda b: b / 2**30

@@ -13,6 +13,31 @@
 
 namespace {
 
+// The matmul work the packed forward of layers 0..last does, counted on active parameters: per
+// token the q/k/v/o projections, the dense MLP or the router plus its top-k experts; per layer the
+// score and value products over the keys each query sees (causal, within a sliding window).
+double active_flops(const hsring::ModelShape& s, const std::vector<std::int64_t>& lengths, int last) {
+    const double h = static_cast<double>(s.hidden_size), q = static_cast<double>(s.num_heads * s.head_dim),
+                 kv = static_cast<double>(s.num_kv_heads * s.head_dim);
+    double tokens = 0;
+    for (auto l : lengths) tokens += static_cast<double>(l);
+    double flops = 0;
+    for (int i = 0; i <= last; ++i) {
+        double per_token = 2 * h * (q + 2 * kv) + 2 * q * h;
+        if (s.is_moe_layer(i))
+            per_token += 2 * h * static_cast<double>(s.num_experts) +
+                         static_cast<double>(s.num_experts_per_tok) * 6 * h * static_cast<double>(s.moe_intermediate_size);
+        else
+            per_token += 6 * h * static_cast<double>(s.intermediate_size);
+        flops += per_token * tokens;
+        const std::int64_t window = s.attention_window(i);
+        for (auto l : lengths)
+            for (std::int64_t p = 0; p < l; ++p)  // keys seen by the query at p: QK^T and PV, 2 flops each
+                flops += 4 * q * static_cast<double>(window > 0 ? std::min(p + 1, window) : p + 1);
+    }
+    return flops;
+}
+
 int config_mode(const hsring::bench::Options& o) {
     using namespace hsring;
     const bool json = o.flag("json");
@@ -111,18 +136,27 @@ int main(int argc, char** argv) {
         std::vector<std::int64_t> layer64(layers.begin(), layers.end());
         const int warmup = static_cast<int>(o.num("warmup")), iters = static_cast<int>(o.num("iters"));
 
-        // Eager first, in its own process: its GPU memory is gone before ours is allocated.
-        double eager = -1;
-        std::string eager_attention;
-        if (!o.flag("no-eager")) {
+        // Eager first, in its own process: its GPU memory is gone before ours is allocated. A MoE
+        // preset runs two baselines: transformers' per-expert loop and grouped GEMMs.
+        struct Baseline {
+            std::string name;
+            double tokens_per_s = -1;
+            std::string attention;
+        };
+        std::vector<Baseline> baselines;
+        const std::vector<std::string> moe_modes =
+            shape.num_moe_layers() > 0 ? std::vector<std::string>{"eager", "grouped"} : std::vector<std::string>{""};
+        for (const auto& mode : o.flag("no-eager") ? std::vector<std::string>{} : moe_modes) {
             auto r = bench::run_eager(o.str("python"), o.str("script"),
-                                      fmt::format("--preset {} --lengths {} --layers {} --iters {} --warmup {} --device {}",
+                                      fmt::format("--preset {} --lengths {} --layers {} --iters {} --warmup {} --device {}{}",
                                                   o.str("preset"), bench::join(lengths), bench::join(layer64), iters,
-                                                  warmup, o.str("device")));
+                                                  warmup, o.str("device"), mode.empty() ? "" : " --moe " + mode));
+            Baseline b{mode.empty() ? "eager" : "eager, experts " + mode};
             if (r) {
-                eager = (*r)["tokens_per_s"].get<double>();
-                eager_attention = r->value("attention", "");
+                b.tokens_per_s = (*r)["tokens_per_s"].get<double>();
+                b.attention = r->value("attention", "");
             }
+            baselines.push_back(b);
         }
 
         auto model = model::TargetModel::load(shape, dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat, static_cast<std::uint64_t>(o.num("seed")));
@@ -137,11 +171,19 @@ int main(int argc, char** argv) {
                    "peak {:.1f} GiB\n",
                    o.str("preset"), total, seqs, bench::join(lengths), c10::toString(model.dtype()), bench::join(layer64), s * 1e3,
                    bench::peak_memory_gib(dev.is_cuda()));
-        if (eager > 0)
-            fmt::print("target: {:.0f} tok/s, eager {:.0f} tok/s ({}), ratio {:.2f}\n", tps, eager, eager_attention,
-                       tps / eager);
-        else
-            fmt::print("target: {:.0f} tok/s, eager n/a (not run or failed), ratio n/a\n", tps);
+        // Useful work against a plain GEMM [tokens x hidden] x [hidden x intermediate] in the same run.
+        const double tflops = active_flops(shape, lengths, layers.empty() ? -1 : *std::max_element(layers.begin(), layers.end())) / s / 1e12;
+        const double gemm = bench::gemm_tflops(dev, model.dtype(), total, shape.hidden_size, shape.intermediate_size);
+        fmt::print("target: {:.1f} TFLOP/s on active parameters; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n", tflops,
+                   total, shape.hidden_size, shape.intermediate_size, c10::toString(model.dtype()), gemm, tflops / gemm);
+        if (baselines.empty()) fmt::print("target: {:.0f} tok/s, eager not run\n", tps);
+        for (const auto& b : baselines) {
+            if (b.tokens_per_s > 0)
+                fmt::print("target: {:.0f} tok/s, {} {:.0f} tok/s ({}), ratio {:.2f}\n", tps, b.name, b.tokens_per_s,
+                           b.attention, tps / b.tokens_per_s);
+            else
+                fmt::print("target: {:.0f} tok/s, {} n/a (not run or failed), ratio n/a\n", tps, b.name);
+        }
         return 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "hsring-bench-target: {}\n", e.what());
