@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 if not all(importlib.util.find_spec(m) for m in ("tokenizers", "transformers")):
@@ -33,7 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "prepare_data"))
 import prepare  # noqa: E402
 
 Result = collections.namedtuple("Result", "returncode stderr")
-SPECIALS = ["<|im_start|>", "<|im_end|>", "<s>"]
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<s>", "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>"]
 
 # ChatML that trims the content.
 CHATML = (
@@ -54,6 +55,19 @@ QWENISH = (
     "{{- '<|im_start|>' + m.role + '\\n' }}"
     "{%- if m.role == 'assistant' and loop.last %}{{ '<think>\\n' + reasoning + '\\n</think>\\n\\n' }}{% endif %}"
     "{{- content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+)
+
+# gpt-oss's harmony format, in the shape of its tokenizer's template: a system message the
+# template writes itself (with the date), the user's system prompt as a developer message, every
+# assistant turn on the final channel, the last one ended by <|return|> instead of <|end|>.
+HARMONYISH = (
+    "{{- '<|start|>system<|message|>You are ChatGPT Current date ' + strftime_now('%Y-%m-%d') + '<|end|>' }}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'system' %}{{ '<|start|>developer<|message|>' + m.content + '<|end|>' }}"
+    "{%- elif m.role == 'assistant' %}{{ '<|start|>assistant<|channel|>final<|message|>' + m.content }}"
+    "{{- '<|return|>' if loop.last else '<|end|>' }}"
+    "{%- else %}{{ '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' }}{% endif %}"
     "{%- endfor %}"
 )
 
@@ -85,6 +99,7 @@ def make_tokenizer(directory):
     ws = pre_tokenizers.Whitespace()
     text = " ".join(c for conv in CONVERSATIONS for _, c in conv)
     text += " system user assistant Default system prompt <think> </think> unused words"
+    text += " developer final You are ChatGPT Current date " + time.strftime("%Y-%m-%d")
     vocab = {"[UNK]": 0}
     for s in SPECIALS:
         vocab[s] = len(vocab)
@@ -127,6 +142,19 @@ class PrepareData(unittest.TestCase):
             ids.extend(piece_ids)
             mask.extend([m] * len(piece_ids))
 
+        if template == "harmonyish":
+            add([self.special("<|start|>")] + self.ids("system") + [self.special("<|message|>")] +
+                self.ids("You are ChatGPT Current date " + time.strftime("%Y-%m-%d")) + [self.special("<|end|>")], 0)
+            for i, (role, content) in enumerate(conv):
+                header = {"system": "developer"}.get(role, role)
+                add([self.special("<|start|>")] + self.ids(header), 0)
+                if role == "assistant":
+                    add([self.special("<|channel|>")] + self.ids("final"), 0)
+                add([self.special("<|message|>")], 0)
+                add(self.ids(content), 1 if role == "assistant" else 0)
+                last = role == "assistant" and i == len(conv) - 1
+                add([self.special("<|return|>" if last else "<|end|>")], 0)
+            return ids, mask
         if template == "qwenish":
             add([self.special("<s>")], 0)
             if conv[0][0] != "system":
@@ -204,6 +232,17 @@ class PrepareData(unittest.TestCase):
         r = self.run_tool("--chat-template", path, "-o", out, src)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.check_samples(self.read(out), CONVERSATIONS, "qwenish")
+
+    def test_gpt_oss_harmony_shaped_template_masks_each_final_channel_answer(self):
+        path = os.path.join(self.dir, "harmonyish.jinja")
+        with open(path, "w") as f:
+            f.write(HARMONYISH)
+        convs = [c for c in CONVERSATIONS if not any("<think>" in x for _, x in c)]
+        src = self.write("chat3.jsonl", [openai(c) for c in convs])
+        out = os.path.join(self.dir, "out3.jsonl")
+        r = self.run_tool("--chat-template", path, "-o", out, src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.check_samples(self.read(out), convs, "harmonyish")
 
     def bad_input(self):
         return self.write("bad.jsonl", [
