@@ -9,7 +9,8 @@ check-drafter); and the two runs, same seed, must end with the same weights, bit
 killed run trains the re-issued samples in the same slots and steps as the clean one (DESIGN.md
 invariant 10), so every step's loss is the same too.
 
-A third run has a Qwen3-MoE target (preset tiny-moe) and must complete exactly once."""
+Two more runs have MoE targets (presets tiny-moe: Qwen3-MoE, and tiny-gpt-oss) and must complete
+exactly once."""
 import json
 import os
 import sys
@@ -91,12 +92,11 @@ def test_clean_and_killed_runs_train_every_sample_once_to_the_same_weights():
     check(killed_export == clean_export, "the killed and resumed run's export is the clean run's, bit for bit")
 
 
-def test_a_moe_target_trains_every_sample_once():
-    """A Qwen3-MoE target (preset tiny-moe: 8 experts, top 2, one dense layer) in the pipeline, two
-    target processes: the run completes, every sample is in the weights exactly once, every loss
-    is finite and falls, the export loads back."""
+def moe_target_trains_every_sample_once(preset, what, name):
+    """A MoE target in the pipeline, two target processes: the run completes, every sample is in
+    the weights exactly once, every loss is finite and falls, the export loads back."""
     import math
-    r = BaseRun("e2em", model="preset:tiny-moe", targets='["cpu", "cpu"]', samples=200, epochs=2,
+    r = BaseRun(name, model=f"preset:{preset}", targets='["cpu", "cpu"]', samples=200, epochs=2,
                 tokens_per_step=1024, warmup_steps=10, checkpoint_every=40)
     try:
         r.start()
@@ -106,11 +106,21 @@ def test_a_moe_target_trains_every_sample_once():
         losses = TrainRun.losses(r)
         check(losses and all(math.isfinite(x) for x in losses), f"{len(losses)} finite losses")
         check(sum(losses[-10:]) / 10 < losses[0] - 0.5, f"the drafter learned: {losses[0]:.3f} -> {losses[-1]:.3f}")
-        print(f"MoE target: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, exactly once", flush=True)
+        print(f"{what} target: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, exactly once", flush=True)
     finally:
         r.cleanup()
 
 
+def test_a_moe_target_trains_every_sample_once():
+    """Qwen3-MoE (preset tiny-moe: 8 experts, top 2, one dense layer)."""
+    moe_target_trains_every_sample_once("tiny-moe", "Qwen3-MoE", "e2em")
+
+
+def test_a_gpt_oss_target_trains_every_sample_once():
+    """gpt-oss (preset tiny-gpt-oss: 8 experts, top 2, sinks, biases, sliding window 4, YaRN)."""
+    moe_target_trains_every_sample_once("tiny-gpt-oss", "gpt-oss", "e2eg")
+
+
 if __name__ == "__main__":
     main([test_clean_and_killed_runs_train_every_sample_once_to_the_same_weights,
-          test_a_moe_target_trains_every_sample_once])
+          test_a_moe_target_trains_every_sample_once, test_a_gpt_oss_target_trains_every_sample_once])
