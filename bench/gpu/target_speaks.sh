@@ -2,7 +2,7 @@
 # bench/gpu/target_speaks.sh BUILD_DIR OUT_DIR — issue 21 in the 1-GPU pipeline (one H200: target
 # and drafter share GPU 0, config/qwen3-8b-1t1d.toml, SAMPLES (300) x 3,072-token samples):
 #   A. no tau measurement, checkpoint every CKPT (10) steps          (the baseline)
-#   B. the same with [eval] spec_prompts (8 prompts), spec_every = CKPT: target.0 measures tau of
+#   B. the same with [eval] spec_prompts (SPEC_SAMPLES (8) prompts), spec_every = CKPT: target.0 measures tau of
 #      each committed checkpoint between its slots; the drafter's steady step time vs A is the cost,
 #      and within B alone: the steps that overlapped target.0's decoding (the tau rows' wall-clock
 #      "windows" against the steps' "unix_time") vs those that did not (no run-to-run spread)
@@ -22,7 +22,8 @@ shared=("s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" "s/^checkpo
 sections=${SECTIONS:-abc}
 [[ $sections == *a* ]] && pipeline ts_a config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
 pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
-  '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt"
+  '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt" \
+  "\$a spec_samples = ${SPEC_SAMPLES:-8}"
 say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
 grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
 "$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
@@ -39,24 +40,37 @@ a, b = steady(sys.argv[1]), steady(sys.argv[2])
 print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
       f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
 PY
-"$py" - "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+"$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+# Paired by step: the same slot is trained at the same step in A and B (invariant 10), and the
+# target's prefill competes for the GPU at the same steps in both, so B[i] / A[i] isolates tau.
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-windows = [w for r in rows if "spec" in r for w in r.get("windows", [])]
-steps = [r for r in rows if "step_ms" in r and "unix_time" in r][3:]  # past the first steps' warm-up
+def rows(path):
+    return [json.loads(l) for l in open(path) if l.strip()]
+a_rows, b_rows = rows(sys.argv[1]), rows(sys.argv[2])
+windows = [w for r in b_rows if "spec" in r for w in r.get("windows", [])]
+def steps(rs):
+    return {r["step"]: r for r in rs if "step_ms" in r and "loss" in r}
+a, b = steps(a_rows), steps(b_rows)
+common = sorted(set(a) & set(b))[3:]  # past the first steps' warm-up
+def ms(r):
+    return r["step_ms"] - r.get("checkpoint_pause_ms", 0)
 def overlaps(r):
-    a, b = r["unix_time"] - r["step_ms"] / 1000.0, r["unix_time"]
-    return any(w0 < b and a < w1 for w0, w1 in windows)
-busy = [r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in steps if overlaps(r)]
-idle = [r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in steps if not overlaps(r)]
-if busy and idle:
-    b, i = statistics.median(busy), statistics.median(idle)
-    print(f"   B alone: drafter steps while target.0 decoded {b:.0f} ms (median of {len(busy)}) vs the others "
-          f"{i:.0f} ms (median of {len(idle)}): {100 * (b / i - 1):+.2f}% while decoding; "
-          f"{len(windows)} decode windows, {sum(w1 - w0 for w0, w1 in windows):.1f} s")
-else:
-    print(f"   B alone: {len(busy)} steps overlapped decoding, {len(idle)} did not: nothing to compare")
+    lo, hi = r["unix_time"] - r["step_ms"] / 1000.0, r["unix_time"]
+    return any(w0 < hi and lo < w1 for w0, w1 in windows)
+busy = [ms(b[s]) / ms(a[s]) for s in common if overlaps(b[s])]
+idle = [ms(b[s]) / ms(a[s]) for s in common if not overlaps(b[s])]
+if common:
+    total = sum(ms(b[s]) for s in common) / sum(ms(a[s]) for s in common) - 1
+    decoding = sum(w1 - w0 for w0, w1 in windows)
+    span = b[common[-1]]["unix_time"] - b[common[0]]["unix_time"] + ms(b[common[0]]) / 1000.0
+    print(f"   paired by step ({len(common)} steps): B / A - 1 = {100 * total:+.2f}% of the drafter's step time "
+          f"(checkpoint pauses excluded); {len(windows)} decode windows, {decoding:.1f} s of {span:.0f} s "
+          f"({100 * decoding / span:.1f}%)")
+    for name, xs in (("overlapping decoding", busy), ("not overlapping", idle)):
+        if xs:
+            print(f"     steps {name}: {len(xs)}, median B/A {statistics.median(xs):.3f}, mean {statistics.mean(xs):.3f}")
 PY
+tar -czf "$out/target_speaks.tar.gz" -C "$out" work 2>/dev/null && rm -rf "$work"/*.logs "$work"/*.status.jsonl
 [[ $sections == *c* ]] || exit 0
 pipeline ts_c config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" 's/^epochs = .*/epochs = 1\nresponses = "target"/' \
   '$a [generate]' "\$a max_new_tokens = ${MAX_NEW:-64}" '$a stop_token_ids = []'

@@ -21,6 +21,13 @@ namespace hsring::worker {
 
 namespace {
 
+// On a GPU that a drafter shares (allow_shared_gpus), every second target.0 spends decoding is
+// taken from the drafter's steps (time-sliced contexts). The probe decodes at most this share of
+// the wall clock there: after a prompt of d seconds the next waits d * (1 / share - 1), so the
+// drafter's cost is at most the share times its slowdown while decoding (BENCHMARKS.md: tau
+// during training). On a GPU of its own the target decodes whenever the ring lets it.
+constexpr double kSharedGpuShare = 0.05;
+
 // A tau row: tau = the mean acceptance length (accepted drafts + 1 per verify step).
 // `windows`: when target.0 was decoding ([begin, end] wall-clock seconds, one per prompt), so the
 // drafter steps that shared the GPU with it can be told apart (bench/gpu/target_speaks.sh).
@@ -51,6 +58,8 @@ struct SpecProbe::Impl {
     model::SpecDecodeOptions options;
     std::uint64_t next_due = 0;
     MetricsFile metrics;
+    double share = 1.0;  // of the wall clock this probe may decode (kSharedGpuShare on a shared GPU)
+    std::chrono::steady_clock::time_point not_before{};
 
     // The measurement under way.
     struct Run {
@@ -74,8 +83,14 @@ struct SpecProbe::Impl {
         options.stop_tokens = model_stop_tokens(c.derived.target);  // as served (and as spec-decode measures)
         const std::uint64_t latest = CheckpointStore::read_latest(c.env.run_dir / "checkpoints");
         next_due = (latest / e.spec_every + 1) * e.spec_every;  // a restarted target skips what was measured
+        const Place here = c.cfg.topology.targets.at(c.env.rank);
+        for (const Place& d : c.cfg.topology.drafters)
+            if (!here.is_cpu() && d == here) share = kSharedGpuShare;
         log::info("tau during training: {} prompts of {}, every {} steps (next: the first checkpoint at or after "
-                  "step {})", prompts.size(), e.spec_prompts.string(), e.spec_every, next_due);
+                  "step {}){}", prompts.size(), e.spec_prompts.string(), e.spec_every, next_due,
+                  share < 1.0 ? fmt::format("; {} is shared with a drafter: decoding at most {:.0f}% of the time",
+                                            here.str(), 100 * share)
+                              : "");
     }
 
     void start() {
@@ -109,7 +124,9 @@ struct SpecProbe::Impl {
         const double begin = unix_now();
         const auto t0 = std::chrono::steady_clock::now();
         const auto res = model::spec_decode(target, run->drafter, {prompts[run->next]}, options);
-        run->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto t1 = std::chrono::steady_clock::now();
+        run->seconds += std::chrono::duration<double>(t1 - t0).count();
+        not_before = t1 + std::chrono::duration_cast<std::chrono::steady_clock::duration>((t1 - t0) * (1.0 / share - 1.0));
         run->windows.push_back({begin, unix_now()});
         const auto& a = res.outputs.front().acceptance_lengths;
         run->lengths.insert(run->lengths.end(), a.begin(), a.end());
@@ -133,7 +150,7 @@ SpecProbe::SpecProbe(Context& ctx, model::TargetModel& target) {
 SpecProbe::~SpecProbe() = default;
 
 void SpecProbe::work() {
-    if (!impl_) return;
+    if (!impl_ || std::chrono::steady_clock::now() < impl_->not_before) return;
     if (!impl_->run) impl_->start();
     if (impl_->run) impl_->step();
 }

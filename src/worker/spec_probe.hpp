@@ -11,6 +11,8 @@
 //   ->  metrics.jsonl {"step": N, "spec": {"tau", "acceptance_per_position", "step", "prompts", ..}}
 //       (and TensorBoard, RUN_DIR/tensorboard/spec)  ->  next due = N + spec_every
 //
+// On a GPU shared with a drafter (allow_shared_gpus) it decodes at most 5% of the wall clock
+// (spec_probe.cpp kSharedGpuShare): there every decoding second is taken from the drafter's steps.
 // A checkpoint pruned away while it is loaded is skipped with a warning. The measurement of the
 // final export, after every worker has exited, is the supervisor's (supervisor/spec_final.hpp).
 #include "worker/context.hpp"
