@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,6 +38,7 @@ public:
                 fail("unknown option '{}' (known:{})", a, known);
             }
             const std::string key = a.substr(2);
+            given_.insert(key);
             if (values_[key] == "false" || values_[key] == "true") values_[key] = "true";
             else if (i + 1 < argc) values_[key] = argv[++i];
             else fail("option {} needs a value", a);
@@ -53,6 +55,10 @@ public:
     }
     double real(const std::string& k) const { return std::stod(values_.at(k)); }
     bool flag(const std::string& k) const { return values_.at(k) == "true"; }
+    // A named workload's value for k, unless the command line gave k (e.g. --workload specforge).
+    void preset(const std::string& k, const std::string& v) {
+        if (!given_.count(k)) values_.at(k) = v;
+    }
     void print_help(const char* prog, const char* what) const {
         fmt::print(stderr, "usage: {} [options]\n{}\noptions (default):\n", prog, what);
         for (const auto& [k, v] : values_) fmt::print(stderr, "  --{} ({})\n", k, v);
@@ -60,6 +66,7 @@ public:
 
 private:
     std::map<std::string, std::string> values_;
+    std::set<std::string> given_;
     bool help_ = false;
 };
 

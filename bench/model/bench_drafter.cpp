@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
                           {"sample-tokens", "0"}, {"recompute", "none"}, {"matmul", "bf16"}, {"lr", "1e-4"},
-                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"adamw", "fused"}});
+                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"adamw", "fused"}, {"workload", ""}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
@@ -385,8 +385,19 @@ int main(int argc, char** argv) {
                          "batches are Markov chains over --compare-vocab token ids (0: vocab/16, at most 1024).\n"
                          "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
-                         "--sample-tokens N: samples of N tokens instead of [data] path (--config).");
+                         "--sample-tokens N: samples of N tokens instead of [data] path (--config).\n"
+                         "--workload specforge: the best published peer's trainer shape (SpecForge's DFlash\n"
+                         "microbenchmark: 768-token samples, 256 anchors, block 16, batch 2; --samples 8 for its\n"
+                         "batch 8); options given on the command line win.");
             return 0;
+        }
+        if (o.str("workload") == "specforge") {
+            o.preset("seq-len", "768");
+            o.preset("anchors", "256");
+            o.preset("block", "16");
+            o.preset("samples", "2");
+        } else if (!o.str("workload").empty()) {
+            fail("--workload '{}': known workloads are specforge", o.str("workload"));
         }
         if (!o.str("config").empty()) return config_mode(o);
         if (o.num("compare-matmul") < 0) fail("--compare-matmul must be >= 0, got {}", o.num("compare-matmul"));

@@ -107,14 +107,23 @@ int main(int argc, char** argv) {
                          {{"preset", "qwen3-8b"}, {"tokens", "16384"}, {"seqs", "8"}, {"iters", "10"}, {"warmup", "3"},
                           {"draft-layers", "5"}, {"no-eager", "false"}, {"python", bench::default_python()},
                           {"script", bench::default_script("target_eager.py")}, {"seed", "1"}, {"device", "cuda"},
-                          {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}});
+                          {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}, {"workload", ""}});
         if (o.help()) {
             o.print_help("hsring-bench-target",
                          "Packed target forward tokens/s vs PyTorch eager (GPU only).\n"
                          "--config FILE: the run's target on its fullest slot (no eager); --json: one result line;\n"
                          "--seconds N: time N seconds instead of --iters; --sample-tokens N: samples of N tokens\n"
-                         "instead of [data] path.");
+                         "instead of [data] path.\n"
+                         "--workload specforge: the best published peer's capture shape (SpecForge's SGLang server on\n"
+                         "~550-token prompts: 16,384 tokens in 30 sequences of 224..897 tokens, mean 546); options given on\n"
+                         "the command line win.");
             return 0;
+        }
+        if (o.str("workload") == "specforge") {
+            o.preset("tokens", "16384");
+            o.preset("seqs", "30");
+        } else if (!o.str("workload").empty()) {
+            fail("--workload '{}': known workloads are specforge", o.str("workload"));
         }
         if (!o.str("config").empty()) return config_mode(o);
         const at::Device dev = bench::bench_device(o.str("device"));
