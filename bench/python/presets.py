@@ -14,6 +14,6 @@ PRESETS = {
                           top_k=8, moe_intermediate=768, norm_topk_prob=True),
     # gpt-oss: biases, sinks and sliding windows change little of the cost; YaRN only the frequencies.
     "gpt-oss-20b": dict(hidden=2880, layers=24, heads=64, kv_heads=8, head_dim=64, intermediate=2880,
-                        vocab=201088, theta=150000.0, eps=1e-5, qk_norm=False, mask_token=200017, experts=32,
+                        vocab=201088, theta=150000.0, eps=1e-5, qk_norm=False, mask_token=200000, experts=32,
                         top_k=4, moe_intermediate=2880, gpt_oss=True, sliding_window=128),
 }

@@ -1,6 +1,7 @@
 #include "model/dflash_config.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/rope_scaling_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -25,18 +26,8 @@ void DFlashConfig::validate(const std::string& where) const {
 }
 
 nlohmann::json DFlashConfig::to_hf_json() const {
-    nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
-    nlohmann::json legacy_scaling = nullptr;
-    if (!rope_scaling.type.empty()) {
-        rope["rope_type"] = rope_scaling.type;
-        rope["factor"] = rope_scaling.factor;
-        if (rope_scaling.type == "llama3") {
-            rope["low_freq_factor"] = rope_scaling.low_freq_factor;
-            rope["high_freq_factor"] = rope_scaling.high_freq_factor;
-            rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
-        }
-        legacy_scaling = rope;
-    }
+    const nlohmann::json rope = rope_scaling_json(rope_scaling, rope_theta);
+    const nlohmann::json legacy_scaling = rope_scaling.type.empty() ? nlohmann::json(nullptr) : rope;
     return {
         {"architectures", {"DFlashDraftModel"}},
         {"model_type", "qwen3"},
@@ -106,16 +97,7 @@ DFlashConfig DFlashConfig::from_hf_json(const nlohmann::json& j, const std::stri
     } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         rs = &j["rope_scaling"];
     }
-    if (rs) {
-        std::string type = rs->value("rope_type", rs->value("type", std::string("default")));
-        if (type == "llama3" || type == "linear") {
-            c.rope_scaling = {type, rs->value("factor", 1.0), rs->value("low_freq_factor", 1.0),
-                              rs->value("high_freq_factor", 4.0),
-                              rs->value("original_max_position_embeddings", std::int64_t{8192})};
-        } else if (type != "default") {
-            fail("{}: rope type \"{}\" is not supported (default, llama3, linear)", where, type);
-        }
-    }
+    if (rs) c.rope_scaling = parse_rope_scaling(*rs, where, c.max_position_embeddings);
     const auto& d = need("dflash_config");
     if (!d.is_object()) fail("{}: \"dflash_config\" must be an object", where);
     c.block_size = d.contains("block_size") ? as_int(d["block_size"], "dflash_config.block_size")
@@ -144,9 +126,9 @@ DFlashConfig dflash_config_for(const ModelShape& target, int num_layers, int blo
     c.max_position_embeddings = target.max_position_embeddings;
     c.rms_norm_eps = target.rms_norm_eps;
     c.rope_theta = target.rope_theta;
-    // The drafter's layers are Qwen3's: Llama-3 / linear scaling carry over, YaRN (gpt-oss) does
-    // not (its attention factor is no part of the DFlash model code): plain RoPE at the target's theta.
-    c.rope_scaling = target.rope_scaling.type == "yarn" ? RopeScaling{} : target.rope_scaling;
+    // The target's scaling, YaRN included: the DFlash model code's Qwen3RotaryEmbedding applies
+    // it (with YaRN's attention factor on cos/sin), as the published gpt-oss drafters have it.
+    c.rope_scaling = target.rope_scaling;
     c.block_size = block_size;
     if (mask_token_id < 0) {
         if (!target.mask_token_id)

@@ -1,6 +1,7 @@
 // Model shapes without torch (see hsring/model_shape.hpp).
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
+#include "hsring/rope_scaling_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -126,7 +127,9 @@ ModelShape gpt_oss_20b() {
     s.attention_bias = true;
     s.sliding_window = 128;
     s.layer_types = alternating_layer_types(s.num_layers);
-    s.mask_token_id = 200017;  // <|reserved_200017|>: a reserved id the tokenizer never produces
+    // <|reserved_200000|>: a reserved id the tokenizer never produces, the one a public JAX port of
+    // DFlash for gpt-oss uses (not checked against z-lab/gpt-oss-20b-DFlash's config.json).
+    s.mask_token_id = 200000;
     return s;
 }
 
@@ -332,38 +335,7 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
     const nlohmann::json* rs = nullptr;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rs = &j["rope_scaling"];
     else if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
-    if (rs) {
-        std::string type = rs->value("rope_type", rs->value("type", std::string("default")));
-        if (type == "llama3" || type == "linear") {
-            s.rope_scaling.type = type;
-            s.rope_scaling.factor = rs->value("factor", 1.0);
-            s.rope_scaling.low_freq_factor = rs->value("low_freq_factor", 1.0);
-            s.rope_scaling.high_freq_factor = rs->value("high_freq_factor", 4.0);
-            s.rope_scaling.original_max_position_embeddings =
-                rs->value("original_max_position_embeddings", std::int64_t{8192});
-        } else if (type == "yarn") {
-            RopeScaling& y = s.rope_scaling;
-            y.type = type;
-            y.factor = rs->value("factor", 1.0);
-            y.beta_fast = rs->value("beta_fast", 32.0);
-            y.beta_slow = rs->value("beta_slow", 1.0);
-            y.truncate = rs->value("truncate", true);
-            y.original_max_position_embeddings =
-                rs->value("original_max_position_embeddings", s.max_position_embeddings);
-            auto optional_number = [&](const char* key) -> std::optional<double> {
-                if (!rs->contains(key) || (*rs)[key].is_null()) return std::nullopt;
-                if (!(*rs)[key].is_number()) fail("{}: rope \"{}\" must be a number", file.string(), key);
-                return (*rs)[key].get<double>();
-            };
-            y.attention_factor = optional_number("attention_factor");
-            y.mscale = optional_number("mscale");
-            y.mscale_all_dim = optional_number("mscale_all_dim");
-            if (!(y.factor >= 1.0)) fail("{}: rope \"factor\" {} must be >= 1 for yarn", file.string(), y.factor);
-        } else if (type != "default") {
-            fail("{}: rope scaling type \"{}\" is not supported (supported: llama3, linear, yarn)", file.string(),
-                 type);
-        }
-    }
+    if (rs) s.rope_scaling = parse_rope_scaling(*rs, file.string(), s.max_position_embeddings);
     if (s.num_heads <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
         fail("{}: num_attention_heads {} must be a positive multiple of num_key_value_heads {}",
              file.string(), s.num_heads, s.num_kv_heads);
@@ -372,7 +344,7 @@ ModelShape parse_hf_config(const std::filesystem::path& file) {
              "whole causal prefix)", file.string());
     if (s.arch == "qwen3_moe") parse_moe(j, file, s);
     if (s.arch == "gpt_oss") parse_gpt_oss(j, file, s);
-    if (s.arch == "gpt_oss" && s.vocab_size > 200017) s.mask_token_id = 200017;  // as preset gpt-oss-20b
+    if (s.arch == "gpt_oss" && s.vocab_size > 200000) s.mask_token_id = 200000;  // as preset gpt-oss-20b
     if ((s.arch == "qwen3" || s.arch == "qwen3_moe") && s.vocab_size > 151669) s.mask_token_id = 151669;
     return s;
 }

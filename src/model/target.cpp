@@ -1,6 +1,7 @@
 #include "model/target.hpp"
 
 #include "hsring/error.hpp"
+#include "hsring/rope_scaling_json.hpp"
 #include "model/mxfp4.hpp"
 #include "model/sink_attention.hpp"
 #include "model/tensor_init.hpp"
@@ -188,25 +189,7 @@ TensorMap random_target_weights(const ModelShape& shape, std::uint64_t seed, at:
 void save_hf_model_dir(const fs::path& dir, const ModelShape& s, const TensorMap& weights) {
     check_shape(s);
     fs::create_directories(dir);
-    nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", s.rope_theta}};
-    if (!s.rope_scaling.type.empty()) {
-        rope["rope_type"] = s.rope_scaling.type;
-        rope["factor"] = s.rope_scaling.factor;
-        if (s.rope_scaling.type == "llama3") {
-            rope["low_freq_factor"] = s.rope_scaling.low_freq_factor;
-            rope["high_freq_factor"] = s.rope_scaling.high_freq_factor;
-            rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
-        }
-        if (s.rope_scaling.type == "yarn") {
-            rope["beta_fast"] = s.rope_scaling.beta_fast;
-            rope["beta_slow"] = s.rope_scaling.beta_slow;
-            rope["truncate"] = s.rope_scaling.truncate;
-            rope["original_max_position_embeddings"] = s.rope_scaling.original_max_position_embeddings;
-            if (s.rope_scaling.attention_factor) rope["attention_factor"] = *s.rope_scaling.attention_factor;
-            if (s.rope_scaling.mscale) rope["mscale"] = *s.rope_scaling.mscale;
-            if (s.rope_scaling.mscale_all_dim) rope["mscale_all_dim"] = *s.rope_scaling.mscale_all_dim;
-        }
-    }
+    const nlohmann::json rope = rope_scaling_json(s.rope_scaling, s.rope_theta);
     const char* architecture = s.arch == "qwen3"       ? "Qwen3ForCausalLM"
                                : s.arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                                : s.arch == "gpt_oss"   ? "GptOssForCausalLM"

@@ -168,6 +168,37 @@ void check_transformers_gpt_oss(bool mxfp4) {
     check_model_dir(dir, preset_shape("tiny-gpt-oss"), mxfp4 ? mx_dir : "");
 }
 
+// The drafter's block outputs against a transformers-built DFlash decoder (hf_reference.py dflash:
+// Qwen3 modules and Qwen3RotaryEmbedding from the exported config.json).
+void check_exported_drafter(test::DFlashFixture& f) {
+    auto drafter = f.drafter(5);
+    const std::vector<std::int64_t> anchors{0, 6, 15, 26, 33, 45};
+    auto blocks = dflash_blocks_at(f.batch.tokens, f.batch.loss_mask, f.batch.cu_seqlens, 4, 511, anchors, 7.0);
+    at::Tensor out;
+    {
+        at::NoGradGuard ng;
+        out = dflash_hidden(drafter, f.head, f.batch, blocks, {});
+    }
+    TempDir dir;
+    export_dflash(dir.path() / "drafter", drafter, f.config);
+    save_safetensors(dir.path() / "embed.safetensors", {{"embed", f.head.embed}});
+    save_safetensors(dir.path() / "hidden.safetensors", {{"hidden", f.batch.hidden}});
+    std::vector<std::int64_t> tokens(f.batch.tokens.data_ptr<std::int64_t>(),
+                                     f.batch.tokens.data_ptr<std::int64_t>() + f.batch.tokens.numel());
+    std::ofstream(dir.path() / "blocks.json")
+        << nlohmann::json{{"anchors", anchors}, {"seq_begin", blocks.seq_begin}, {"tokens", tokens}}.dump();
+    const auto p = [&](const char* n) { return "'" + (dir.path() / n).string() + "'"; };
+    run_reference(std::string("dflash --drafter ") + p("drafter") + " --embed " + p("embed.safetensors") +
+                  " --hidden " + p("hidden.safetensors") + " --blocks " + p("blocks.json") + " --out " +
+                  p("ref.safetensors"));
+    auto ref = load_safetensors(dir.path() / "ref.safetensors");
+    for (std::size_t j = 0; j < anchors.size(); ++j) {
+        INFO("block " << j << " anchor " << anchors[j]);
+        CHECK(at::allclose(out.narrow(0, static_cast<std::int64_t>(j) * 4, 4), ref.at("block." + std::to_string(j)),
+                           1e-4, 1e-5));
+    }
+}
+
 } // namespace
 
 TEST_SUITE("hf_parity") {
@@ -215,32 +246,18 @@ TEST_CASE("Llama with Llama-3 rope scaling and tied embeddings equals transforme
 
 TEST_CASE("an exported drafter run by a transformers-built DFlash decoder gives the same block outputs") {
     test::DFlashFixture f;
-    auto drafter = f.drafter(5);
-    const std::vector<std::int64_t> anchors{0, 6, 15, 26, 33, 45};
-    auto blocks = dflash_blocks_at(f.batch.tokens, f.batch.loss_mask, f.batch.cu_seqlens, 4, 511, anchors, 7.0);
-    at::Tensor out;
-    {
-        at::NoGradGuard ng;
-        out = dflash_hidden(drafter, f.head, f.batch, blocks, {});
-    }
-    TempDir dir;
-    export_dflash(dir.path() / "drafter", drafter, f.config);
-    save_safetensors(dir.path() / "embed.safetensors", {{"embed", f.head.embed}});
-    save_safetensors(dir.path() / "hidden.safetensors", {{"hidden", f.batch.hidden}});
-    std::vector<std::int64_t> tokens(f.batch.tokens.data_ptr<std::int64_t>(),
-                                     f.batch.tokens.data_ptr<std::int64_t>() + f.batch.tokens.numel());
-    std::ofstream(dir.path() / "blocks.json")
-        << nlohmann::json{{"anchors", anchors}, {"seq_begin", blocks.seq_begin}, {"tokens", tokens}}.dump();
-    const auto p = [&](const char* n) { return "'" + (dir.path() / n).string() + "'"; };
-    run_reference(std::string("dflash --drafter ") + p("drafter") + " --embed " + p("embed.safetensors") +
-                  " --hidden " + p("hidden.safetensors") + " --blocks " + p("blocks.json") + " --out " +
-                  p("ref.safetensors"));
-    auto ref = load_safetensors(dir.path() / "ref.safetensors");
-    for (std::size_t j = 0; j < anchors.size(); ++j) {
-        INFO("block " << j << " anchor " << anchors[j]);
-        CHECK(at::allclose(out.narrow(0, static_cast<std::int64_t>(j) * 4, 4), ref.at("block." + std::to_string(j)),
-                           1e-4, 1e-5));
-    }
+    check_exported_drafter(f);
+}
+
+// gpt-oss's drafters keep the target's YaRN (attention factor on cos/sin); a small original
+// context (16) puts the sequences' positions (up to 48) in the interpolated range.
+TEST_CASE("a drafter with YaRN rope scaling: the export's rope_parameters give transformers the same block outputs") {
+    test::DFlashFixture f;
+    f.config.rope_scaling.type = "yarn";
+    f.config.rope_scaling.factor = 8.0;
+    f.config.rope_scaling.original_max_position_embeddings = 16;
+    f.config.rope_scaling.truncate = false;
+    check_exported_drafter(f);
 }
 
 TEST_CASE("AutoModel with trust_remote_code builds DFlashDraftModel from the export's auto_map, not a plain Qwen3") {
