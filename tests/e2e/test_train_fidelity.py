@@ -10,7 +10,9 @@ under `hsring run`:
   (the resumed steps train the same slots: DESIGN.md invariant 10);
 - two data-parallel drafter ranks (one slot each per step) learn like one rank with the same global
   batch (two slots per step), also when one rank is SIGKILLed and the gang restarts: the mean loss
-  of each fifth of the run within 0.1% (see the test for why not exactly)."""
+  of each fifth of the run within 0.1% (see the test for why not exactly);
+- `hsring run CONFIG --run-dir DIR` (no run_dir in the file) puts the export and the final tau of
+  it in DIR."""
 import math
 import os
 import re
@@ -19,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "supervisor"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, distributed, free_port, main  # noqa: E402
-from train_harness import TrainRun  # noqa: E402
+from train_harness import SOURCE, TrainRun  # noqa: E402
 
 LR, MIN_RATIO, WARMUP = 1e-2, 0.1, 20
 
@@ -135,6 +137,33 @@ def test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_i
         check(abs(a - b) <= 0.001 * a, f"2 ranks {f2} vs 1 rank {f1}")
 
 
+def test_run_dir_on_the_command_line_holds_the_export_and_its_final_tau():
+    """The supervisor once looked for the export in the config's default run dir (runs/NAME)
+    when --run-dir moved the run: the final tau was "not measured" and nothing said so but a
+    warning."""
+    sys.path.insert(0, os.path.join(SOURCE, "bin"))
+    from plot_run import read_spec
+    heldout = os.path.join(SOURCE, "data", "demo-heldout.jsonl")
+    r = TrainRun("rdir", epochs=1, samples=100,
+                 tail=f'[eval]\nspec_prompts = "{heldout}"\nspec_samples = 3\nspec_max_new_tokens = 8\n')
+    try:
+        with open(r.config) as f:
+            text = f.read()
+        with open(r.config, "w") as f:
+            f.write(re.sub(r"^run_dir = .*$", "", text, flags=re.M))
+        r.start("--run-dir", r.run_dir)
+        r.expect_exit(0, timeout=300)
+        check(os.path.exists(os.path.join(r.run_dir, "drafter", "model.safetensors")), "the export is in --run-dir")
+        spec = read_spec(r.run_dir)
+        check(spec and spec[-1]["spec"]["final"] and spec[-1]["spec"]["prompts"] == 3,
+              f"the final tau of the export is in --run-dir's metrics.jsonl: {spec}; {r.output()[-2000:]}")
+        check("not measured" not in r.output(), r.output())
+        check(not os.path.exists(os.path.join(r.tmp, "runs")), "nothing in the config's default run dir")
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_lr_follows_the_schedule_a_step_is_a_slot_and_a_resumed_run_keeps_the_lr,
-          test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_is_killed])
+          test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_is_killed,
+          test_run_dir_on_the_command_line_holds_the_export_and_its_final_tau])
