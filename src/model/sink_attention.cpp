@@ -22,6 +22,9 @@ at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                   hkv, sinks.numel(), cu_seqlens.back());
     const std::int64_t rep = hq / hkv;
     const at::Tensor sink = sinks.to(q.scalar_type()).view({hq, 1, 1});
+    const double lowest = q.scalar_type() == at::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest())
+                          : q.scalar_type() == at::kHalf   ? static_cast<double>(std::numeric_limits<c10::Half>::lowest())
+                                                           : static_cast<double>(std::numeric_limits<float>::lowest());
     std::vector<at::Tensor> outs;
     for (std::size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
         const std::int64_t a = cu_seqlens[s], len = cu_seqlens[s + 1] - a;
@@ -37,8 +40,9 @@ at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
         const at::Tensor i = at::arange(len, longs).view({len, 1}), j = at::arange(len, longs).view({1, len});
         at::Tensor visible = j <= i;
         if (window > 0) visible = visible & (j > i - window);
-        // As transformers: the lowest finite value added, not -inf (identical after the softmax).
-        scores = scores.masked_fill(visible.logical_not(), std::numeric_limits<float>::lowest());
+        // As transformers: the dtype's lowest finite value (torch.finfo(dtype).min), not -inf
+        // (identical after the softmax); float's lowest would overflow bf16 / fp16.
+        scores = scores.masked_fill(visible.logical_not(), lowest);
         at::Tensor combined = at::cat({scores, sink.expand({hq, len, 1})}, -1);
         combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
         const at::Tensor probs = at::softmax(combined, -1).narrow(-1, 0, len);
