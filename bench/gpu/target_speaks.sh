@@ -2,10 +2,12 @@
 # bench/gpu/target_speaks.sh BUILD_DIR OUT_DIR — issue 21 in the 1-GPU pipeline (one H200: target
 # and drafter share GPU 0, config/qwen3-8b-1t1d.toml, SAMPLES (300) x 3,072-token samples):
 #   A. no tau measurement, checkpoint every CKPT (10) steps          (the baseline)
-#   B. the same with [eval] spec_prompts (SPEC_SAMPLES (8) prompts), spec_every = CKPT: target.0 measures tau of
-#      each committed checkpoint between its slots; the drafter's steady step time vs A is the cost,
-#      and within B alone: the steps that overlapped target.0's decoding (the tau rows' wall-clock
-#      "windows" against the steps' "unix_time") vs those that did not (no run-to-run spread)
+#   B. the same with [eval] spec_prompts (SPEC_SAMPLES (2) of 8 prompts), spec_every = CKPT:
+#      target.0 measures tau of committed checkpoints between its slots (on this shared GPU at most
+#      5% of the wall clock, spec_probe.cpp); the cost is B / A - 1 paired by step (the same slot
+#      trains at the same step in both runs), split by the steps that overlapped target.0's decoding
+#      (the tau rows' wall-clock "windows" against the steps' "unix_time") and the others. Keep
+#      CKPT >= 10: checkpoints every 5 steps paused training 6-12 s each on the H200
 #   C. [data] responses = "target": the target answers every prompt (greedy, MAX_NEW (64) new
 #      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
 #      the target's generation rate from its log
@@ -23,7 +25,7 @@ sections=${SECTIONS:-abc}
 [[ $sections == *a* ]] && pipeline ts_a config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
 pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
   '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt" \
-  "\$a spec_samples = ${SPEC_SAMPLES:-8}"
+  "\$a spec_samples = ${SPEC_SAMPLES:-2}"
 say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
 grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
 "$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
