@@ -53,7 +53,7 @@ void DFlashDecodeState::extend(const at::Tensor& captured) {
     fused = rms_norm(fused, hidden_norm_, config_.rms_norm_eps);
     const at::Tensor positions =
         at::arange(length_, length_ + n, at::TensorOptions().dtype(at::kLong).device(fused.device()));
-    const RopeTables rope = rope_tables(inv_freq_, positions, dtype_, rope_attention_factor(config_.head_dim, config_.rope_theta, config_.rope_scaling));
+    const RopeTables rope = rope_tables(inv_freq_, positions, dtype_, rope_attention_factor(config_.rope_scaling));
     const std::int64_t hkv = config_.num_kv_heads, d = config_.head_dim;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
         const Layer& w = layers_[i];
@@ -77,7 +77,7 @@ at::Tensor DFlashDecodeState::draft(std::int64_t last, std::int64_t b) const {
     const at::Device dev = embed_.device();
     const auto longs = at::TensorOptions().device(dev).dtype(at::kLong);
     const at::Tensor tokens = at::cat({at::full({1}, last, longs), at::full({b - 1}, config_.mask_token_id, longs)});
-    const RopeTables rope = rope_tables(inv_freq_, at::arange(length_, length_ + b, longs), dtype_, rope_attention_factor(config_.head_dim, config_.rope_theta, config_.rope_scaling));
+    const RopeTables rope = rope_tables(inv_freq_, at::arange(length_, length_ + b, longs), dtype_, rope_attention_factor(config_.rope_scaling));
     const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
     const double eps = config_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
     const std::int64_t rep = hq / hkv;

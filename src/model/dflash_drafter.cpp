@@ -159,7 +159,7 @@ at::Tensor DFlashDrafterImpl::forward(const DFlashInputs& in) {
     const at::Tensor ctx = fuse_context(in.context, dt);
     // Shared by every layer, and kept alive by each recomputing layer's backward.
     auto shared = std::make_shared<LayerShared>();
-    const double rope_factor = rope_attention_factor(c.head_dim, c.rope_theta, c.rope_scaling);  // YaRN's; else 1
+    const double rope_factor = rope_attention_factor(c.rope_scaling);  // YaRN's; else 1
     shared->ctx_rope = rope_tables(inv_freq_, blocks.context_positions, dt, rope_factor);
     shared->blk_rope = rope_tables(inv_freq_, blocks.block_positions, dt, rope_factor);
     shared->plan = plan_block_attention(blocks.anchors, blocks.seq_begin, blocks.block_size, t, in.attention,

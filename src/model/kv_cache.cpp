@@ -128,14 +128,12 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
     at::Tensor keys = c.keys_.at(static_cast<std::size_t>(layer)), values = c.values_.at(static_cast<std::size_t>(layer));
     keys.view({rows * cap, hkv, d}).index_copy_(0, slot_, k.to(keys.scalar_type()));
     values.view({rows * cap, hkv, d}).index_copy_(0, slot_, v.to(values.scalar_type()));
-    const bool sink_path = window > 0 || sinks.defined();
-    // No sinks but a window: a sink of -inf takes no probability mass.
-    const at::Tensor sink_logits =
-        !sink_path ? at::Tensor() : sinks.defined() ? sinks : at::full({hkv * rep}, -INFINITY, q.options().dtype(at::kFloat));
+    // Windows come with sinks (gpt-oss); the sink path handles both.
+    HSRING_ASSERT(window == 0 || sinks.defined(), "cache extension: a window of {} without sinks", window);
     if (fresh_) {
         // Every row starts empty: the new tokens are the whole context, so the packed causal
         // attention (varlen flash on CUDA) needs no padding and no mask.
-        if (sink_path) return packed_sink_attention(q, k, v, sink_logits, packed_, window, scale);
+        if (sinks.defined()) return packed_sink_attention(q, k, v, sinks, packed_, window, scale);
         return causal_packed_attention(q, k, v, packed_, scale);
     }
     // Padded queries [rows, max_new, Hq, D] -> the query heads sharing a kv head stacked along the
@@ -144,7 +142,7 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
     qp.index_copy_(0, pad_index_, q);
     qp = qp.view({rows, max_new_, hkv, rep, d}).permute({0, 2, 3, 1, 4}).reshape({rows, hkv, rep * max_new_, d});
     auto kv = [&](const at::Tensor& t) { return t.narrow(1, 0, max_keys_).transpose(1, 2); };
-    if (sink_path) {
+    if (sinks.defined()) {
         // gpt-oss: explicit fp32 scores, the window cut from the causal mask (a query sees keys
         // limit - window .. limit - 1, limit = the number its causal mask shows), the sink logit
         // as one more column of every softmax, dropped before the values.
@@ -156,7 +154,7 @@ at::Tensor CacheExtension::attend(std::int64_t layer, const at::Tensor& q, const
             visible = visible & (key.view({1, 1, 1, max_keys_}) >= limit - window);
         }
         scores = scores.masked_fill(visible.logical_not(), -INFINITY);
-        const at::Tensor sink = sink_logits.to(at::kFloat)
+        const at::Tensor sink = sinks.to(at::kFloat)
                                     .view({1, hkv, rep, 1, 1})
                                     .expand({rows, hkv, rep, max_new_, 1})
                                     .reshape({rows, hkv, rep * max_new_, 1});

@@ -82,8 +82,8 @@ public:
 
     // Stores layer `layer`'s new keys and values k, v [T, Hkv, D] and returns the attention of
     // q [T, Hq, D] over each row's cached prefix and its own new tokens (causal), [T, Hq, D].
-    // window > 0: only the keys at positions > the query's - window (gpt-oss's sliding layers);
-    // sinks [Hq] defined: one extra logit per head in every softmax (gpt-oss), an explicit path.
+    // sinks [Hq] defined (gpt-oss): one extra logit per head in every softmax, an explicit path,
+    // and window > 0 only the keys at positions > the query's - window (its sliding layers).
     at::Tensor attend(std::int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       double scale, std::int64_t window = 0, const at::Tensor& sinks = {}) const;
     // Adds the counts to the rows' lengths; call once, after the last layer.

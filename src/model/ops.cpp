@@ -27,21 +27,6 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
     return at::silu(parts[0]) * parts[1];
 }
 
-namespace {
-YarnParams yarn_params(const RopeScaling& s) {
-    YarnParams p;
-    p.factor = s.factor;
-    p.beta_fast = s.beta_fast;
-    p.beta_slow = s.beta_slow;
-    p.original_max_position_embeddings = s.original_max_position_embeddings;
-    p.truncate = s.truncate;
-    p.attention_factor = s.attention_factor;
-    p.mscale = s.mscale;
-    p.mscale_all_dim = s.mscale_all_dim;
-    return p;
-}
-} // namespace
-
 at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
     if (head_dim % 2 != 0) fail("rotary embedding needs an even head_dim, got {}", head_dim);
     // As transformers: base ** (arange(0, d, 2).float() / d) in fp32, then its reciprocal.
@@ -62,13 +47,12 @@ at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling&
         at::Tensor medium = at::logical_not(wavelen < high_wavelen) & at::logical_not(wavelen > low_wavelen);
         return at::where(medium, smoothed, scaled);
     }
-    if (scaling.type == "yarn") return yarn_rope(head_dim, theta, yarn_params(scaling)).inv_freq;
+    if (scaling.type == "yarn") return yarn_rope(head_dim, theta, scaling).inv_freq;
     fail("rope scaling type \"{}\" is not supported (supported: llama3, linear, yarn)", scaling.type);
 }
 
-double rope_attention_factor(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
-    if (scaling.type != "yarn") return 1.0;
-    return yarn_rope(head_dim, theta, yarn_params(scaling)).attention_factor;
+double rope_attention_factor(const RopeScaling& scaling) {
+    return scaling.type == "yarn" ? yarn_attention_factor(scaling) : 1.0;
 }
 
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype,

@@ -26,8 +26,9 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 // Rotary embedding frequencies [head_dim/2] in fp32: theta^(-2i/d), with Llama-3, linear or YaRN
 // scaling when `scaling.type` says so (transformers' _compute_llama3_parameters, yarn_rope.hpp).
 at::Tensor rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling);
-// The factor cos and sin are multiplied by (YaRN's attention factor; 1 otherwise).
-double rope_attention_factor(std::int64_t head_dim, double theta, const RopeScaling& scaling);
+// The factor cos and sin are multiplied by (YaRN's attention factor; 1 otherwise): a formula of
+// the scaling, cheap enough for every rope_tables call.
+double rope_attention_factor(const RopeScaling& scaling);
 
 struct RopeTables {
     at::Tensor cos;  // [T, head_dim], dtype of the activations

@@ -331,7 +331,7 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
     m.final_norm_ = take("model.norm.weight");
     m.lm_head_ = shape.tie_word_embeddings ? m.embed_ : take("lm_head.weight");
     m.inv_freq_ = rope_inv_freq(shape.head_dim, shape.rope_theta, shape.rope_scaling);
-    m.rope_attention_factor_ = rope_attention_factor(shape.head_dim, shape.rope_theta, shape.rope_scaling);
+    m.rope_attention_factor_ = rope_attention_factor(shape.rope_scaling);
     return m;
 }
 

@@ -20,14 +20,18 @@ double correction_dim(double rotations, double dim, double base, double original
 
 } // namespace
 
-YarnRope yarn_rope(std::int64_t head_dim, double theta, const YarnParams& p) {
+double yarn_attention_factor(const RopeScaling& p) {
+    if (p.attention_factor) return *p.attention_factor;
+    if (p.mscale && p.mscale_all_dim && *p.mscale != 0 && *p.mscale_all_dim != 0)
+        return mscale_of(p.factor, *p.mscale) / mscale_of(p.factor, *p.mscale_all_dim);
+    return mscale_of(p.factor);
+}
+
+YarnRope yarn_rope(std::int64_t head_dim, double theta, const RopeScaling& p) {
     if (head_dim <= 0 || head_dim % 2 != 0) fail("YaRN rope: head_dim must be even and positive, got {}", head_dim);
     if (!(p.factor >= 1.0)) fail("YaRN rope: factor must be >= 1, got {}", p.factor);
     YarnRope r;
-    if (p.attention_factor) r.attention_factor = *p.attention_factor;
-    else if (p.mscale && p.mscale_all_dim && *p.mscale != 0 && *p.mscale_all_dim != 0)
-        r.attention_factor = mscale_of(p.factor, *p.mscale) / mscale_of(p.factor, *p.mscale_all_dim);
-    else r.attention_factor = mscale_of(p.factor);
+    r.attention_factor = yarn_attention_factor(p);
 
     const auto dim = static_cast<double>(head_dim);
     const auto original = static_cast<double>(p.original_max_position_embeddings);

@@ -4,6 +4,8 @@
 // "original_max_position_embeddings": 4096, "truncate": false}. Frequencies below the correction
 // range are interpolated (divided by factor), those above it kept, a linear ramp between; cos and
 // sin are then multiplied by the attention factor (0.1 ln(factor) + 1 unless given).
+#include "hsring/model_shape.hpp"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -11,22 +13,16 @@
 
 namespace hsring::model {
 
-struct YarnParams {
-    double factor = 1.0;
-    double beta_fast = 32.0;
-    double beta_slow = 1.0;
-    std::int64_t original_max_position_embeddings = 4096;
-    bool truncate = true;
-    std::optional<double> attention_factor;  // else from factor (and mscale / mscale_all_dim)
-    std::optional<double> mscale, mscale_all_dim;
-};
-
 struct YarnRope {
     at::Tensor inv_freq;  // [head_dim / 2] fp32
     double attention_factor = 1.0;
 };
 
+// The fields of `p` YaRN reads: factor, beta_fast, beta_slow, original_max_position_embeddings,
+// truncate, attention_factor, mscale, mscale_all_dim (hsring/model_shape.hpp RopeScaling).
 // Throws hsring::Error for factor < 1 or an odd head_dim.
-YarnRope yarn_rope(std::int64_t head_dim, double theta, const YarnParams& p);
+YarnRope yarn_rope(std::int64_t head_dim, double theta, const RopeScaling& p);
+// The attention factor alone (a formula of p: no tensors), what yarn_rope returns with the frequencies.
+double yarn_attention_factor(const RopeScaling& p);
 
 } // namespace hsring::model

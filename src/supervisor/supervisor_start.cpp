@@ -86,13 +86,10 @@ void Supervisor::load_config_and_data() {
     fault::configure("supervisor", {static_cast<std::uint32_t>(cfg_.topology.targets.size()),
                                     static_cast<std::uint32_t>(cfg_.topology.drafters.size())});
     apply_launcher_overrides(cfg_, opts_.node_rank ? opts_.node_rank->c_str() : nullptr);
+    // --run-dir is [run] run_dir given on the command line: derive() places everything under it
+    // (the export among them) as it would from the file.
+    if (opts_.run_dir) cfg_.run.run_dir = *opts_.run_dir;
     derived_ = derive(cfg_);
-    if (opts_.run_dir) {
-        derived_.run_dir = *opts_.run_dir;
-        // The export lives in the run dir unless [drafter] export_dir says otherwise (derive());
-        // the workers place it the same way (worker/context.cpp).
-        if (cfg_.drafter.export_dir.empty()) derived_.export_dir = derived_.run_dir / "drafter";
-    }
     policy_.emplace(cfg_.supervisor);
     files_.dir = fs::absolute(derived_.run_dir).lexically_normal();
     check_socket_path(files_.control_socket());

@@ -88,48 +88,44 @@ constexpr double kRtol = 1e-4, kAtol = 1e-5;
 
 } // namespace
 
-TEST_SUITE("generate") {
+namespace {
 
-TEST_CASE("prefill + one-token decode steps in a batch give the packed forward's logits, row by row") {
-    auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 5);
+// Prefill two rows of different lengths (prefill_a and 2 tokens), decode both one token a step
+// until row a holds 12, then verify a block of 2 on row a alone (speculative verification):
+// every logit equals the packed forward's at the same position.
+void check_cached_decode(const char* preset, std::int64_t prefill_a) {
+    auto m = TargetModel::load(preset_shape(preset), at::kCPU, at::kFloat, 5);
     const auto a = iota_tokens(14, 3), b = iota_tokens(9, 100, 13);
     const at::Tensor full_a = packed_logits(m, a), full_b = packed_logits(m, b);
     KVCache cache(m.shape(), 2, 32, at::kCPU, at::kFloat);
-    // Prefill different prompt lengths (5 and 2), then decode both rows one token a step.
-    at::Tensor l = m.forward_cached(tokens_of(cat(slice(a, 0, 5), slice(b, 0, 2))), {5, 2}, cache);
-    CHECK(cache.lengths() == std::vector<std::int64_t>{5, 2});
-    CHECK(at::allclose(l[0], full_a[4], kRtol, kAtol));
+    const auto pa = static_cast<std::size_t>(prefill_a), steps = 12 - pa;
+    at::Tensor l = m.forward_cached(tokens_of(cat(slice(a, 0, pa), slice(b, 0, 2))), {prefill_a, 2}, cache);
+    CHECK(cache.lengths() == std::vector<std::int64_t>{prefill_a, 2});
+    CHECK(at::allclose(l[0], full_a[prefill_a - 1], kRtol, kAtol));
     CHECK(at::allclose(l[1], full_b[1], kRtol, kAtol));
-    for (std::size_t s = 0; s < 7; ++s) {
-        l = m.forward_cached(tokens_of({a[5 + s], b[2 + s]}), {1, 1}, cache);
+    for (std::size_t s = 0; s < steps; ++s) {
+        l = m.forward_cached(tokens_of({a[pa + s], b[2 + s]}), {1, 1}, cache);
         INFO("step " << s);
-        CHECK(at::allclose(l[0], full_a[static_cast<std::int64_t>(5 + s)], kRtol, kAtol));
+        CHECK(at::allclose(l[0], full_a[static_cast<std::int64_t>(pa + s)], kRtol, kAtol));
         CHECK(at::allclose(l[1], full_b[static_cast<std::int64_t>(2 + s)], kRtol, kAtol));
     }
-    // A block of several new tokens per row on top of a cache (speculative verification): every
-    // position's logits.
     at::Tensor blk = m.forward_cached(tokens_of({a[12], a[13]}), {2, 0}, cache, /*all_logits=*/true);
     CHECK(blk.size(0) == 2);
     CHECK(at::allclose(blk, full_a.narrow(0, 12, 2), kRtol, kAtol));
-    CHECK(cache.lengths() == std::vector<std::int64_t>{14, 9});
+    CHECK(cache.lengths() == std::vector<std::int64_t>{14, static_cast<std::int64_t>(2 + steps)});
 }
 
+} // namespace
+
+TEST_SUITE("generate") {
+
+TEST_CASE("prefill + one-token decode steps in a batch give the packed forward's logits, row by row") {
+    check_cached_decode("tiny", 5);
+}
+
+// Row a's first decode step already looks past the window (4): the cache's windowed sink path.
 TEST_CASE("gpt-oss (window 4, sinks): prefill + decode steps + a block give the packed forward's logits, row by row") {
-    auto m = TargetModel::load(preset_shape("tiny-gpt-oss"), at::kCPU, at::kFloat, 5);
-    const auto a = iota_tokens(14, 3), b = iota_tokens(9, 100, 13);
-    const at::Tensor full_a = packed_logits(m, a), full_b = packed_logits(m, b);
-    KVCache cache(m.shape(), 2, 32, at::kCPU, at::kFloat);
-    at::Tensor l = m.forward_cached(tokens_of(cat(slice(a, 0, 6), slice(b, 0, 2))), {6, 2}, cache);
-    CHECK(at::allclose(l[0], full_a[5], kRtol, kAtol));
-    CHECK(at::allclose(l[1], full_b[1], kRtol, kAtol));
-    for (std::size_t s = 0; s < 6; ++s) {  // row a passes the window (4) from its first step
-        l = m.forward_cached(tokens_of({a[6 + s], b[2 + s]}), {1, 1}, cache);
-        INFO("step " << s);
-        CHECK(at::allclose(l[0], full_a[static_cast<std::int64_t>(6 + s)], kRtol, kAtol));
-        CHECK(at::allclose(l[1], full_b[static_cast<std::int64_t>(2 + s)], kRtol, kAtol));
-    }
-    at::Tensor blk = m.forward_cached(tokens_of({a[12], a[13]}), {2, 0}, cache, /*all_logits=*/true);
-    CHECK(at::allclose(blk, full_a.narrow(0, 12, 2), kRtol, kAtol));
+    check_cached_decode("tiny-gpt-oss", 6);
 }
 
 TEST_CASE("forward_cached captures the new tokens' layers: a cached prefill + decode + block equals the packed forward") {

@@ -305,14 +305,16 @@ TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) e
     TempDir dir;
     run_reference("yarn --out '" + (dir.path() / "ref.safetensors").string() + "'");
     auto ref = load_safetensors(dir.path() / "ref.safetensors");
-    YarnParams gpt_oss;  // gpt-oss-20b: theta 150000, head_dim 64
+    RopeScaling gpt_oss{"yarn"};  // gpt-oss-20b: theta 150000, head_dim 64
     gpt_oss.factor = 32;
+    gpt_oss.original_max_position_embeddings = 4096;
     gpt_oss.truncate = false;
-    YarnParams deepseek_like;  // truncating, attention factor from mscale / mscale_all_dim
+    RopeScaling deepseek_like{"yarn"};  // truncating, attention factor from mscale / mscale_all_dim
     deepseek_like.factor = 40;
+    deepseek_like.original_max_position_embeddings = 4096;
     deepseek_like.mscale = 1.0;
     deepseek_like.mscale_all_dim = 0.707;
-    const std::vector<std::tuple<std::int64_t, double, YarnParams>> cases{{64, 150000.0, gpt_oss},
+    const std::vector<std::tuple<std::int64_t, double, RopeScaling>> cases{{64, 150000.0, gpt_oss},
                                                                           {128, 10000.0, deepseek_like}};
     for (std::size_t c = 0; c < cases.size(); ++c) {
         INFO("case " << c);
@@ -323,7 +325,7 @@ TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) e
         CHECK(rel_err(r.inv_freq, want) < 1e-6);
         CHECK(r.attention_factor == doctest::Approx(ref.at(fmt::format("case{}.attention_factor", c)).item<double>()).epsilon(1e-12));
     }
-    CHECK(test::error_of([] { yarn_rope(63, 1e4, YarnParams{}); }).find("even") != std::string::npos);
+    CHECK(test::error_of([] { yarn_rope(63, 1e4, RopeScaling{"yarn"}); }).find("even") != std::string::npos);
 }
 
 TEST_CASE("gpt-oss attention with sinks, GQA and a sliding window shorter than the sequences equals transformers'") {

@@ -100,6 +100,29 @@ void check_against_naive(const ModelShape& s) {
     CHECK(rel_err(logits, ref.logits) < 1e-4);
 }
 
+// A preset's config.json as hsring writes it (`base`), re-parsed after edits: parse(j) the shape,
+// error(j) the message, which must name the file.
+struct ConfigJsonProbe {
+    TempDir dir;
+    std::filesystem::path file;
+    nlohmann::json base;
+
+    explicit ConfigJsonProbe(const char* preset) : file(dir.path() / "config.json") {
+        const ModelShape s = preset_shape(preset);
+        save_hf_model_dir(dir.path(), s, random_target_weights(s, 1, at::kCPU, at::kFloat));
+        base = nlohmann::json::parse(std::ifstream(file));
+    }
+    ModelShape parse(const nlohmann::json& j) const {
+        std::ofstream(file) << j.dump();
+        return parse_hf_config(file);
+    }
+    std::string error(const nlohmann::json& j) const {
+        std::string msg = error_of([&] { parse(j); });
+        CHECK(msg.find(file.string()) != std::string::npos);
+        return msg;
+    }
+};
+
 } // namespace
 
 TEST_SUITE("target") {
@@ -190,20 +213,10 @@ TEST_CASE("sparse layers follow transformers' rule: not in mlp_only_layers, expe
 }
 
 TEST_CASE("a qwen3_moe config.json: expert keys read (num_experts or num_local_experts); bad ones name the file and key") {
-    TempDir dir;
-    const ModelShape s = preset_shape("tiny-moe");
-    save_hf_model_dir(dir.path(), s, random_target_weights(s, 1, at::kCPU, at::kFloat));
-    const auto file = dir.path() / "config.json";
-    const nlohmann::json base = nlohmann::json::parse(std::ifstream(file));
-    auto parse = [&](const nlohmann::json& j) {
-        std::ofstream(file) << j.dump();
-        return parse_hf_config(file);
-    };
-    auto error = [&](nlohmann::json j) {
-        std::string msg = error_of([&] { parse(j); });
-        CHECK(msg.find(file.string()) != std::string::npos);
-        return msg;
-    };
+    ConfigJsonProbe probe("tiny-moe");
+    const nlohmann::json& base = probe.base;
+    auto parse = [&](const nlohmann::json& j) { return probe.parse(j); };
+    auto error = [&](const nlohmann::json& j) { return probe.error(j); };
     ModelShape p = parse(base);
     CHECK(p.arch == "qwen3_moe");
     CHECK((p.num_experts == 8 && p.num_experts_per_tok == 2 && p.moe_intermediate_size == 32 && p.norm_topk_prob));
@@ -254,20 +267,10 @@ TEST_CASE("a qwen3_moe config.json: expert keys read (num_experts or num_local_e
 }
 
 TEST_CASE("a gpt_oss config.json: experts, window, layer_types and YaRN read; bad ones name the file and key") {
-    TempDir dir;
-    const ModelShape s = preset_shape("tiny-gpt-oss");
-    save_hf_model_dir(dir.path(), s, random_target_weights(s, 1, at::kCPU, at::kFloat));
-    const auto file = dir.path() / "config.json";
-    const nlohmann::json base = nlohmann::json::parse(std::ifstream(file));
-    auto parse = [&](const nlohmann::json& j) {
-        std::ofstream(file) << j.dump();
-        return parse_hf_config(file);
-    };
-    auto error = [&](nlohmann::json j) {
-        std::string msg = error_of([&] { parse(j); });
-        CHECK(msg.find(file.string()) != std::string::npos);
-        return msg;
-    };
+    ConfigJsonProbe probe("tiny-gpt-oss");
+    const nlohmann::json& base = probe.base;
+    auto parse = [&](const nlohmann::json& j) { return probe.parse(j); };
+    auto error = [&](const nlohmann::json& j) { return probe.error(j); };
     ModelShape p = parse(base);
     CHECK(p.arch == "gpt_oss");
     CHECK((p.num_experts == 8 && p.num_experts_per_tok == 2 && p.moe_intermediate_size == 32 && p.num_moe_layers() == 4));
