@@ -3,7 +3,7 @@
 //   writer RING LOG ID INCARNATION COUNT PAYLOAD_BYTES   claims, fills a checksummed pattern,
 //                                                         commits COUNT slots (or until stopping)
 //   reader RING LOG ID INCARNATION                        acquires, verifies, releases until
-//                                                         the ring is stopping and empty
+//                                                         the ring is stopping, empty and no slot WRITING
 // Every event is one line appended to LOG (one write(2) per line, O_APPEND):
 //   I <writer> <inc> <n>   a writer is about to commit slot payload n
 //   C <writer> <inc> <n>   ... and did
@@ -96,7 +96,10 @@ int main(int argc, char** argv) {
         for (;;) {
             auto r = ring.acquire(200ms);
             if (!r) {
-                if (ring.stopping() && ring.occupancy().ready == 0) break;
+                // Done when nothing is READY and no writer is mid-slot: a writer that claimed before
+                // the stop still commits (a dead one's slot is reclaimed by these timed-out waits).
+                const Occupancy o = ring.occupancy();
+                if (ring.stopping() && o.ready == 0 && o.writing == 0) break;
                 continue;
             }
             auto m = r->meta();
