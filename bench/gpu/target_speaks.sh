@@ -8,6 +8,7 @@
 #      trains at the same step in both runs), split by the steps that overlapped target.0's decoding
 #      (the tau rows' wall-clock "windows" against the steps' "unix_time") and the others. Keep
 #      CKPT >= 10: checkpoints every 5 steps paused training 6-12 s each on the H200
+#   R. (SECTIONS with r) A again: the same pairing between two runs without tau is the noise floor
 #   C. [data] responses = "target": the target answers every prompt (greedy, MAX_NEW (64) new
 #      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
 #      the target's generation rate from its log
@@ -42,13 +43,14 @@ a, b = steady(sys.argv[1]), steady(sys.argv[2])
 print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
       f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
 PY
-"$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+cat > "$work/paired.py" <<'PY'
 # Paired by step: the same slot is trained at the same step in A and B (invariant 10), and the
 # target's prefill competes for the GPU at the same steps in both, so B[i] / A[i] isolates tau.
 import json, statistics, sys
 def rows(path):
     return [json.loads(l) for l in open(path) if l.strip()]
 a_rows, b_rows = rows(sys.argv[1]), rows(sys.argv[2])
+label = sys.argv[3] if len(sys.argv) > 3 else "B / A"
 windows = [w for r in b_rows if "spec" in r for w in r.get("windows", [])]
 def steps(rs):
     return {r["step"]: r for r in rs if "step_ms" in r and "loss" in r}
@@ -65,13 +67,20 @@ if common:
     total = sum(ms(b[s]) for s in common) / sum(ms(a[s]) for s in common) - 1
     decoding = sum(w1 - w0 for w0, w1 in windows)
     span = b[common[-1]]["unix_time"] - b[common[0]]["unix_time"] + ms(b[common[0]]) / 1000.0
-    print(f"   paired by step ({len(common)} steps): B / A - 1 = {100 * total:+.2f}% of the drafter's step time "
+    print(f"   paired by step ({len(common)} steps): {label} - 1 = {100 * total:+.2f}% of the drafter's step time "
           f"(checkpoint pauses excluded); {len(windows)} decode windows, {decoding:.1f} s of {span:.0f} s "
           f"({100 * decoding / span:.1f}%)")
     for name, xs in (("overlapping decoding", busy), ("not overlapping", idle)):
         if xs:
-            print(f"     steps {name}: {len(xs)}, median B/A {statistics.median(xs):.3f}, mean {statistics.mean(xs):.3f}")
+            print(f"     steps {name}: {len(xs)}, median {label} {statistics.median(xs):.3f}, mean {statistics.mean(xs):.3f}")
 PY
+"$py" "$work/paired.py" "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" | tee -a "$out/summary.txt"
+# R: A again (no tau in either run): the same pairing shows the run-to-run noise the B / A cost sits in.
+if [[ $sections == *r* ]]; then
+  pipeline ts_a2 config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
+  "$py" "$work/paired.py" "$work/ts_a.metrics.jsonl" "$work/ts_a2.metrics.jsonl" "A2 / A (no tau in either)" |
+    tee -a "$out/summary.txt"
+fi
 tar -czf "$out/target_speaks.tar.gz" -C "$out" work 2>/dev/null && rm -rf "$work"/*.logs "$work"/*.status.jsonl
 [[ $sections == *c* ]] || exit 0
 pipeline ts_c config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" 's/^epochs = .*/epochs = 1\nresponses = "target"/' \
