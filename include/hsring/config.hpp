@@ -26,6 +26,10 @@ enum class Recompute { None, Layers };
 // Precision of the drafter's decoder-layer matmuls: the compute dtype (bf16 on a GPU, fp32 on the
 // CPU), or FP8 with dynamic tensorwise scaling (src/model/fp8_linear.hpp).
 enum class Matmul { BF16, FP8 };
+// The frozen target's linear layers: in the compute dtype, or FP8 e4m3 with one scale per output
+// channel (computed once at load, or converted from a checkpoint's 128x128 block scales) and one
+// per token for the activations (src/model/fp8_weight.hpp). The GPU only; the CPU keeps bf16/fp32.
+enum class TargetWeights { BF16, FP8 };
 // How hidden states travel from targets to drafters (hsring/transport.hpp): through the host ring,
 // device to device with CUDA IPC, or both.
 enum class TransportKind { Host, Peer, PeerAndHost };
@@ -36,6 +40,7 @@ const char* to_string(HugePages h);
 const char* to_string(Restart r);
 const char* to_string(Recompute r);
 const char* to_string(Matmul m);
+const char* to_string(TargetWeights w);
 const char* to_string(TransportKind k);
 
 // Where a worker runs: a GPU index or the CPU ("cpu" in TOML).
@@ -97,6 +102,7 @@ struct TargetConfig {
     std::string model;               // "preset:NAME" or a HF model directory (required)
     std::vector<int> layer_ids;      // empty = DFlash default for drafter.num_layers
     DType dtype = DType::BF16;       // compute dtype on GPU (CPU computes in fp32)
+    TargetWeights weights = TargetWeights::BF16;  // fp8: the linear layers in FP8 (GPU)
 };
 
 struct DrafterConfig {

@@ -59,6 +59,8 @@ const char* to_string(Recompute r) {
     return "?";
 }
 
+const char* to_string(TargetWeights w) { return w == TargetWeights::FP8 ? "fp8" : "bf16"; }
+
 const char* to_string(Matmul m) {
     switch (m) {
     case Matmul::BF16: return "bf16";
@@ -221,6 +223,7 @@ void read_target(Config& c, const toml::table& root, const std::string& file) {
     s.string("model", c.target.model, false);
     s.int_list("layer_ids", c.target.layer_ids, 0, 4096);
     s.choice("dtype", c.target.dtype, kDTypes);
+    s.choice("weights", c.target.weights, {{"bf16", TargetWeights::BF16}, {"fp8", TargetWeights::FP8}});
     s.finish();
 }
 

@@ -117,7 +117,7 @@ std::string describe(const Config& cfg, const Derived& d) {
         "config {} is valid\n"
         "  run           {} (seed {}), run dir {}\n"
         "  topology      targets [{}], drafters [{}]\n"
-        "  target        {} ({}: {} layers, hidden {}, vocab {})\n"
+        "  target        {} ({}: {} layers, hidden {}, vocab {}; {} linear weights)\n"
         "  captured      layers [{}] -> {} per token ({})\n"
         "  slot          {} tokens -> {} payload, {} with 2 MiB alignment, <= {} samples\n"
         "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
@@ -125,7 +125,8 @@ std::string describe(const Config& cfg, const Derived& d) {
         "  train         {} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens), {} anchors "
         "per sequence, lr {}, recompute {}, matmul {}\n",
         cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
-        d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size, ids,
+        d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size,
+        to_string(cfg.target.weights), ids,
         format_bytes(d.bytes_per_token), to_string(cfg.ring.dtype), cfg.ring.slot_tokens,
         format_bytes(d.slot_payload_bytes), format_bytes(d.slot_stride), d.max_samples_per_slot, d.ring_name,
         d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), cfg.drafter.num_layers,

@@ -21,6 +21,7 @@ nlohmann::json run_identity(const Config& c, const Derived& d, std::uint64_t dat
         {"[target] model (shape)", fmt::format("{} layers {} hidden {} vocab {}", d.target.arch, d.target.num_layers,
                                                d.target.hidden_size, d.target.vocab_size)},
         {"[target] layer_ids", d.layer_ids},
+        {"[target] weights", to_string(c.target.weights)},
         {"[ring] slot_tokens", c.ring.slot_tokens},
         {"[ring] dtype", to_string(c.ring.dtype)},
         {"[drafter] num_layers", c.drafter.num_layers},

@@ -350,6 +350,27 @@ TEST_CASE("[train] matmul: bf16 by default, \"fp8\" opts in, shown by config che
     CHECK(e.find("[train] matmul: \"fp16\" is not allowed: use one of \"bf16\", \"fp8\"") != std::string::npos);
 }
 
+TEST_CASE("[target] weights: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.target.weights == TargetWeights::BF16);
+    const Derived d = derive(c, preset_shape("tiny"));
+    CHECK(describe(c, d).find("vocab 512; bf16 linear weights)") != std::string::npos);
+    const nlohmann::json bf16 = run_identity(c, d, 1, 2);
+    std::string text = kMinimal;
+    text.insert(text.find("[drafter]"), "weights = \"fp8\"\n");
+    c = parse_config(text, "t.toml");
+    CHECK(c.target.weights == TargetWeights::FP8);
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("fp8 linear weights") != std::string::npos);
+    // FP8 hidden states are other data: machines that disagree are named at rendezvous.
+    const nlohmann::json fp8 = run_identity(c, derive(c, preset_shape("tiny")), 1, 2);
+    CHECK(identity_differences(fp8, bf16, 1) == "[target] weights is \"fp8\" on machine 1, \"bf16\" on machine 0 (the master)");
+    text = kMinimal;
+    text.insert(text.find("[drafter]"), "weights = \"int4\"\n");
+    const std::string e = error_of(text);
+    CHECK(e.find("t.toml:10") != std::string::npos);
+    CHECK(e.find("[target] weights: \"int4\" is not allowed: use one of \"bf16\", \"fp8\"") != std::string::npos);
+}
+
 TEST_CASE("[transport] kind: host by default; the peer kinds need GPUs everywhere and are shown by config check") {
     Config c = parse_config(kMinimal, "t.toml");
     CHECK(c.transport.kind == TransportKind::Host);
