@@ -30,7 +30,7 @@ struct DTypeName {
 constexpr DTypeName kDTypes[] = {
     {"BF16", at::kBFloat16}, {"F16", at::kHalf},  {"F32", at::kFloat}, {"F64", at::kDouble},
     {"I64", at::kLong},      {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
-    {"U8", at::kByte},       {"BOOL", at::kBool},
+    {"U8", at::kByte},       {"BOOL", at::kBool}, {"F8_E4M3", at::kFloat8_e4m3fn},
 };
 
 // A read-only view of a whole file; unmapped when the last tensor aliasing it goes away.

@@ -114,7 +114,42 @@ Getter random_getter(const ModelShape& s, std::uint64_t seed, at::Device device,
     };
 }
 
-Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device, at::ScalarType dtype) {
+// A linear weight in FP8 under its HF name.
+using Fp8Getter = std::function<Fp8Weight(const std::string& name, const Shape& shape)>;
+
+// The block size of a checkpoint published in FP8: config.json's quantization_config
+// (quant_method "fp8", weight_block_size, as Qwen3-*-FP8 write it); [128, 128] when absent.
+std::vector<std::int64_t> fp8_block_size(const ModelShape& shape) {
+    const fs::path file = fs::path(shape.source) / "config.json";
+    std::ifstream in(file);
+    if (!in) return {128, 128};
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("quantization_config")) return {128, 128};
+    const auto& q = j["quantization_config"];
+    if (q.value("quant_method", std::string()) != "fp8") return {128, 128};
+    if (q.contains("fmt") && q["fmt"] != "e4m3")
+        fail("{}: quantization_config.fmt is {}: hsring reads FP8 checkpoints in e4m3", file.string(), q["fmt"].dump());
+    if (q.contains("activation_scheme") && q["activation_scheme"] != "dynamic")
+        fail("{}: quantization_config.activation_scheme is {}: hsring scales activations per token (\"dynamic\")",
+             file.string(), q["activation_scheme"].dump());
+    if (!q.contains("weight_block_size")) return {128, 128};
+    const auto& b = q["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0] <= 0 ||
+        b[1] <= 0)
+        fail("{}: quantization_config.weight_block_size must be two positive integers, got {}", file.string(), b.dump());
+    return {b[0].get<std::int64_t>(), b[1].get<std::int64_t>()};
+}
+
+// A weight of an FP8 checkpoint: NAME (F8_E4M3) + NAME_scale_inv (fp32 per block); `where` for errors.
+bool has_block_scales(const TensorArchive& archive, const std::string& name) {
+    return archive.contains(name + "_scale_inv");
+}
+std::string tensor_where(const TensorArchive& archive, const std::string& name) {
+    return archive.file_of(name).string() + ": " + name;
+}
+
+Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device, at::ScalarType dtype,
+                      std::vector<std::int64_t> fp8_block) {
     return [=](const std::string& name, const Shape& shape) {
         // gpt-oss's MXFP4 experts: NAME_blocks + NAME_scales dequantise to the output-major
         // [E, out, in]; handed out as the input-major view the HF name means ([E, in, out]).
@@ -129,8 +164,31 @@ Getter archive_getter(std::shared_ptr<TensorArchive> archive, at::Device device,
                      shape_str(w.sizes()), shape_str(Shape{shape[0], shape[2], shape[1]}));
             return w.transpose(1, 2);
         }
-        return archive->get(name, shape).to(device, dtype);
+        if (has_block_scales(*archive, name))  // one tensor at a time in fp32, then the compute dtype
+            return dequantize_fp8_blocks(archive->get(name, shape).to(device), archive->get(name + "_scale_inv"),
+                                         fp8_block, dtype, tensor_where(*archive, name));
+        const at::Tensor& t = archive->get(name, shape);
+        if (t.scalar_type() == at::kFloat8_e4m3fn)
+            fail("{}: an F8_E4M3 tensor without {}_scale_inv: hsring reads FP8 checkpoints with block scales "
+                 "(NAME_scale_inv, as Qwen3-*-FP8 publish them); per-tensor FP8 formats are not supported",
+                 tensor_where(*archive, name), name);
+        return t.to(device, dtype);
     };
+}
+
+// FP8 linear weights of a checkpoint: block-scaled ones converted to row scales on the device; any
+// other quantised per row from the compute dtype (one tensor at a time: never a bf16 model).
+Fp8Getter archive_fp8_getter(std::shared_ptr<TensorArchive> archive, at::Device device, Getter plain,
+                             std::vector<std::int64_t> fp8_block) {
+    return [=](const std::string& name, const Shape& shape) {
+        if (!has_block_scales(*archive, name)) return fp8_weight(plain(name, shape));
+        return fp8_weight_from_blocks(archive->get(name, shape).to(device), archive->get(name + "_scale_inv"),
+                                      fp8_block, tensor_where(*archive, name));
+    };
+}
+
+Fp8Getter quantizing_getter(Getter plain) {
+    return [plain](const std::string& name, const Shape& shape) { return fp8_weight(plain(name, shape)); };
 }
 
 void check_shape(const ModelShape& s) {
@@ -260,7 +318,7 @@ TargetHead load_target_head(const ModelShape& shape, at::Device device, at::Scal
 }
 
 TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get, at::Device device,
-                               at::ScalarType dtype) {
+                               at::ScalarType dtype, const Fp8Getter& get_fp8) {
     check_shape(shape);
     TargetModel m;
     m.shape_ = shape;
@@ -273,6 +331,15 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
         auto it = specs.find(name);
         HSRING_ASSERT(it != specs.end(), "no tensor spec for {}", name);
         return get(name, it->second);
+    };
+    auto take_fp8 = [&](const std::vector<std::string>& names) {
+        std::vector<Fp8Weight> parts;
+        for (const auto& name : names) {
+            auto it = specs.find(name);
+            HSRING_ASSERT(it != specs.end(), "no tensor spec for {}", name);
+            parts.push_back(get_fp8(name, it->second));
+        }
+        return parts.size() == 1 ? parts[0] : fp8_cat(parts);
     };
     // A sparse layer's experts stacked: each expert's tensors are copied into their rows, so a
     // layer's experts never exist twice.
@@ -303,13 +370,20 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
         Layer l;
         l.input_norm = take(p + "input_layernorm.weight");
         // Fused projections: one GEMM for q|k|v and one for gate|up.
-        l.qkv = at::cat({take(p + "self_attn.q_proj.weight"), take(p + "self_attn.k_proj.weight"),
-                         take(p + "self_attn.v_proj.weight")}, 0);
+        const std::vector<std::string> qkv{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                           p + "self_attn.v_proj.weight"};
+        if (get_fp8)
+            l.qkv8 = take_fp8(qkv);
+        else
+            l.qkv = at::cat({take(qkv[0]), take(qkv[1]), take(qkv[2])}, 0);
         if (shape.qk_norm()) {
             l.q_norm = take(p + "self_attn.q_norm.weight");
             l.k_norm = take(p + "self_attn.k_norm.weight");
         }
-        l.o = take(p + "self_attn.o_proj.weight");
+        if (get_fp8)
+            l.o8 = take_fp8({p + "self_attn.o_proj.weight"});
+        else
+            l.o = take(p + "self_attn.o_proj.weight");
         if (shape.attention_bias) {
             l.qkv_bias = at::cat({take(p + "self_attn.q_proj.bias"), take(p + "self_attn.k_proj.bias"),
                                   take(p + "self_attn.v_proj.bias")}, 0);
@@ -322,6 +396,9 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
             l.oss_moe = take_oss_experts(i);
         } else if (shape.is_moe_layer(i)) {
             l.moe = take_experts(i);
+        } else if (get_fp8) {
+            l.gate_up8 = take_fp8({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+            l.down8 = take_fp8({p + "mlp.down_proj.weight"});
         } else {
             l.gate_up = at::cat({take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")}, 0);
             l.down = take(p + "mlp.down_proj.weight");
@@ -336,31 +413,37 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
 }
 
 TargetModel TargetModel::from_weights(const ModelShape& shape, const TensorMap& weights, at::Device device,
-                                      at::ScalarType dtype, const std::string& where) {
-    return build(shape,
-                 [&](const std::string& name, const Shape& s) {
-                     auto it = weights.find(name);
-                     if (it == weights.end()) fail("{}: no tensor {}", where, name);
-                     if (it->second.sizes() != at::IntArrayRef(s))
-                         fail("{}: tensor {} has shape {}, expected {}", where, name,
-                              shape_str(it->second.sizes()), shape_str(s));
-                     return it->second.to(device, dtype);
-                 },
-                 device, dtype);
+                                      at::ScalarType dtype, const std::string& where, bool fp8) {
+    const Getter get = [&](const std::string& name, const Shape& s) {
+        auto it = weights.find(name);
+        if (it == weights.end()) fail("{}: no tensor {}", where, name);
+        if (it->second.sizes() != at::IntArrayRef(s))
+            fail("{}: tensor {} has shape {}, expected {}", where, name, shape_str(it->second.sizes()), shape_str(s));
+        return it->second.to(device, dtype);
+    };
+    return build(shape, get, device, dtype, fp8 ? quantizing_getter(get) : Fp8Getter{});
 }
 
-TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::ScalarType dtype, std::uint64_t seed) {
+TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::ScalarType dtype, std::uint64_t seed,
+                              bool fp8) {
     check_shape(shape);
     // Presets are drawn tensor by tensor on the device; checkpoints are read tensor by tensor
-    // from the mapping: never a second full copy of the model.
-    if (is_preset_spec(shape.source)) return build(shape, random_getter(shape, seed, device, dtype), device, dtype);
-    return build(shape, archive_getter(open_checkpoint(shape), device, dtype), device, dtype);
+    // from the mapping: never a second full copy of the model. In FP8 a preset's weights are the
+    // bf16 model's of the same seed, quantised (what `hsring-bench target --weights` compares).
+    if (is_preset_spec(shape.source)) {
+        const Getter get = random_getter(shape, seed, device, dtype);
+        return build(shape, get, device, dtype, fp8 ? quantizing_getter(get) : Fp8Getter{});
+    }
+    auto archive = open_checkpoint(shape);
+    const auto block = fp8_block_size(shape);
+    const Getter get = archive_getter(archive, device, dtype, block);
+    return build(shape, get, device, dtype, fp8 ? archive_fp8_getter(archive, device, get, block) : Fp8Getter{});
 }
 
 at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const {
     const std::int64_t t = h.size(0), hq = shape_.num_heads, hkv = shape_.num_kv_heads, d = shape_.head_dim;
     const double eps = shape_.rms_norm_eps;
-    at::Tensor qkv = dense(model_norm(shape_, h, l.input_norm), l.qkv);
+    at::Tensor qkv = linear(model_norm(shape_, h, l.input_norm), l.qkv, l.qkv8);
     if (l.qkv_bias.defined()) qkv = qkv + l.qkv_bias;
     auto parts = qkv.split({hq * d, hkv * d, hkv * d}, 1);
     at::Tensor q = parts[0].view({t, hq, d}), k = parts[1].view({t, hkv, d});
@@ -373,7 +456,7 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
     k = apply_rope(k, rope);
     at::Tensor attn = attend(q, k, v, l);
     // Out of place on purpose: the tensor handed to a layer callback is never written again.
-    at::Tensor o = dense(attn.reshape({t, hq * d}), l.o);
+    at::Tensor o = linear(attn.reshape({t, hq * d}), l.o, l.o8);
     if (l.o_bias.defined()) o = o + l.o_bias;
     at::Tensor mid = h + o;
     at::Tensor x = model_norm(shape_, mid, l.post_norm);
@@ -381,7 +464,11 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
         return mid + gpt_oss_moe_mlp(x, l.oss_moe, {shape_.num_experts_per_tok, shape_.swiglu_limit});
     if (l.moe.router.defined())
         return mid + moe_mlp(x, l.moe, {shape_.num_experts_per_tok, shape_.norm_topk_prob});
-    return mid + dense(swiglu(dense(x, l.gate_up)), l.down);
+    return mid + linear(swiglu(linear(x, l.gate_up, l.gate_up8)), l.down, l.down8);
+}
+
+at::Tensor TargetModel::linear(const at::Tensor& x, const at::Tensor& w, const Fp8Weight& w8) {
+    return w8.defined() ? fp8_dense(x, w8) : dense(x, w);
 }
 
 void TargetModel::check_tokens(const at::Tensor& tokens, const std::string& what) const {

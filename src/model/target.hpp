@@ -15,6 +15,7 @@
 // the same (seed, name, device type) in any process (see load_target_head).
 #include "hsring/model_shape.hpp"
 #include "model/attention.hpp"
+#include "model/fp8_weights.hpp"
 #include "model/gpt_oss_mlp.hpp"
 #include "model/kv_cache.hpp"
 #include "model/moe_mlp.hpp"
@@ -54,12 +55,16 @@ public:
     using LayerCallback = std::function<void(std::size_t idx, const at::Tensor& hidden)>;
 
     // HF directory from shape.source, or a random preset ("preset:NAME"); weights are converted
-    // to `compute_dtype` on `device` (bf16 on GPU, fp32 on CPU is the intended use).
+    // to `compute_dtype` on `device` (bf16 on GPU, fp32 on CPU is the intended use). fp8: the
+    // decoder layers' linear weights (attention q|k|v and o, a dense MLP's gate|up and down) in FP8
+    // with row scales (fp8_weights.hpp), from a bf16 or an FP8 checkpoint alike; embeddings, norms,
+    // experts and the LM head stay in the compute dtype. A checkpoint published in FP8 with fp8
+    // false is dequantised to the compute dtype.
     static TargetModel load(const ModelShape& shape, at::Device device, at::ScalarType compute_dtype,
-                            std::uint64_t seed);
+                            std::uint64_t seed, bool fp8 = false);
     // From tensors under HF names (any device/dtype); errors name `where`.
     static TargetModel from_weights(const ModelShape& shape, const TensorMap& weights, at::Device device,
-                                    at::ScalarType compute_dtype, const std::string& where);
+                                    at::ScalarType compute_dtype, const std::string& where, bool fp8 = false);
 
     // tokens [T] int64 (any device), cu_seqlens: S+1 host offsets of the packed sequences.
     // For each k in layer_ids, on_layer(i, hidden [T, H]) is called right after decoder layer
@@ -91,11 +96,15 @@ public:
 private:
     using TensorGetter =
         std::function<at::Tensor(const std::string& name, const std::vector<std::int64_t>& shape)>;
+    // A linear weight in FP8 under its HF name (fp8 loads only).
+    using Fp8Getter = std::function<Fp8Weight(const std::string& name, const std::vector<std::int64_t>& shape)>;
     static TargetModel build(const ModelShape& shape, const TensorGetter& get, at::Device device,
-                             at::ScalarType compute_dtype);
+                             at::ScalarType compute_dtype, const Fp8Getter& get_fp8 = {});
     struct Layer {
         at::Tensor input_norm, qkv, q_norm, k_norm, o, post_norm;
         at::Tensor gate_up, down;  // a dense layer's MLP
+        // fp8 loads: these instead of qkv, o, gate_up, down (which stay undefined)
+        Fp8Weight qkv8, o8, gate_up8, down8;
         MoeWeights moe;            // a sparse layer's (router defined), qwen3_moe
         GptOssMoeWeights oss_moe;  // gpt_oss's (router defined)
         at::Tensor qkv_bias, o_bias;  // attention_bias (gpt_oss)
@@ -107,6 +116,8 @@ private:
     using Attend = c10::function_ref<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const Layer& layer)>;
     at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const;
+    // x @ w^T in the compute dtype, or in FP8 where the layer holds w8.
+    static at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const Fp8Weight& w8);
     void check_tokens(const at::Tensor& tokens, const std::string& what) const;
     // Throws for an id outside the model's layers; returns the largest id (-1 for none).
     int check_layer_ids(const std::vector<int>& layer_ids, const std::string& what) const;

@@ -104,9 +104,27 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
     const u64 params = target_params(s);
     int last = 0;
     for (int id : d.layer_ids) last = std::max(last, id);
-    w.parts.push_back({"weights", params * e,
-                       fmt::format("{} parameters x {} B: all {} layers{} are loaded, the forward stops after layer {}",
-                                   num(params), e, m.layers, s.num_moe_layers() > 0 ? " and all experts" : "", last)});
+    // [target] weights = "fp8": the layers' linear weights at 1 B + one fp32 scale per output row
+    // (fp8_weights.hpp; the CPU keeps them so too and emulates the products); experts,
+    // embeddings, norms and the LM head stay at e.
+    const bool fp8 = cfg.target.weights == TargetWeights::FP8;
+    u64 fp8_params = 0, fp8_rows = 0;
+    for (std::int64_t i = 0; fp8 && i < s.num_layers; ++i) {
+        fp8_params += m.h * (m.q + 2 * m.k) + m.q * m.h;
+        fp8_rows += m.q + 2 * m.k + m.h;
+        if (!s.is_moe_layer(i)) {
+            fp8_params += 3 * m.h * m.i;
+            fp8_rows += 2 * m.i + m.h;
+        }
+    }
+    w.parts.push_back(
+        {"weights", (params - fp8_params) * e + fp8_params + 4 * fp8_rows,
+         fp8 ? fmt::format("{} parameters x {} B + {} linear-layer parameters in FP8 x 1 B + {} row scales x 4 B: all "
+                           "{} layers{} are loaded, the forward stops after layer {}",
+                           num(params - fp8_params), e, num(fp8_params), num(fp8_rows), m.layers,
+                           s.num_moe_layers() > 0 ? " and all experts" : "", last)
+             : fmt::format("{} parameters x {} B: all {} layers{} are loaded, the forward stops after layer {}",
+                           num(params), e, m.layers, s.num_moe_layers() > 0 ? " and all experts" : "", last)});
 
     // TargetModel::layer_forward, per token, the largest of three moments (elements):
     //   always alive: h (H) + fused qkv (Q + 2K)
@@ -137,7 +155,8 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
     const u64 moe_bytes = sparse_layers ? 4 * u64(s.num_experts) + 4 * moe_k + 48 * moe_k : 0;
     const u64 per_token = std::max({rope, mlp, down, moe});
     // + RoPE cos/sin tables, int64 tokens and positions, flash attention's fp32 log-sum-exp.
-    const u64 small = 2 * m.d * e + 16 + 4 * m.hq + (moe == per_token ? moe_bytes : 0);
+    // FP8: + a linear input quantised (the widest, the MLP's I B) and its fp32 row scale.
+    const u64 small = 2 * m.d * e + 16 + 4 * m.hq + (moe == per_token ? moe_bytes : 0) + (fp8 ? m.i + 4 : 0);
     w.parts.push_back({"activations", t * (per_token * e + small),
                        fmt::format("{} tokens x ({} elements x {} B + {} B): residual, q/k/v, attention out, MLP "
                                    "intermediate of one layer (no logits)",

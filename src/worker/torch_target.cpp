@@ -37,7 +37,8 @@ struct TorchTarget::Impl {
     Impl(Context& c, at::Device d)
         : ctx(c), device(d), compute_dtype(d.is_cuda() ? scalar_type(c.cfg.target.dtype) : at::kFloat),
           ring_dtype(scalar_type(c.cfg.ring.dtype)),
-          model(model::TargetModel::load(c.derived.target, d, compute_dtype, c.cfg.run.seed)),
+          model(model::TargetModel::load(c.derived.target, d, compute_dtype, c.cfg.run.seed,
+                                          c.cfg.target.weights == TargetWeights::FP8)),
           writer(transport::make_slot_writer(c.ring, writer_options(c, d.is_cuda()))), timer(d) {}
 };
 
@@ -48,9 +49,11 @@ TorchTarget::TorchTarget(Context& ctx) {
     impl_ = std::make_unique<Impl>(ctx, device);
     std::string ids;
     for (int id : ctx.derived.layer_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-    log::info("target {} loaded on {} in {:.1f} s ({}; captured layers {})", ctx.derived.target.source, device.str(),
+    log::info("target {} loaded on {} in {:.1f} s ({}, {} linear weights{}; captured layers {})",
+              ctx.derived.target.source, device.str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              c10::toString(impl_->compute_dtype), ids);
+              c10::toString(impl_->compute_dtype), to_string(ctx.cfg.target.weights),
+              ctx.cfg.target.weights == TargetWeights::FP8 && !device.is_cuda() ? " (emulated on the CPU)" : "", ids);
     probe_ = std::make_unique<SpecProbe>(ctx, impl_->model);
     if (!probe_->active()) probe_.reset();
 }

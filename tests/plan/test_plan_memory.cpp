@@ -121,6 +121,22 @@ TEST_CASE("gpt-oss-20b target memory: experts with biases, sinks, the clamped Sw
     CHECK(part(w, "activations").bytes == 16384ull * (95'016ull * 2 + 2 * 64 * 2 + 16 + 64 * 4 + 4 * 32 + 4 * 4 + 48 * 4));
 }
 
+TEST_CASE("target memory with [target] weights = \"fp8\", by hand (the H200 measured 9.11 GiB, this predicts 9.08)") {
+    Config c = qwen();
+    c.target.weights = TargetWeights::FP8;
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const WorkerMemory w = target_memory(c, d, "target.0", Place{0}, 16384);
+    // per layer in FP8: q|k|v 4096 x 6144 + o 4096 x 4096 + gate|up|down 3 x 4096 x 12,288 =
+    // 192,937,984 parameters, 6144 + 4096 + 2 x 12,288 + 4096 = 38,912 row scales; x 36 layers
+    const std::uint64_t fp8 = 36ull * 192'937'984, rows = 36ull * 38'912;
+    CHECK(part(w, "weights").bytes == (8'190'735'360ull - fp8) * 2 + fp8 + 4 * rows);
+    // + the widest quantised input (12,288 B) and its fp32 scale per token
+    CHECK(part(w, "activations").bytes == 16384ull * (156'304 + 12'288 + 4));
+    // on the CPU the rest is fp32; the FP8 weights are kept as they are (the products are emulated)
+    CHECK(part(target_memory(c, d, "target.0", Place{}, 16384), "weights").bytes ==
+          (8'190'735'360ull - fp8) * 4 + fp8 + 4 * rows);
+}
+
 TEST_CASE("target memory at a 16,384-token batch, by hand") {
     const Config c = qwen();
     const Derived d = derive(c, preset_shape("qwen3-8b"));
@@ -596,6 +612,16 @@ TEST_CASE("GPU splits: min(targets x target rate, drafter rate x (1 + 0.95 + 0.9
     CHECK(best->tokens_per_s == doctest::Approx(70000));
     CHECK(s8[2].tokens_per_s == doctest::Approx(14700 * (1 - std::pow(0.95, 5)) / 0.05));
     CHECK(gpu_splits(1, 35000, 14700, 3072).empty());
+}
+
+TEST_CASE("--measure on a machine with fewer GPUs than the config names measures on GPU 0, not on a GPU it lacks") {
+    // config/qwen3-8b-specforge-8gpu.toml names drafters on GPUs 2-7; `--gpus 8` plans the 8-GPU
+    // node. On one H200 the drafter's benchmark ran with CUDA_VISIBLE_DEVICES=2 and found no GPU.
+    const std::vector<Place> drafters{Place{2}, Place{3}};
+    CHECK(measure_gpu(drafters, std::uint64_t{1}) == 0);
+    CHECK(measure_gpu(drafters, std::uint64_t{8}) == 2);
+    CHECK(measure_gpu(drafters, std::nullopt) == 2);
+    CHECK(measure_gpu({Place{}}, std::uint64_t{8}) == 0);  // a CPU place
 }
 
 TEST_CASE("capacity: /proc/meminfo, --gpu-mem for every GPU") {

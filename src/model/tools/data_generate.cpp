@@ -94,7 +94,7 @@ int data_generate(int argc, char** argv) {
     opts.batch = cfg.generate.batch;
     const at::Device device = parse_device("data generate", o.device.empty() ? default_device(cfg) : o.device);
     const at::ScalarType dtype = default_compute_dtype(device);
-    TargetModel model = TargetModel::load(shape, device, dtype, cfg.run.seed);
+    TargetModel model = TargetModel::load(shape, device, dtype, cfg.run.seed, cfg.target.weights == TargetWeights::FP8);
     fmt::print(stderr, "data generate: {} samples of {} answered by {} on {} ({}), {}, at most {} new tokens\n",
                requests.size(), data.string(), shape.source, device.str(), c10::toString(dtype),
                cfg.generate.temperature == 0

@@ -1,0 +1,147 @@
+#include "model/fp8_weights.hpp"
+
+#include "hsring/error.hpp"
+#include "model/kernel_call.hpp"
+#include "model/safetensors.hpp"
+#if HSRING_KERNELS_ON
+#include "kernels/fp8_rows.hpp"
+#endif
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace hsring::model {
+namespace {
+
+constexpr double kE4M3Max = 448.0;   // largest finite float8_e4m3fn
+constexpr double kMinAmax = 1e-12;   // a zero row gets a finite scale and quantises to zeros
+constexpr std::int64_t kAlign = 16;  // _scaled_mm: every matrix dimension a multiple of 16
+
+at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out);
+
+// Rows of t quantised to e4m3 into `out` (same shape, FP8): one pass, the cast on the store.
+// Returns the dequantisation scales [rows, 1] fp32 (row ~ out_row * scale). t * (448 / amax) is
+// at most 448 up to one fp32 rounding, far below e4m3fn's NaN (>= 464 rounds to it): nothing
+// saturates and nothing turns NaN.
+at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out) {
+#if HSRING_KERNELS_ON
+    // On the GPU one kernel does the same arithmetic in two reads of t (src/kernels/fp8_rows.hpp).
+    if (t.is_cuda() && kernel_call::supported(t.scalar_type()) && t.stride(1) == 1 && out.is_contiguous()) {
+        at::Tensor scale = at::empty({t.size(0), 1}, t.options().dtype(at::kFloat));
+        kernels::QuantizeRowsFp8Args a;
+        a.input = t.data_ptr();
+        a.rows = t.size(0);
+        a.cols = t.size(1);
+        a.row_stride = t.stride(0);
+        a.output = static_cast<std::uint8_t*>(out.data_ptr());
+        a.scale = scale.data_ptr<float>();
+        a.dtype = kernel_call::dtype(t.scalar_type());
+        a.stream = kernel_call::stream(t);
+        kernel_call::check(kernels::quantize_rows_fp8(a), "quantize_rows_fp8 [{}, {}]", a.rows, a.cols);
+        return scale;
+    }
+#endif
+    return quantize_rows_aten(t, out);
+}
+
+// The ATen composition of the same (the CPU's path, and the reference of the GPU test).
+at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out) {
+    const at::Tensor amax =
+        at::linalg_vector_norm(t, INFINITY, at::IntArrayRef{1}, /*keepdim=*/true).to(at::kFloat).clamp_min_(kMinAmax);
+    at::mul_out(out, t, amax.reciprocal().mul_(kE4M3Max));
+    return amax.div_(kE4M3Max);
+}
+
+bool scaled_mm_fits(const at::Tensor& x, const Fp8Weight& w) {
+    return x.is_cuda() && w.data.is_cuda() && x.size(1) % kAlign == 0 && w.data.size(0) % kAlign == 0 &&
+           x.scalar_type() == at::kBFloat16;
+}
+
+void check_blocks(const at::Tensor& data, const at::Tensor& scale_inv, const std::vector<std::int64_t>& block,
+                  const std::string& where) {
+    if (data.scalar_type() != at::kFloat8_e4m3fn || data.dim() != 2)
+        fail("{}: a block-scaled FP8 weight must be a 2-D F8_E4M3 tensor, got {} {}", where,
+             c10::toString(data.scalar_type()), shape_str(data.sizes()));
+    if (block.size() != 2 || block[0] <= 0 || block[1] <= 0)
+        fail("{}: weight_block_size must be two positive numbers", where);
+    const std::int64_t rows = (data.size(0) + block[0] - 1) / block[0], cols = (data.size(1) + block[1] - 1) / block[1];
+    if (scale_inv.dim() != 2 || scale_inv.size(0) != rows || scale_inv.size(1) != cols)
+        fail("{}_scale_inv: shape {}, expected [{}, {}] (one scale per {}x{} block of the {} weight)", where,
+             shape_str(scale_inv.sizes()), rows, cols, block[0], block[1], shape_str(data.sizes()));
+}
+
+// data * scale_inv of its block, in fp32 on data's device.
+at::Tensor blocks_to_float(const at::Tensor& data, const at::Tensor& scale_inv, const std::vector<std::int64_t>& block) {
+    const at::Tensor s = scale_inv.to(data.device(), at::kFloat)
+                             .repeat_interleave(block[0], 0)
+                             .narrow(0, 0, data.size(0))
+                             .repeat_interleave(block[1], 1)
+                             .narrow(1, 0, data.size(1));
+    return data.to(at::kFloat).mul_(s);
+}
+
+} // namespace
+
+Fp8Weight fp8_weight(const at::Tensor& w) {
+    HSRING_ASSERT(w.dim() == 2, "fp8_weight: a 2-D weight, got {}", shape_str(w.sizes()));
+    Fp8Weight q;
+    q.data = at::empty(w.sizes(), w.options().dtype(at::kFloat8_e4m3fn));
+    q.scale = quantize_rows_into(w, q.data).view({-1});
+    return q;
+}
+
+Fp8Weight fp8_weight_from_blocks(const at::Tensor& data, const at::Tensor& scale_inv,
+                                 const std::vector<std::int64_t>& block, const std::string& where) {
+    check_blocks(data, scale_inv, block, where);
+    return fp8_weight(blocks_to_float(data, scale_inv, block));
+}
+
+at::Tensor dequantize_fp8_blocks(const at::Tensor& data, const at::Tensor& scale_inv,
+                                 const std::vector<std::int64_t>& block, at::ScalarType dtype, const std::string& where) {
+    check_blocks(data, scale_inv, block, where);
+    return blocks_to_float(data, scale_inv, block).to(dtype);
+}
+
+Fp8Weight fp8_cat(const std::vector<Fp8Weight>& parts) {
+    std::vector<at::Tensor> data, scale;
+    for (const auto& p : parts) {
+        data.push_back(p.data);
+        scale.push_back(p.scale);
+    }
+    return {at::cat(data, 0), at::cat(scale, 0)};
+}
+
+at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype) {
+    return w.data.to(at::kFloat).mul_(w.scale.unsqueeze(1)).to(dtype);
+}
+
+at::Tensor fp8_dense_reference(const at::Tensor& x, const Fp8Weight& w) {
+    HSRING_ASSERT(x.dim() == 2 && x.size(1) == w.data.size(1));
+    at::Tensor xq = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
+    const at::Tensor sx = quantize_rows_into(x, xq);
+    at::Tensor y = at::matmul(xq.to(at::kFloat), w.data.to(at::kFloat).t());
+    return y.mul_(sx).mul_(w.scale.to(y.device()).unsqueeze(0)).to(x.scalar_type());
+}
+
+at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w) {
+    HSRING_ASSERT(x.dim() == 2 && x.size(1) == w.data.size(1), "fp8_dense: x {} for a weight {}",
+                  shape_str(x.sizes()), shape_str(w.data.sizes()));
+    if (!scaled_mm_fits(x, w)) return fp8_dense_reference(x, w);
+    const std::int64_t rows = x.size(0), rows_p = (rows + kAlign - 1) / kAlign * kAlign;
+    at::Tensor xq = at::empty({rows_p, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
+    at::Tensor sx = rows_p == rows ? at::Tensor() : at::ones({rows_p, 1}, x.options().dtype(at::kFloat));
+    const at::Tensor s = quantize_rows_into(x, xq.narrow(0, 0, rows));
+    if (rows_p == rows) {
+        sx = s;
+    } else {
+        xq.narrow(0, rows, rows_p - rows).zero_();
+        sx.narrow(0, 0, rows).copy_(s);
+    }
+    // Row-wise scales: a [rows, 1] and b [1, out] fp32; b is the weight's transpose (column-major).
+    const at::Tensor y = at::_scaled_mm(xq, w.data.t(), sx, w.scale.view({1, -1}), std::nullopt, std::nullopt,
+                                        x.scalar_type(), /*use_fast_accum=*/false);
+    return rows_p == rows ? y : y.narrow(0, 0, rows);
+}
+
+} // namespace hsring::model

@@ -1,0 +1,58 @@
+#pragma once
+// A frozen model's linear layers in FP8 ([target] weights = "fp8"): each weight is e4m3 with one
+// scale per output channel, fixed at load; each activation row (token) gets its own scale when it
+// is multiplied:
+//
+//   load      wq[o, :] = e4m3(w[o, :] / sw[o])          sw[o] = amax |w[o, :]| / 448
+//   forward   xq[t, :] = e4m3(x[t, :] / sx[t])          sx[t] = amax |x[t, :]| / 448
+//             y[t, o]  = sum_i xq[t, i] wq[o, i] * sx[t] sw[o]     (at::_scaled_mm, rowwise scales)
+//
+// A checkpoint published in FP8 (e.g. Qwen3-8B-FP8: F8_E4M3 weights with `weight_scale_inv`, one
+// fp32 scale per 128x128 block) is converted block scales -> row scales one tensor at a time on the
+// device (the model never exists in bf16): w = wq_block * s_block is formed in fp32 for that
+// tensor only, then quantised per row as above.
+//
+// On the GPU the product runs in _scaled_mm (sm89+, every dimension a multiple of 16: rows are
+// padded inside the quantised copy). Elsewhere (the CPU, or a weight whose dims are not multiples
+// of 16) it is emulated with the same quantisation and fp32 products, which is the reference the
+// GPU test holds _scaled_mm to.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace hsring::model {
+
+struct Fp8Weight {
+    at::Tensor data;   // [out, in] float8_e4m3fn, row-major
+    at::Tensor scale;  // [out] float32: row o of the weight ~ data[o, :] * scale[o]
+    bool defined() const { return data.defined(); }
+};
+
+// Row-wise quantisation of w [out, in] (any float dtype and device).
+Fp8Weight fp8_weight(const at::Tensor& w);
+
+// A checkpoint's block-scaled FP8 weight: data [out, in] float8_e4m3fn and scale_inv
+// [ceil(out / block[0]), ceil(in / block[1])] fp32 (w = data * scale_inv of its block), converted
+// to row scales on data's device. `where` names the tensor in errors.
+Fp8Weight fp8_weight_from_blocks(const at::Tensor& data, const at::Tensor& scale_inv,
+                                 const std::vector<std::int64_t>& block, const std::string& where);
+
+// The same block-scaled weight dequantised to `dtype` ([target] weights = "bf16" from an FP8
+// checkpoint).
+at::Tensor dequantize_fp8_blocks(const at::Tensor& data, const at::Tensor& scale_inv,
+                                 const std::vector<std::int64_t>& block, at::ScalarType dtype, const std::string& where);
+
+// Weights stacked along their output rows (q|k|v, gate|up): one GEMM for each group.
+Fp8Weight fp8_cat(const std::vector<Fp8Weight>& parts);
+
+// The weight in `dtype` (data * scale): the bf16 model an FP8 one approximates.
+at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype);
+
+// x [T, in] @ w^T -> [T, out] in x's dtype, x quantised per row (the products as described above).
+at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w);
+
+// The same product emulated in fp32 (what the CPU runs; the GPU test's reference).
+at::Tensor fp8_dense_reference(const at::Tensor& x, const Fp8Weight& w);
+
+} // namespace hsring::model
