@@ -61,7 +61,7 @@ int config_mode(const hsring::bench::Options& o) {
     const auto T = static_cast<std::int64_t>(data.tokens.size());
     const at::ScalarType dtype = dev.is_cuda() ? bench::torch_dtype(cfg.target.dtype) : at::kFloat;
     const at::ScalarType ring = bench::torch_dtype(cfg.ring.dtype);
-    auto model = model::TargetModel::load(cb.derived.target, dev, dtype, cfg.run.seed);
+    auto model = model::TargetModel::load(cb.derived.target, dev, dtype, cfg.run.seed, cfg.target.weights == TargetWeights::FP8);
     const auto weights = bench::memory_stats(dev.is_cuda()).allocated;
     bench::reset_peak_memory(dev.is_cuda());
     std::vector<at::Tensor> kept;
@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
                          {{"preset", "qwen3-8b"}, {"tokens", "16384"}, {"seqs", "8"}, {"iters", "10"}, {"warmup", "3"},
                           {"draft-layers", "5"}, {"no-eager", "false"}, {"python", bench::default_python()},
                           {"script", bench::default_script("target_eager.py")}, {"seed", "1"}, {"device", "cuda"},
-                          {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}, {"workload", ""}});
+                          {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}, {"workload", ""},
+                          {"weights", "bf16"}});
         if (o.help()) {
             o.print_help("hsring-bench-target",
                          "Packed target forward tokens/s vs PyTorch eager (GPU only).\n"
@@ -116,7 +117,9 @@ int main(int argc, char** argv) {
                          "instead of [data] path.\n"
                          "--workload specforge: the best published peer's capture shape (SpecForge's SGLang server on\n"
                          "~550-token prompts: 16,384 tokens in 30 sequences of 224..897 tokens, mean 546); options given on\n"
-                         "the command line win.");
+                         "the command line win.\n"
+                         "--weights bf16|fp8|both: the target's linear layers ([target] weights); both: bf16 then FP8 on\n"
+                         "the same tokens in this run, their tokens/s ratio and the captured hidden states' relative error.");
             return 0;
         }
         if (o.str("workload") == "specforge") {
@@ -168,23 +171,49 @@ int main(int argc, char** argv) {
             baselines.push_back(b);
         }
 
-        auto model = model::TargetModel::load(shape, dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat, static_cast<std::uint64_t>(o.num("seed")));
+        const std::string weights = o.str("weights");
+        if (weights != "bf16" && weights != "fp8" && weights != "both")
+            fail("--weights must be bf16, fp8 or both, got '{}'", weights);
         at::Tensor tokens = at::randint(shape.vocab_size, {total}, at::TensorOptions().dtype(at::kLong)).to(dev);
-        std::size_t captured = 0;
-        bench::reset_peak_memory(dev.is_cuda());
-        const double s = bench::seconds_per_iter(dev,
-            [&] { model.forward(tokens, cu, layers, [&](std::size_t, const at::Tensor&) { ++captured; }); }, warmup,
-            iters);
+        const at::ScalarType compute = dev.is_cuda() ? at::kBFloat16 : at::kFloat;
+        struct Measured {
+            double s = 0;
+            std::vector<at::Tensor> hidden;  // the captured layers of the last forward
+        };
+        // One model at a time on the device: the first is freed before the second is loaded.
+        auto measure = [&](bool fp8) {
+            auto model = model::TargetModel::load(shape, dev, compute, static_cast<std::uint64_t>(o.num("seed")), fp8);
+            Measured m;
+            m.hidden.resize(layers.size());
+            bench::reset_peak_memory(dev.is_cuda());
+            m.s = bench::seconds_per_iter(dev,
+                [&] { model.forward(tokens, cu, layers, [&](std::size_t i, const at::Tensor& h) { m.hidden[i] = h; }); },
+                warmup, iters);
+            fmt::print("target {} ({}): {} tokens in {} sequences ({}), {}, layers {} captured: {:.1f} ms/batch, "
+                       "{:.0f} tok/s, peak {:.1f} GiB\n",
+                       o.str("preset"), fp8 ? "fp8 weights" : "bf16 weights", total, seqs, bench::join(lengths),
+                       c10::toString(model.dtype()), bench::join(layer64), m.s * 1e3, static_cast<double>(total) / m.s,
+                       bench::peak_memory_gib(dev.is_cuda()));
+            return m;
+        };
+        const Measured main = measure(weights == "fp8");
+        const double s = main.s;
         const double tps = static_cast<double>(total) / s;
-        fmt::print("target {}: {} tokens in {} sequences ({}), {}, layers {} captured: {:.1f} ms/batch, "
-                   "peak {:.1f} GiB\n",
-                   o.str("preset"), total, seqs, bench::join(lengths), c10::toString(model.dtype()), bench::join(layer64), s * 1e3,
-                   bench::peak_memory_gib(dev.is_cuda()));
+        if (weights == "both") {
+            const Measured q = measure(true);
+            fmt::print("target: fp8 weights {:.0f} tok/s vs bf16 {:.0f} tok/s in this run: ratio {:.2f}\n",
+                       static_cast<double>(total) / q.s, tps, s / q.s);
+            for (std::size_t i = 0; i < layers.size(); ++i) {
+                const at::Tensor a = main.hidden[i].to(at::kFloat), b = q.hidden[i].to(at::kFloat);
+                fmt::print("target: layer {} hidden state, fp8 vs bf16: relative error {:.4f} (L2), finite {}\n",
+                           layers[i], ((b - a).norm() / a.norm()).item<double>(), at::isfinite(b).all().item<bool>());
+            }
+        }
         // Useful work against a plain GEMM [tokens x hidden] x [hidden x intermediate] in the same run.
         const double tflops = active_flops(shape, lengths, layers.empty() ? -1 : *std::max_element(layers.begin(), layers.end())) / s / 1e12;
-        const double gemm = bench::gemm_tflops(dev, model.dtype(), total, shape.hidden_size, shape.intermediate_size);
+        const double gemm = bench::gemm_tflops(dev, compute, total, shape.hidden_size, shape.intermediate_size);
         fmt::print("target: {:.1f} TFLOP/s on active parameters; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n", tflops,
-                   total, shape.hidden_size, shape.intermediate_size, c10::toString(model.dtype()), gemm, tflops / gemm);
+                   total, shape.hidden_size, shape.intermediate_size, c10::toString(compute), gemm, tflops / gemm);
         if (baselines.empty()) fmt::print("target: {:.0f} tok/s, eager not run\n", tps);
         for (const auto& b : baselines) {
             if (b.tokens_per_s > 0)
