@@ -90,11 +90,7 @@ BenchRun run_bench(const std::string& mode, const Plan& plan, const MeasureOptio
     return r;
 }
 
-int gpu_of(const std::vector<Place>& places, const Capacity& cap) {
-    if (places.empty() || places.front().is_cpu()) return 0;
-    const int g = places.front().gpu;
-    return cap.gpu_count && static_cast<std::uint64_t>(g) >= *cap.gpu_count ? 0 : g;
-}
+
 
 } // namespace
 
@@ -116,6 +112,12 @@ std::vector<Split> gpu_splits(std::uint64_t gpus, double target_tps, double draf
     return out;
 }
 
+int measure_gpu(const std::vector<Place>& places, std::optional<std::uint64_t> physical) {
+    if (places.empty() || places.front().is_cpu()) return 0;
+    const int g = places.front().gpu;
+    return physical && static_cast<std::uint64_t>(g) >= *physical ? 0 : g;
+}
+
 std::optional<Split> best_split(const std::vector<Split>& splits) {
     std::optional<Split> best;
     for (const auto& s : splits)
@@ -127,6 +129,7 @@ Measurement measure(const Planner& planner, const Plan& plan, const MeasureOptio
     Measurement m;
     m.device = o.device;
     const Capacity& cap = planner.capacity();
+    std::optional<std::uint64_t> physical;
     if (o.device == "cuda") {
         const NvidiaSmi smi = query_nvidia_smi();
         if (smi.memory_bytes.empty())
@@ -135,6 +138,7 @@ Measurement measure(const Planner& planner, const Plan& plan, const MeasureOptio
                  "path on the CPU", smi.error);
         m.gpus = o.gpus.value_or(smi.memory_bytes.size());
         m.gpus_source = o.gpus ? "--gpus" : "nvidia-smi";
+        physical = smi.memory_bytes.size();
     } else {
         m.gpus = o.gpus.value_or(cap.gpu_count.value_or(2));
         m.gpus_source = o.gpus ? "--gpus" : cap.gpu_count ? cap.gpu_count_source : "assumed (CPU run)";
@@ -143,7 +147,7 @@ Measurement measure(const Planner& planner, const Plan& plan, const MeasureOptio
     const Derived& d = plan.derived;
     m.mean_sample_tokens = plan.workload.mean_sample_tokens;
 
-    m.target = run_bench("target", plan, o, gpu_of(cfg.topology.targets, cap));
+    m.target = run_bench("target", plan, o, measure_gpu(cfg.topology.targets, physical));
     if (m.target.ok) {
         const auto& j = m.target.result;
         m.target_tokens_per_s = j.value("tokens_per_s", 0.0);
@@ -152,7 +156,7 @@ Measurement measure(const Planner& planner, const Plan& plan, const MeasureOptio
         const Place place = o.device == "cpu" ? Place{} : Place{0};
         m.target_predicted_bytes = target_memory(cfg, d, "target", place, m.target_batch_tokens).allocated();
     }
-    m.drafter = run_bench("drafter", plan, o, gpu_of(cfg.topology.drafters, cap));
+    m.drafter = run_bench("drafter", plan, o, measure_gpu(cfg.topology.drafters, physical));
     if (m.drafter.ok) {
         const auto& j = m.drafter.result;
         m.drafter_tokens_per_s = j.value("tokens_per_s", 0.0);

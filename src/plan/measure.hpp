@@ -66,6 +66,10 @@ std::vector<Split> gpu_splits(std::uint64_t gpus, double target_tokens_per_s, do
 // The split with the highest trained tokens/s (fewer target GPUs on a tie).
 std::optional<Split> best_split(const std::vector<Split>& splits);
 
+// The GPU a role is measured on: its first place's, or GPU 0 where this machine has no such GPU
+// (`physical`: the GPUs nvidia-smi shows; not --gpus, which may plan a larger node than this one).
+int measure_gpu(const std::vector<Place>& places, std::optional<std::uint64_t> physical);
+
 // Throws hsring::Error when the device is cuda and nvidia-smi lists no GPU (the message says so
 // and what to do instead).
 Measurement measure(const Planner& planner, const Plan& plan, const MeasureOptions& o);
