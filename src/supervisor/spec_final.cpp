@@ -121,10 +121,12 @@ std::optional<json> measure_final_tau(const Config& cfg, const Derived& d, std::
                      place.is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", place.gpu),
                      "--preset-seed",
                      std::to_string(cfg.run.seed),
+                     "--target-weights",  // the target as the run had it, as target.0's tau during training
+                     to_string(cfg.target.weights),
                      "--json"};
         if (e.spec_samples) spec.argv.insert(spec.argv.end(), {"--samples", std::to_string(e.spec_samples)});
-        console.info("measuring tau of the exported drafter with its target: spec-decode on {} ({} new tokens per "
-                     "prompt)", e.spec_prompts.string(), e.spec_max_new_tokens);
+        console.info("measuring tau of the exported drafter with its target ({} linear weights): spec-decode on {} ({} "
+                     "new tokens per prompt)", to_string(cfg.target.weights), e.spec_prompts.string(), e.spec_max_new_tokens);
         const auto t0 = std::chrono::steady_clock::now();
         const Finished f = run_to_end(spec);
         if (!WIFEXITED(f.status) || WEXITSTATUS(f.status) != 0) {

@@ -163,7 +163,35 @@ def test_run_dir_on_the_command_line_holds_the_export_and_its_final_tau():
         r.cleanup()
 
 
+def test_an_fp8_target_trains_finite_exports_and_measures_tau_against_itself():
+    """[target] weights = "fp8" end to end on the CPU (the products emulated): the target says so,
+    every loss is finite, the export is written, and the final tau is measured with the FP8 target
+    (spec-decode --target-weights fp8), as tau during training is."""
+    sys.path.insert(0, os.path.join(SOURCE, "bin"))
+    from plot_run import read_spec
+    heldout = os.path.join(SOURCE, "data", "demo-heldout.jsonl")
+    r = TrainRun("fp8t", epochs=1, samples=100, target_extra='weights = "fp8"',
+                 tail=f'[eval]\nspec_prompts = "{heldout}"\nspec_samples = 2\nspec_max_new_tokens = 8\n')
+    try:
+        r.start()
+        r.expect_exit(0, timeout=300)
+        out = r.output()
+        with open(os.path.join(r.run_dir, "logs", "target.0.log")) as f:
+            target_log = f.read()
+        check("fp8 linear weights (emulated on the CPU)" in target_log, f"the target says its weights are FP8: {target_log[-2000:]}")
+        rows = [x for x in r.rows() if "loss" in x]
+        check(rows and all(math.isfinite(x["loss"]) for x in rows), f"finite losses: {rows[:3]}")
+        check(os.path.exists(os.path.join(r.run_dir, "drafter", "model.safetensors")), "the export is written")
+        spec = read_spec(r.run_dir)
+        check(spec and spec[-1]["spec"]["final"] and spec[-1]["spec"]["prompts"] == 2, f"final tau measured: {spec}")
+        check("measuring tau of the exported drafter with its target (fp8 linear weights)" in out,
+              f"the final tau is measured against the FP8 target: {out[-1500:]}")
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_lr_follows_the_schedule_a_step_is_a_slot_and_a_resumed_run_keeps_the_lr,
           test_two_ranks_learn_like_one_with_the_same_global_batch_also_after_a_rank_is_killed,
-          test_run_dir_on_the_command_line_holds_the_export_and_its_final_tau])
+          test_run_dir_on_the_command_line_holds_the_export_and_its_final_tau,
+          test_an_fp8_target_trains_finite_exports_and_measures_tau_against_itself])

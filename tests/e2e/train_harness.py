@@ -57,17 +57,17 @@ def tiny_qwen3_dir(out, seed, proj_std, norms="ones", head_scale=1.0, nan_token=
 
 class TrainRun(Run):
     """Keywords: the config's topology, data and training keys (defaults below); `model`, a target
-    dir; `ring_extra` / `drafter_extra` / `data_extra` / `train_extra` / `tail`, more TOML lines;
+    dir; `ring_extra` / `target_extra` / `drafter_extra` / `data_extra` / `train_extra` / `tail`, more TOML lines;
     `eval_every` > 0 adds the demo's held-out set."""
 
     def __init__(self, tag, targets='["cpu"]', drafters='["cpu"]', tokens_per_step=0, epochs=2, samples=300,
                  eval_every=0, model="preset:tiny", lr=1e-2, warmup_steps=20, checkpoint_every=25, min_lr_ratio=0.1,
-                 drafter_extra="", train_extra="", data_path=None, ring_extra="", **kw):
+                 drafter_extra="", train_extra="", data_path=None, ring_extra="", target_extra="", **kw):
         self.settings = dict(targets=targets, drafters=drafters, tokens_per_step=tokens_per_step, epochs=epochs,
                              samples=samples, eval_every=eval_every, model=model, lr=lr, warmup_steps=warmup_steps,
                              checkpoint_every=checkpoint_every, min_lr_ratio=min_lr_ratio,
                              drafter_extra=drafter_extra, train_extra2=train_extra, data_path=data_path,
-                             ring_extra=ring_extra)
+                             ring_extra=ring_extra, target_extra=target_extra)
         super().__init__(tag, **kw)
 
     def write_config(self, *args, **kwargs):
@@ -96,6 +96,7 @@ huge_pages = "off"
 {c["ring_extra"]}
 [target]
 model = "{c["model"]}"
+{c["target_extra"]}
 [drafter]
 num_layers = 1
 block_size = 8

@@ -36,7 +36,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
-    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--preset-seed N] [--trace FILE] [--json]";
+    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--json]";
 
 struct Options {
     fs::path dir;
@@ -49,6 +49,7 @@ struct Options {
     std::uint64_t samples = 0;         // 0 = all
     std::string device = "cpu";
     std::string dtype;                 // "" = bf16 on CUDA, fp32 on the CPU
+    std::string target_weights = "bf16";  // fp8: the target's linear layers in FP8 ([target] weights)
     std::string trace;                 // a Kineto trace of a short extra run (both loops)
     std::uint64_t preset_seed = 1234;  // [run] seed's default: the same random preset as a default run
     bool json = false;
@@ -71,6 +72,7 @@ Options parse(int argc, char** argv) {
         else if (a == "--samples") o.samples = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--device") o.device = value();
         else if (a == "--dtype") o.dtype = value();
+        else if (a == "--target-weights") o.target_weights = value();
         else if (a == "--trace") o.trace = value();
         else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--json") o.json = true;
@@ -87,6 +89,8 @@ Options parse(int argc, char** argv) {
     if (o.max_new_tokens < 1) throw UsageError("spec-decode: --max-new-tokens must be at least 1");
     if (!(o.temperature >= 0)) throw UsageError("spec-decode: --temperature must be >= 0 (0 = greedy)");
     if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("spec-decode: --top-p must be in (0, 1]");
+    if (o.target_weights != "bf16" && o.target_weights != "fp8")
+        throw UsageError(fmt::format("spec-decode: --target-weights must be bf16 or fp8, got '{}'", o.target_weights));
     if (!o.dtype.empty() && o.dtype != "bf16" && o.dtype != "fp32")
         throw UsageError(fmt::format("spec-decode: --dtype must be bf16 or fp32, got '{}'", o.dtype));
     return o;
@@ -120,7 +124,7 @@ int spec_decode(int argc, char** argv) {
     const at::ScalarType dtype = o.dtype.empty() ? default_compute_dtype(device)
                                  : o.dtype == "fp32"  ? at::kFloat
                                                       : at::kBFloat16;
-    TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed);
+    TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed, o.target_weights == "fp8");
     drafter->eval();
     SpecDecodeOptions sopts;
     sopts.max_new_tokens = o.max_new_tokens;
