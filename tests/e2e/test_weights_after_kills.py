@@ -7,6 +7,7 @@ and seed), and nothing non-finite is ever trained, checkpointed or exported.
   exits), then a second `hsring run`;
 - three slots per step: a graceful `hsring stop` mid-step, `hsring run` again, `hsring stop --now`,
   `hsring run` again (a stop never makes a short step);
+- an FP8 target ([target] weights = "fp8", emulated on the CPU) SIGKILLed mid-run;
 - a gang of two drafter ranks (Gloo): a rank SIGKILLed (the gang restarts), then the supervisor;
 - a target whose embedding row of one token is NaN: the samples with that token are rejected and
   counted, no step is non-finite, the export is finite;
@@ -111,6 +112,27 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
               "metrics.jsonl marks each resume")
         check_same(ref, r, "drafter SIGKILL + supervisor SIGKILL")
         check_tensorboard(r, ref[1])
+    finally:
+        r.cleanup()
+
+
+def test_an_fp8_target_killed_mid_run_gives_the_unkilled_runs_weights():
+    """[target] weights = "fp8": a re-issued slot is captured again by a restarted FP8 target. Its
+    activations are scaled per token, so the hidden states do not depend on what else the slot
+    holds or on the process: the export equals the unkilled FP8 run's bit for bit."""
+    fp8 = 'weights = "fp8"'
+    ref = reference("w8r", target_extra=fp8)
+    r = TrainRun("w8k", target_extra=fp8)
+    try:
+        r.start()
+        r.wait_running(timeout=60)
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 6, "drafter step 6", timeout=200)
+        r.cli("kill", "target.0")
+        r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 12,
+                   "target.0 restarted and drafter at step 12", timeout=200)
+        r.expect_exit(0, timeout=300)
+        r.verify()
+        check_same(ref, r, "FP8 target SIGKILL")
     finally:
         r.cleanup()
 
@@ -223,6 +245,7 @@ def test_nan_gradient_steps_change_nothing_and_three_in_a_row_stop_the_run():
 
 if __name__ == "__main__":
     main([test_one_slot_per_step_drafter_and_supervisor_killed,
+          test_an_fp8_target_killed_mid_run_gives_the_unkilled_runs_weights,
           test_three_slots_per_step_graceful_stop_and_stop_now,
           test_two_rank_gang_rank_and_supervisor_killed,
           test_nan_embedding_target_rejects_its_samples_and_trains_nothing_nonfinite,
