@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace hsring::worker {
@@ -54,6 +56,20 @@ void rename_in(int parent, const fs::path& dir, const std::string& from, const s
     fail("cannot rename {} to {}: {}", (dir / from).string(), (dir / to).string(), errno_text(err));
 }
 
+// Why a file cannot be created in root/sub now (nullopt: it can).
+std::optional<std::string> write_probe_error(const fs::path& root, const std::string& sub) {
+    const std::string probe = sub + "/.write-probe." + std::to_string(::getpid());
+    std::optional<std::string> why;
+    try {
+        safe::Fd f = safe::open_beneath(root, probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        safe::write_all(f.get(), "probe\n", (root / probe).string());
+    } catch (const Error& e) {
+        why = e.what();
+    }
+    ::unlink((root / probe).c_str());
+    return why;
+}
+
 } // namespace
 
 void set_checkpoint_test_hooks(const CheckpointTestHooks& hooks) { g_hooks = hooks; }
@@ -85,15 +101,7 @@ CheckpointStore::CheckpointStore(fs::path dir, unsigned keep) : dir_(std::move(d
     }
     // A checkpoint directory we cannot write would fail only at the first checkpoint, after the
     // work of a whole interval: find out now.
-    const std::string probe = sub_ + "/.write-probe." + std::to_string(::getpid());
-    try {
-        safe::Fd f = safe::open_beneath(root_, probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-        safe::write_all(f.get(), "probe\n", (root_ / probe).string());
-    } catch (const Error& e) {
-        ::unlink((root_ / probe).c_str());
-        unwritable(dir_, e.what());
-    }
-    ::unlink((root_ / probe).c_str());
+    if (const auto why = write_probe_error(root_, sub_)) unwritable(dir_, *why);
 }
 
 std::uint64_t CheckpointStore::read_latest(const fs::path& dir) {
@@ -188,7 +196,14 @@ void CheckpointStore::commit(std::uint64_t step, const fs::path& tmp) {
     instant("renamed");
     if (!replaced.empty()) fs::remove_all(dir_ / replaced);
     // latest.tmp is made fresh (O_EXCL, a stale one or a link removed first) and renamed over latest.
-    safe::write_atomic(root_, sub_ + "/latest", std::to_string(step) + "\n", true);
+    try {
+        safe::write_atomic(root_, sub_ + "/latest", std::to_string(step) + "\n", true);
+    } catch (const Error& e) {
+        // The directory turned unwritable after the step's own rename (a background write takes
+        // seconds): as there, a user error, not a crash to restart into.
+        if (write_probe_error(root_, sub_)) unwritable(dir_, e.what());
+        throw;
+    }
     instant("latest");
     // Prune: keep the newest `keep` committed checkpoints.
     std::vector<fs::path> steps;

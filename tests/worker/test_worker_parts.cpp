@@ -1,5 +1,6 @@
 // Small worker parts: LR schedule, acceptance estimate, checkpoint store commits, pruning and
 // crashes at every instant of a commit.
+#include "hsring/error.hpp"
 #include "worker/checkpoint_store.hpp"
 #include "worker/lr_schedule.hpp"
 #include "hsring/metrics_file.hpp"
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -159,6 +161,47 @@ TEST_CASE("a checkpoint replacing one of the same step: a crash at any instant l
             for (const auto& e : fs::directory_iterator(dir))
                 CHECK_MESSAGE(e.path().filename().string()[0] != '.', e.path().string());
         }
+    fs::remove_all(dir);
+}
+
+namespace {
+std::string g_immutable_dir;  // what the hook below makes unwritable (chattr +i)
+} // namespace
+
+TEST_CASE("a checkpoint directory that turns unwritable between the step's rename and `latest` is a user error") {
+    // Seen once in `bin/test` (supervisor_failures): chattr +i landed after the background write
+    // renamed its step directory, and writing `latest` ended the drafter with a plain error (exit
+    // 1, restarted) instead of the user error every other unwritable moment gives (exit 3).
+    const fs::path dir = fs::temp_directory_path() / ("hsring-ckpt-ro-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    if (std::system(("chattr +i " + dir.string() + " 2>/dev/null && chattr -i " + dir.string()).c_str()) != 0) {
+        MESSAGE("chattr +i does not work here (not root, or the filesystem): skipped");
+        fs::remove_all(dir);
+        return;
+    }
+    g_immutable_dir = dir.string();
+    {
+        CheckpointStore store(dir, 2);
+        auto tmp = store.begin(5);
+        std::ofstream(tmp / "state.json") << "{}";
+        set_checkpoint_test_hooks({[](const char* instant) {
+                                       if (std::strcmp(instant, "renamed") == 0)
+                                           CHECK(std::system(("chattr +i " + g_immutable_dir).c_str()) == 0);
+                                   },
+                                   true});
+        std::string msg;
+        try {
+            store.commit(5, tmp);
+        } catch (const hsring::UserError& e) {
+            msg = e.what();
+        } catch (const std::exception& e) {
+            msg = std::string("not a user error: ") + e.what();
+        }
+        set_checkpoint_test_hooks({});
+        CHECK(std::system(("chattr -i " + dir.string()).c_str()) == 0);
+        CHECK_MESSAGE(msg.find("the checkpoint directory " + dir.string() + " is not writable") != std::string::npos, msg);
+    }
     fs::remove_all(dir);
 }
 
