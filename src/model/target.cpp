@@ -327,18 +327,16 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
     at::NoGradGuard no_grad;
     std::unordered_map<std::string, Shape> specs;  // a MoE model has tens of thousands
     for (auto& [name, s] : tensor_specs(shape)) specs.emplace(std::move(name), std::move(s));
-    auto take = [&](const std::string& name) {
+    auto spec = [&](const std::string& name) -> const Shape& {
         auto it = specs.find(name);
         HSRING_ASSERT(it != specs.end(), "no tensor spec for {}", name);
-        return get(name, it->second);
+        return it->second;
     };
+    auto take = [&](const std::string& name) { return get(name, spec(name)); };
+    // FP8 weights sharing an input stacked along their rows (each keeps its row scales).
     auto take_fp8 = [&](const std::vector<std::string>& names) {
         std::vector<Fp8Weight> parts;
-        for (const auto& name : names) {
-            auto it = specs.find(name);
-            HSRING_ASSERT(it != specs.end(), "no tensor spec for {}", name);
-            parts.push_back(get_fp8(name, it->second));
-        }
+        for (const auto& name : names) parts.push_back(get_fp8(name, spec(name)));
         return parts.size() == 1 ? parts[0] : fp8_cat(parts);
     };
     // A sparse layer's experts stacked: each expert's tensors are copied into their rows, so a
