@@ -5,7 +5,8 @@
 #      picks more: a doctest -tc filter)
 #   A. hsring-bench target --weights both (bf16, then FP8 on the same tokens, one run): tokens/s of
 #      each, their ratio, the captured layers' relative error; at the default shape (16,384 tokens
-#      in 8 sequences) and at --workload specforge (30 sequences of ~550 tokens); WORKLOADS picks
+#      in 8 sequences) and at --workload specforge (30 sequences of ~550 tokens; with a Kineto trace of
+#      the FP8 forward, summed by trace_summary.py); WORKLOADS picks
 #   D. hsring-bench drafter --workload specforge (2 x 768 tokens, 256 anchors) with a Kineto trace
 #      of 2 steps, summed by bench/gpu/trace_summary.py
 #   P. `hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8` (the peer's node: 768-token
@@ -28,11 +29,18 @@ if [[ $sections == *a* ]]; then
   for w in ${WORKLOADS:-default specforge}; do
     workload=${w#default}
     say "== hsring-bench target --weights both ${workload:+--workload $workload}"
+    trace=()
+    [ "$workload" = specforge ] && trace=(--trace "$work/target_trace.json")
     timeout 300 "$build/bench/hsring-bench" target --weights both --no-eager ${workload:+--workload $workload} \
-      > "$work/bench_target_${workload:-default}.txt" 2>&1
+      "${trace[@]}" > "$work/bench_target_${workload:-default}.txt" 2>&1
     say "   exit $?"
     grep -E "^target" "$work/bench_target_${workload:-default}.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
   done
+  if [ -f "$work/target_trace.json" ]; then  # the FP8 target's forward, where its time goes
+    "$py" bench/gpu/trace_summary.py "$work/target_trace.json" --top 20 > "$work/target_trace_summary.txt" 2>&1
+    sed 's/^/   /' "$work/target_trace_summary.txt" | head -n 40 | tee -a "$out/summary.txt"
+    tar -czf "$out/target_trace.tar.gz" -C "$work" target_trace.json && rm -f "$work/target_trace.json"
+  fi
 fi
 if [[ $sections == *d* ]]; then
   say "== hsring-bench drafter --workload specforge --trace"

@@ -9,6 +9,7 @@
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "hsring/model_shape.hpp"
+#include "model/kineto_trace.hpp"
 #include "model/target.hpp"
 
 namespace {
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
                           {"draft-layers", "5"}, {"no-eager", "false"}, {"python", bench::default_python()},
                           {"script", bench::default_script("target_eager.py")}, {"seed", "1"}, {"device", "cuda"},
                           {"config", ""}, {"json", "false"}, {"seconds", "0"}, {"sample-tokens", "0"}, {"workload", ""},
-                          {"weights", "bf16"}});
+                          {"weights", "bf16"}, {"trace", ""}});
         if (o.help()) {
             o.print_help("hsring-bench-target",
                          "Packed target forward tokens/s vs PyTorch eager (GPU only).\n"
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
                          "~550-token prompts: 16,384 tokens in 30 sequences of 224..897 tokens, mean 546); options given on\n"
                          "the command line win.\n"
                          "--weights bf16|fp8|both: the target's linear layers ([target] weights); both: bf16 then FP8 on\n"
-                         "the same tokens in this run, their tokens/s ratio and the captured hidden states' relative error.");
+                         "the same tokens in this run, their tokens/s ratio and the captured hidden states' relative error.\n"
+                         "--trace FILE: a Kineto (Chrome) trace of 2 more forwards (of the FP8 model with --weights both);\n"
+                         "bench/gpu/trace_summary.py sums it.");
             return 0;
         }
         if (o.str("workload") == "specforge") {
@@ -194,6 +197,12 @@ int main(int argc, char** argv) {
                        o.str("preset"), fp8 ? "fp8 weights" : "bf16 weights", total, seqs, bench::join(lengths),
                        c10::toString(model.dtype()), bench::join(layer64), m.s * 1e3, static_cast<double>(total) / m.s,
                        bench::peak_memory_gib(dev.is_cuda()));
+            if (!o.str("trace").empty() && fp8 == (weights != "bf16")) {
+                model::write_kineto_trace(o.str("trace"), dev.is_cuda(), 2, [&] {
+                    model.forward(tokens, cu, layers, [&](std::size_t i, const at::Tensor& h) { m.hidden[i] = h; });
+                });
+                fmt::print("trace of 2 forwards: {}\n", o.str("trace"));
+            }
             return m;
         };
         const Measured main = measure(weights == "fp8");
