@@ -12,9 +12,11 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 using namespace hsring;
 using namespace hsring::model;
@@ -100,6 +102,30 @@ TEST_CASE("hsring-bench drafter --matmul fp8: said in the result, another loss t
     auto [rc, err] = capture("'" + exe + "' --matmul fp16" + args + " 2>&1");
     CHECK(rc == 1);
     CHECK(err.find("--matmul must be bf16 or fp8, got 'fp16'") != std::string::npos);
+}
+
+TEST_CASE("hsring-bench target --weights both: bf16 then FP8 on the same tokens, their ratio, each layer's error; a trace") {
+    const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/bench/model/hsring-bench-target";
+    const std::string trace = std::filesystem::temp_directory_path() / ("hsring-bench-target-" + std::to_string(::getpid()) + ".json");
+    const std::string args = " --device cpu --preset tiny --tokens 128 --seqs 3 --iters 1 --warmup 0 --no-eager";
+    auto [rc, out] = capture("'" + exe + "'" + args + " --weights both --trace '" + trace + "' 2>&1");
+    INFO(out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("(bf16 weights): 128 tokens in 3 sequences") != std::string::npos);
+    CHECK(out.find("(fp8 weights): 128 tokens in 3 sequences") != std::string::npos);
+    CHECK(out.find("target: fp8 weights ") != std::string::npos);
+    // every captured layer of the tiny preset's DFlash default (5 drafter layers) compared, finite
+    std::size_t layers = 0;
+    for (std::size_t at = out.find("hidden state, fp8 vs bf16: relative error"); at != std::string::npos;
+         at = out.find("hidden state, fp8 vs bf16: relative error", at + 1))
+        ++layers;
+    CHECK(layers == 5);
+    CHECK(out.find("finite false") == std::string::npos);
+    CHECK(std::filesystem::file_size(trace) > 0);
+    std::filesystem::remove(trace);
+    auto [bad, err] = capture("'" + exe + "'" + args + " --weights int8 2>&1");
+    CHECK(bad == 1);
+    CHECK(err.find("--weights must be bf16, fp8 or both, got 'int8'") != std::string::npos);
 }
 
 TEST_CASE("hsring-bench drafter --compare-matmul trains bf16 and fp8 on the same learnable batches; both losses fall") {
