@@ -1,6 +1,7 @@
 #include "model/fp8_linear.hpp"
 
 #include "hsring/error.hpp"
+#include "model/fp8_format.hpp"
 #include "model/ops.hpp"
 
 #include <ATen/ATen.h>
@@ -14,13 +15,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr double kE4M3Max = 448.0;    // largest finite float8_e4m3fn
-constexpr double kE5M2Max = 57344.0;  // largest finite float8_e5m2
-// amax below this counts as zero: a zero tensor gets a finite scale and quantizes to zeros.
-constexpr double kMinAmax = 1e-12;
-constexpr std::int64_t kAlign = 16;  // _scaled_mm: every matrix dimension a multiple of 16
-
-std::int64_t padded(std::int64_t rows) { return (rows + kAlign - 1) / kAlign * kAlign; }
+using fp8::kAlign;
+using fp8::kE4M3Max;
+using fp8::kE5M2Max;
+using fp8::kMinAmax;
 
 struct Quantized {
     at::Tensor data;       // [padded rows, cols] FP8, rows past the input's are zero
@@ -55,7 +53,7 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& a_inv, const at::Ten
 struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     static variable_list forward(AutogradContext* ctx, at::TensorList inputs) {
         const at::Tensor& x = inputs[0];
-        const std::int64_t rows = x.size(0), rows_p = padded(rows);
+        const std::int64_t rows = x.size(0), rows_p = fp8::padded_rows(rows);
         const Quantized xq = quantize(x, rows_p, at::kFloat8_e4m3fn, kE4M3Max);
         variable_list saved{xq.data, xq.inv_scale};
         variable_list out;

@@ -1,6 +1,8 @@
 #include "model/fp8_weights.hpp"
 
 #include "hsring/error.hpp"
+#include "model/fp8_format.hpp"
+#include "model/fp8_linear.hpp"
 #include "model/kernel_call.hpp"
 #include "model/safetensors.hpp"
 #if HSRING_KERNELS_ON
@@ -14,11 +16,16 @@
 namespace hsring::model {
 namespace {
 
-constexpr double kE4M3Max = 448.0;   // largest finite float8_e4m3fn
-constexpr double kMinAmax = 1e-12;   // a zero row gets a finite scale and quantises to zeros
-constexpr std::int64_t kAlign = 16;  // _scaled_mm: every matrix dimension a multiple of 16
+using fp8::kE4M3Max;
+using fp8::kMinAmax;
 
-at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out);
+// The ATen composition of quantize_rows_into (the CPU's path, the GPU kernel's reference).
+at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out) {
+    const at::Tensor amax =
+        at::linalg_vector_norm(t, INFINITY, at::IntArrayRef{1}, /*keepdim=*/true).to(at::kFloat).clamp_min_(kMinAmax);
+    at::mul_out(out, t, amax.reciprocal().mul_(kE4M3Max));
+    return amax.div_(kE4M3Max);
+}
 
 // Rows of t quantised to e4m3 into `out` (same shape, FP8): one pass, the cast on the store.
 // Returns the dequantisation scales [rows, 1] fp32 (row ~ out_row * scale). t * (448 / amax) is
@@ -45,17 +52,9 @@ at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out) {
     return quantize_rows_aten(t, out);
 }
 
-// The ATen composition of the same (the CPU's path, and the reference of the GPU test).
-at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out) {
-    const at::Tensor amax =
-        at::linalg_vector_norm(t, INFINITY, at::IntArrayRef{1}, /*keepdim=*/true).to(at::kFloat).clamp_min_(kMinAmax);
-    at::mul_out(out, t, amax.reciprocal().mul_(kE4M3Max));
-    return amax.div_(kE4M3Max);
-}
-
 bool scaled_mm_fits(const at::Tensor& x, const Fp8Weight& w) {
-    return x.is_cuda() && w.data.is_cuda() && x.size(1) % kAlign == 0 && w.data.size(0) % kAlign == 0 &&
-           x.scalar_type() == at::kBFloat16;
+    return x.is_cuda() && w.data.is_cuda() && x.scalar_type() == at::kBFloat16 &&
+           fp8_linear_supported(x.size(1), w.data.size(0));
 }
 
 void check_blocks(const at::Tensor& data, const at::Tensor& scale_inv, const std::vector<std::int64_t>& block,
@@ -128,20 +127,17 @@ at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w) {
     HSRING_ASSERT(x.dim() == 2 && x.size(1) == w.data.size(1), "fp8_dense: x {} for a weight {}",
                   shape_str(x.sizes()), shape_str(w.data.sizes()));
     if (!scaled_mm_fits(x, w)) return fp8_dense_reference(x, w);
-    const std::int64_t rows = x.size(0), rows_p = (rows + kAlign - 1) / kAlign * kAlign;
-    at::Tensor xq = at::empty({rows_p, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
-    at::Tensor sx = rows_p == rows ? at::Tensor() : at::ones({rows_p, 1}, x.options().dtype(at::kFloat));
-    const at::Tensor s = quantize_rows_into(x, xq.narrow(0, 0, rows));
-    if (rows_p == rows) {
-        sx = s;
-    } else {
-        xq.narrow(0, rows, rows_p - rows).zero_();
-        sx.narrow(0, 0, rows).copy_(s);
+    const std::int64_t rows = x.size(0), pad = fp8::padded_rows(rows) - rows;
+    at::Tensor xq = at::empty({rows + pad, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
+    at::Tensor sx = quantize_rows_into(x, xq.narrow(0, 0, rows));
+    if (pad > 0) {  // zero rows with scale 1: their products are zeros, cut off below
+        xq.narrow(0, rows, pad).zero_();
+        sx = at::cat({sx, at::ones({pad, 1}, sx.options())});
     }
     // Row-wise scales: a [rows, 1] and b [1, out] fp32; b is the weight's transpose (column-major).
     const at::Tensor y = at::_scaled_mm(xq, w.data.t(), sx, w.scale.view({1, -1}), std::nullopt, std::nullopt,
                                         x.scalar_type(), /*use_fast_accum=*/false);
-    return rows_p == rows ? y : y.narrow(0, 0, rows);
+    return pad > 0 ? y.narrow(0, 0, rows) : y;
 }
 
 } // namespace hsring::model

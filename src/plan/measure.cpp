@@ -90,8 +90,6 @@ BenchRun run_bench(const std::string& mode, const Plan& plan, const MeasureOptio
     return r;
 }
 
-
-
 } // namespace
 
 std::vector<Split> gpu_splits(std::uint64_t gpus, double target_tps, double drafter_tps, double mean_sample_tokens,

@@ -117,14 +117,13 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
             fp8_rows += 2 * m.i + m.h;
         }
     }
-    w.parts.push_back(
-        {"weights", (params - fp8_params) * e + fp8_params + 4 * fp8_rows,
-         fp8 ? fmt::format("{} parameters x {} B + {} linear-layer parameters in FP8 x 1 B + {} row scales x 4 B: all "
-                           "{} layers{} are loaded, the forward stops after layer {}",
-                           num(params - fp8_params), e, num(fp8_params), num(fp8_rows), m.layers,
-                           s.num_moe_layers() > 0 ? " and all experts" : "", last)
-             : fmt::format("{} parameters x {} B: all {} layers{} are loaded, the forward stops after layer {}",
-                           num(params), e, m.layers, s.num_moe_layers() > 0 ? " and all experts" : "", last)});
+    const std::string fp8_part = fp8 ? fmt::format(" + {} linear-layer parameters in FP8 x 1 B + {} row scales x 4 B",
+                                                   num(fp8_params), num(fp8_rows))
+                                     : std::string();
+    w.parts.push_back({"weights", (params - fp8_params) * e + fp8_params + 4 * fp8_rows,
+                       fmt::format("{} parameters x {} B{}: all {} layers{} are loaded, the forward stops after layer {}",
+                                   num(params - fp8_params), e, fp8_part, m.layers,
+                                   s.num_moe_layers() > 0 ? " and all experts" : "", last)});
 
     // TargetModel::layer_forward, per token, the largest of three moments (elements):
     //   always alive: h (H) + fused qkv (Q + 2K)

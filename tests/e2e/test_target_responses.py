@@ -246,11 +246,7 @@ def test_answers_survive_kills_bit_for_bit():
         check(all(x["slots"] == 1 for x in rows) and len(rows) > 40, f"{len(rows)} steps")
 
         run.start()
-        run.wait_running(timeout=60)
-        run.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 9, "drafter step 9 (checkpoint at 7)", timeout=300)
-        run.cli("kill", "drafter.0")
-        run.wait_for(lambda s: run.worker(s, "drafter.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 20,
-                     "drafter.0 restarted and at step 20", timeout=300)
+        run.kill_and_wait_restart("drafter.0", 9, 20, timeout=300)  # after the checkpoint at step 7
         run.supervisor_kill_and_rerun()
         run.expect_exit(0, timeout=600)
         run.verify()

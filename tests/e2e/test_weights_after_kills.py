@@ -100,11 +100,7 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
     r = TrainRun("w1k")
     try:
         r.start()
-        r.wait_running(timeout=60)
-        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 10, "drafter step 10 (checkpoint at 7)", timeout=200)
-        r.cli("kill", "drafter.0")
-        r.wait_for(lambda s: r.worker(s, "drafter.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 18,
-                   "drafter.0 restarted and at step 18", timeout=200)
+        r.kill_and_wait_restart("drafter.0", 10, 18)  # after the checkpoint at step 7
         r.supervisor_kill_and_rerun()
         r.expect_exit(0, timeout=300)
         r.verify()
@@ -125,11 +121,7 @@ def test_an_fp8_target_killed_mid_run_gives_the_unkilled_runs_weights():
     r = TrainRun("w8k", target_extra=fp8)
     try:
         r.start()
-        r.wait_running(timeout=60)
-        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 6, "drafter step 6", timeout=200)
-        r.cli("kill", "target.0")
-        r.wait_for(lambda s: r.worker(s, "target.0")["restarts"] == 1 and (s["drafter"]["step"] or 0) >= 12,
-                   "target.0 restarted and drafter at step 12", timeout=200)
+        r.kill_and_wait_restart("target.0", 6, 12)
         r.expect_exit(0, timeout=300)
         r.verify()
         check_same(ref, r, "FP8 target SIGKILL")

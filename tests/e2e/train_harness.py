@@ -135,6 +135,15 @@ stop_timeout_s = 60
             time.sleep(0.05)
         self.start()
 
+    def kill_and_wait_restart(self, worker, at_step, until_step, timeout=200):
+        """Once the run trains, SIGKILLs `worker` when the drafter reaches at_step and waits until
+        it was restarted once and the drafter reached until_step."""
+        self.wait_running(timeout=60)
+        self.wait_for(lambda s: (s["drafter"]["step"] or 0) >= at_step, f"drafter step {at_step}", timeout=timeout)
+        self.cli("kill", worker)
+        self.wait_for(lambda s: self.worker(s, worker)["restarts"] == 1 and (s["drafter"]["step"] or 0) >= until_step,
+                      f"{worker} restarted and the drafter at step {until_step}", timeout=timeout)
+
     def rows(self):
         return surviving_rows(self.run_dir)
 
