@@ -59,6 +59,11 @@ int config_mode(const hsring::bench::Options& o) {
     opt.chunk = static_cast<int>(cfg.train.loss_chunk);
     opt.recompute_layers = cfg.train.recompute == Recompute::Layers;
     opt.fp8_matmul = cfg.train.matmul == Matmul::FP8;
+    Fp8LmHead fp8_head;
+    if (cfg.train.lm_head == Matmul::FP8) {
+        fp8_head = fp8_lm_head(head.lm_head);
+        opt.fp8_lm_head = &fp8_head;
+    }
     // The worker's slot buffers: [L, slot_tokens, H] each; the first holds random hidden states.
     std::vector<at::Tensor> buffers;
     for (std::uint32_t i = 0; i < cfg.drafter.inflight_slots; ++i)
@@ -209,9 +214,18 @@ hsring::model::BlockAttentionLayout attention_layout(const hsring::bench::Option
 }
 
 // "bf16" (the compute dtype) or "fp8": whether the drafter's layer matmuls run in FP8.
-bool fp8_option(const std::string& v) {
-    if (v != "bf16" && v != "fp8") hsring::fail("--matmul must be bf16 or fp8, got '{}'", v);
+// --matmul / --lm-head: "bf16" (the compute dtype) or "fp8".
+bool fp8_option(const hsring::bench::Options& o, const std::string& name) {
+    const std::string v = o.str(name);
+    if (v != "bf16" && v != "fp8") hsring::fail("--{} must be bf16 or fp8, got '{}'", name, v);
     return v == "fp8";
+}
+
+// --compare-fp8 layers|lm-head|both: what the compared run does in FP8 -> {layers, LM head}.
+std::pair<bool, bool> compare_fp8_option(const std::string& v) {
+    if (v != "layers" && v != "lm-head" && v != "both")
+        hsring::fail("--compare-fp8 must be layers, lm-head or both, got '{}'", v);
+    return {v != "lm-head", v != "layers"};
 }
 
 // "fused" (model/fused_adamw.hpp, the worker's step) or "torch" (clip_grad_norm_ + AdamW::step).
@@ -230,7 +244,8 @@ hsring::model::DFlashLossOptions loss_options(const hsring::bench::Options& o) {
     if (o.str("recompute") != "none" && o.str("recompute") != "layers")
         hsring::fail("--recompute must be none or layers, got '{}'", o.str("recompute"));
     opt.recompute_layers = o.str("recompute") == "layers";
-    opt.fp8_matmul = fp8_option(o.str("matmul"));
+    opt.fp8_matmul = fp8_option(o, "matmul");
+    fp8_option(o, "lm-head");  // checked here; the caller quantises its head (DFlashLossOptions::fp8_lm_head)
     return opt;
 }
 
@@ -288,16 +303,19 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
     if (vocab_used < 2 || vocab_used > shape.vocab_size)
         fail("--compare-vocab must be in [2, {}] (the vocabulary), got {}", shape.vocab_size, vocab_used);
     const bench::MarkovBatches data(vocab_used, cfg.num_context_layers(), cfg.hidden_size, seed, dev, compute);
-    const DFlashLossOptions opt = loss_options(o);  // --matmul is ignored: both precisions run
+    const DFlashLossOptions opt = loss_options(o);  // --matmul / --lm-head are ignored: both runs are set below
+    const auto [fp8_layers, fp8_head] = compare_fp8_option(o.str("compare-fp8"));
+    const Fp8LmHead head_fp8 = fp8_head ? fp8_lm_head(head.lm_head) : Fp8LmHead{};
 
-    // {loss per step, seconds per step}
+    // {loss per step, seconds per step}; fp8: the run with what --compare-fp8 names in FP8
     auto train = [&](bool fp8) {
         DFlashDrafter drafter(cfg, seed, dev);
         drafter->train();
         torch::optim::AdamW adam(drafter->parameters(),
                                  torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.0));
         DFlashLossOptions run_opt = opt;
-        run_opt.fp8_matmul = fp8;
+        run_opt.fp8_matmul = fp8 && fp8_layers;
+        run_opt.fp8_lm_head = fp8 && fp8_head ? &head_fp8 : nullptr;
         std::vector<double> losses;
         if (dev.is_cuda()) torch::cuda::synchronize();
         const auto t0 = std::chrono::steady_clock::now();
@@ -330,9 +348,14 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
     }
     fmt::print(out, "mean loss per tenth of {} steps:\n  bf16 {:.4f}\n  fp8  {:.4f}\n", steps, fmt::join(base_t, " "),
                fmt::join(fp8_t, " "));
-    fmt::print(out, "compare-matmul {} x{} layers, {} samples x {} tokens, lr {}: max relative difference of the "
-                    "tenths' means {:.4f} (tenth {}); {:.1f} ms/step bf16, {:.1f} ms/step fp8 (each step synchronised)\n",
-               o.str("preset"), cfg.num_layers, samples, len, lr, max_rel, worst + 1, base_s * 1e3, fp8_s * 1e3);
+    double max_step_rel = 0;  // the largest relative difference of one step's losses
+    for (std::size_t i = 0; i < base.size(); ++i)
+        max_step_rel = std::max(max_step_rel, std::abs(fp8[i] - base[i]) / std::abs(base[i]));
+    fmt::print(out, "compare-matmul {} x{} layers, {} samples x {} tokens, lr {}, fp8 {}: max relative difference of the "
+                    "tenths' means {:.4f} (tenth {}), of one step's losses {:.4f}; {:.1f} ms/step bf16, {:.1f} ms/step "
+                    "fp8 (each step synchronised)\n",
+               o.str("preset"), cfg.num_layers, samples, len, lr, o.str("compare-fp8"), max_rel, worst + 1, max_step_rel,
+               base_s * 1e3, fp8_s * 1e3);
     if (json) {
         nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
         j.update({{"mode", "compare_matmul"},
@@ -344,6 +367,8 @@ int compare_matmul_mode(const hsring::bench::Options& o) {
                   {"tenths", {{"bf16", base_t}, {"fp8", fp8_t}}},
                   {"max_rel_diff", max_rel},
                   {"max_rel_diff_tenth", worst + 1},
+                  {"max_step_rel_diff", max_step_rel},
+                  {"compare_fp8", o.str("compare-fp8")},
                   {"step_s", {{"bf16", base_s}, {"fp8", fp8_s}}}});
         bench::print_json_result(j);
     }
@@ -365,7 +390,7 @@ int main(int argc, char** argv) {
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
                           {"sample-tokens", "0"}, {"recompute", "none"}, {"matmul", "bf16"}, {"lr", "1e-4"},
-                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"adamw", "fused"}, {"workload", ""}});
+                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"compare-fp8", "layers"}, {"lm-head", "bf16"}, {"adamw", "fused"}, {"workload", ""}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
@@ -377,11 +402,13 @@ int main(int argc, char** argv) {
                          "is cut into SDPA calls and which kernel runs them (src/model/attention.hpp).\n"
                          "--trace FILE: a Kineto (Chrome) trace of 2 more steps; bench/gpu/trace_summary.py sums it.\n"
                          "--matmul fp8: the drafter layers' matmuls in FP8 ([train] matmul; bf16 = the compute dtype).\n"
+                         "--lm-head fp8: the LM head's two products in the loss in FP8 ([train] lm_head).\n"
                          "--adamw fused|torch: the step's clip + AdamW as the worker runs it (one fused pass) or as\n"
                          "clip_grad_norm_ + torch::optim::AdamW::step (its former step).\n"
                          "--compare-matmul N: train N steps twice from --seed on the same learnable batches, bf16 and\n"
                          "fp8 layer matmuls (AdamW --lr, grad clip 1): per-step losses, the mean loss per tenth of the\n"
                          "run and the largest relative difference of those means (no timing run, no eager); the\n"
+                         "--compare-fp8 layers|lm-head|both: what the second run does in FP8 (default layers);\n"
                          "batches are Markov chains over --compare-vocab token ids (0: vocab/16, at most 1024).\n"
                          "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
@@ -450,7 +477,12 @@ int main(int argc, char** argv) {
         batch.tokens = at::randint(shape.vocab_size, {total}, at::TensorOptions().dtype(at::kLong)).to(dev);
         batch.loss_mask = at::ones({total}, at::TensorOptions().device(dev));
         for (std::int64_t s = 0; s <= samples; ++s) batch.cu_seqlens.push_back(s * len);
-        const DFlashLossOptions opt = loss_options(o);
+        DFlashLossOptions opt = loss_options(o);
+        Fp8LmHead fp8_head;  // --lm-head fp8: quantised once, as the worker does
+        if (fp8_option(o, "lm-head")) {
+            fp8_head = fp8_lm_head(head.lm_head);
+            opt.fp8_lm_head = &fp8_head;
+        }
         at::Generator gen = cpu_generator(seed);
         // One training step (dflash_loss with its sampled blocks kept for the FLOP count).
         auto train_step = [&] {
@@ -542,10 +574,10 @@ int main(int argc, char** argv) {
             fmt::print(out, "trace of 2 steps: {}\n", o.str("trace"));
         }
         fmt::print(out, "drafter {} x{} layers: {} samples x {} tokens, {} blocks of {} per step, {} compute / fp32 "
-                        "master, recompute {}, matmul {}, attention groups of {} blocks, keys padded to {}, kernel {}: "
+                        "master, recompute {}, matmul {}, LM head {}, attention groups of {} blocks, keys padded to {}, kernel {}: "
                         "{:.1f} ms/step, {:.2f} samples/s, loss {:.3f}, peak {:.2f} GiB\n",
                    o.str("preset"), cfg.num_layers, samples, len, blocks, cfg.block_size, c10::toString(compute),
-                   o.str("recompute"), o.str("matmul"), opt.attention.group_blocks, opt.attention.key_pad,
+                   o.str("recompute"), o.str("matmul"), o.str("lm-head"), opt.attention.group_blocks, opt.attention.key_pad,
                    to_string(opt.attention.kernel), step * 1e3, samples / step, loss, double(peak_bytes) / (1u << 30));
         fmt::print(out, "matmul work: {:.2f} TFLOP per step (layers {:.2f}, context k/v {:.2f}, attention {:.2f}, fc {:.2f}, "
                         "LM head {:.2f}) -> {:.1f} TFLOP/s; GEMM {}x{}x{} {} {:.1f} TFLOP/s; ratio {:.2f}\n",
@@ -566,6 +598,7 @@ int main(int argc, char** argv) {
             nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
             j.update({{"mode", "drafter"},
                       {"matmul", o.str("matmul")},
+                      {"lm_head", o.str("lm-head")},
                       {"adamw", o.str("adamw")},
                       {"attention", {{"group_blocks", opt.attention.group_blocks},
                                      {"key_pad", opt.attention.key_pad},

@@ -166,6 +166,7 @@ struct TrainConfig {
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
     Matmul matmul = Matmul::BF16;  // fp8: the drafter layers' projections in FP8, forward and backward
+    Matmul lm_head = Matmul::BF16;  // fp8: the frozen LM head's two products (logits, dX) in FP8, head quantised once
     std::uint64_t checkpoint_every = 200;
     // Written on a thread of its own while training goes on (the step pauses only to copy the
     // state to host memory); false: the step waits until the checkpoint is on disk.

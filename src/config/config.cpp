@@ -304,6 +304,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
     s.choice("recompute", t.recompute, {{"none", Recompute::None}, {"layers", Recompute::Layers}});
     s.choice("matmul", t.matmul, {{"bf16", Matmul::BF16}, {"fp8", Matmul::FP8}});
+    s.choice("lm_head", t.lm_head, {{"bf16", Matmul::BF16}, {"fp8", Matmul::FP8}});
     s.integer("checkpoint_every", t.checkpoint_every, 1, kU64Max);
     s.boolean("checkpoint_background", t.checkpoint_background);
     s.integer("log_every", t.log_every, 1, 1u << 30);

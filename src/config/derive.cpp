@@ -123,7 +123,7 @@ std::string describe(const Config& cfg, const Derived& d) {
         "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
         "  drafter       {} layers, block {}, mask token {}, {} in-flight slots -> <= {} of hidden states on its device\n"
         "  train         {} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens), {} anchors "
-        "per sequence, lr {}, recompute {}, matmul {}\n",
+        "per sequence, lr {}, recompute {}, matmul {}, LM head {}\n",
         cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
         d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size,
         to_string(cfg.target.weights), ids,
@@ -133,7 +133,7 @@ std::string describe(const Config& cfg, const Derived& d) {
         cfg.drafter.block_size, d.mask_token_id, cfg.drafter.inflight_slots,
         format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.slots_per_step, d.slots_per_rank, d.world,
         d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr,
-        to_string(cfg.train.recompute), to_string(cfg.train.matmul));
+        to_string(cfg.train.recompute), to_string(cfg.train.matmul), to_string(cfg.train.lm_head));
     if (cfg.transport.kind == TransportKind::Host)
         text += "  transport     host: targets -> host ring -> drafters (DMA through registered shared memory)\n";
     else

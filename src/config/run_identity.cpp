@@ -46,6 +46,7 @@ nlohmann::json run_identity(const Config& c, const Derived& d, std::uint64_t dat
         {"[train] num_anchors", t.num_anchors},
         {"[train] loss_decay_gamma", t.loss_decay_gamma},
         {"[train] matmul", to_string(t.matmul)},
+        {"[train] lm_head", to_string(t.lm_head)},
         {"[train] checkpoint_every", t.checkpoint_every},
         {"[train] checkpoint_background", t.checkpoint_background},
         {"[train] eval_every", t.eval_every},

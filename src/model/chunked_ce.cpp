@@ -74,8 +74,10 @@ void cross_entropy_rows(at::Tensor& logits, const at::Tensor& labels, at::Tensor
 // On the GPU (fused_rows) the cross_entropy_rows kernel does all of that in two reads of the
 // logits and one write (src/kernels/cross_entropy_rows.hpp), with the loss from fp32 sums of
 // unrounded exponentials.
+// With `fp8` the two LM-head products are FP8 (fp8_dense: h and g quantised per row, the head once).
 std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
-                                          const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad) {
+                                          const at::Tensor& weights, std::int64_t chunk, at::Tensor* grad,
+                                          const Fp8LmHead* fp8) {
     const std::int64_t n = hidden.size(0);
     const at::Tensor w_head = lm_head.scalar_type() == hidden.scalar_type() ? lm_head : lm_head.to(hidden.scalar_type());
     at::Tensor correct = at::empty({n}, hidden.options().dtype(at::kBool));
@@ -86,7 +88,8 @@ std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Te
         const std::int64_t c = std::min(chunk, n - s);
         at::Tensor y = labels64.narrow(0, s, c).unsqueeze(1);
         at::Tensor w = weights.narrow(0, s, c).to(at::kFloat).unsqueeze(1);
-        at::Tensor logits = at::matmul(hidden.narrow(0, s, c), w_head.t());  // [c, V], compute dtype
+        const at::Tensor h = hidden.narrow(0, s, c);
+        at::Tensor logits = fp8 ? fp8_dense(h, fp8->logits) : at::matmul(h, w_head.t());  // [c, V], compute dtype
         if (fused) {
             at::Tensor row_loss = at::empty({c}, hidden.options().dtype(at::kFloat));
             at::Tensor hit = correct.narrow(0, s, c);
@@ -94,8 +97,12 @@ std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Te
             loss.add_((row_loss * w.squeeze(1)).sum());
             if (!grad) continue;
             at::Tensor g = grad->narrow(0, s, c);
-            at::mm_out(g, logits, w_head);  // logits now hold softmax - onehot
-            g.mul_(w);
+            if (fp8) {  // logits now hold softmax - onehot
+                at::mul_out(g, fp8_dense(logits, fp8->grad), w);
+            } else {
+                at::mm_out(g, logits, w_head);
+                g.mul_(w);
+            }
             continue;
         }
         auto [x_max, arg_max] = logits.max(1, /*keepdim=*/true);
@@ -114,16 +121,17 @@ std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Te
         loss.add_(((gap + nll_max) * w).sum());
         if (!grad) continue;
         p.scatter_(1, y, (-rest).to(p.scalar_type()));  // p_y - 1
-        grad->narrow(0, s, c).copy_(at::matmul(p, w_head) * w);
+        grad->narrow(0, s, c).copy_((fp8 ? fp8_dense(p, fp8->grad) : at::matmul(p, w_head)) * w);
     }
     return {loss, correct};
 }
 
 struct ChunkedCEFunction : public torch::autograd::Function<ChunkedCEFunction> {
     static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& lm_head,
-                                 const at::Tensor& labels, const at::Tensor& weights, std::int64_t chunk) {
+                                 const at::Tensor& labels, const at::Tensor& weights, std::int64_t chunk,
+                                 const Fp8LmHead* fp8) {
         at::Tensor grad = at::empty_like(hidden);
-        auto [loss, correct] = ce_pass(hidden, lm_head, labels, weights, chunk, &grad);
+        auto [loss, correct] = ce_pass(hidden, lm_head, labels, weights, chunk, &grad, fp8);
         ctx->saved_data["grad"] = grad;
         ctx->mark_non_differentiable({correct});
         return {loss, correct};
@@ -133,14 +141,14 @@ struct ChunkedCEFunction : public torch::autograd::Function<ChunkedCEFunction> {
         at::Tensor grad = ctx->saved_data["grad"].toTensor();
         // A 0-dim fp32 factor keeps bf16 grads scaled in fp32 opmath (no rounding of the factor).
         at::Tensor g = grad_out[0].defined() ? grad * grad_out[0] : at::zeros_like(grad);
-        return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+        return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
 } // namespace
 
 ChunkedCE chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
-                                const at::Tensor& weights, std::int64_t chunk) {
+                                const at::Tensor& weights, std::int64_t chunk, const Fp8LmHead* fp8) {
     if (chunk <= 0) fail("cross-entropy chunk must be positive, got {}", chunk);
     HSRING_ASSERT(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1));
     HSRING_ASSERT(labels.size(0) == hidden.size(0) && weights.size(0) == hidden.size(0));
@@ -149,10 +157,11 @@ ChunkedCE chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& lm_h
         return {hidden.sum().to(at::kFloat) * 0, at::empty({0}, hidden.options().dtype(at::kBool))};
     }
     if (!at::GradMode::is_enabled() || !hidden.requires_grad()) {
-        auto [loss, correct] = ce_pass(hidden, lm_head.detach(), labels, weights, chunk, nullptr);
+        auto [loss, correct] = ce_pass(hidden, lm_head.detach(), labels, weights, chunk, nullptr, fp8);
         return {loss, correct};
     }
-    auto out = ChunkedCEFunction::apply(hidden, lm_head.detach(), labels, weights, chunk);
+    HSRING_ASSERT(!fp8 || (fp8->logits.data.sizes() == lm_head.sizes()), "the FP8 LM head is not this head's");
+    auto out = ChunkedCEFunction::apply(hidden, lm_head.detach(), labels, weights, chunk, fp8);
     return {out[0], out[1]};
 }
 

@@ -4,6 +4,8 @@
 // custom autograd function), so at most chunk x vocab logits exist at any moment, in forward and
 // in backward. The LM head is frozen (no gradient). Without autograd (no-grad mode or hidden not
 // requiring grad) only the loss and hits are computed: half the LM-head work.
+#include "model/fp8_weights.hpp"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -16,8 +18,9 @@ struct ChunkedCE {
 };
 
 // hidden [N, H] (its dtype is the logits' compute dtype), lm_head [V, H], labels [N] int64,
-// weights [N] fp32. Differentiable w.r.t. hidden only.
+// weights [N] fp32. Differentiable w.r.t. hidden only. With `fp8` (the same head quantised,
+// fp8_weights.hpp) both LM-head products (the logits, and the gradient's g @ W) run in FP8.
 ChunkedCE chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
-                                const at::Tensor& weights, std::int64_t chunk);
+                                const at::Tensor& weights, std::int64_t chunk, const Fp8LmHead* fp8 = nullptr);
 
 } // namespace hsring::model

@@ -51,9 +51,10 @@ DFlashEvalSums evaluate_dflash(DFlashDrafter& drafter, const TargetHead& head, c
     check_dflash_batch(drafter, head, batch);
     at::NoGradGuard no_grad;
     // Scored as inference runs the drafter: in the compute dtype, also for a run that trains with
-    // FP8 matmuls (so the held-out numbers of bf16 and fp8 runs compare).
+    // FP8 matmuls or an FP8 LM head (so the held-out numbers of bf16 and fp8 runs compare).
     DFlashLossOptions eval_options = options;
     eval_options.fp8_matmul = false;
+    eval_options.fp8_lm_head = nullptr;
     at::Tensor out;
     if (blocks.num_blocks() > 0) out = dflash_hidden(drafter, head, batch, blocks, eval_options);
     DFlashLossResult r = dflash_loss_of_output(out, head, blocks, eval_options);

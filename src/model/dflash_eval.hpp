@@ -28,9 +28,10 @@ struct DFlashEvalSums {
     double accept_length() const;
 };
 
-// Sums for the caller's blocks, no gradients, in the compute dtype (options.fp8_matmul is ignored:
-// evaluation scores the drafter as inference runs it). When `drafter_output` is given it receives the
-// drafter's output rows [blocks*B, H] (compute dtype), e.g. to dump logits.
+// Sums for the caller's blocks, no gradients, in the compute dtype (options.fp8_matmul and
+// options.fp8_lm_head are ignored: evaluation scores the drafter as inference runs it). When
+// `drafter_output` is given it receives the drafter's output rows [blocks*B, H] (compute dtype),
+// e.g. to dump logits.
 DFlashEvalSums evaluate_dflash(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
                                const DFlashBlocks& blocks, const DFlashLossOptions& options,
                                at::Tensor* drafter_output = nullptr);

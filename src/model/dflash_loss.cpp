@@ -51,7 +51,7 @@ DFlashLossResult dflash_loss_of_output(const at::Tensor& out, const TargetHead& 
     at::Tensor keep = (blocks.weights > 0).nonzero().squeeze(1);
     ChunkedCE ce = chunked_cross_entropy(out.index_select(0, keep), head.lm_head.detach(),
                                          blocks.labels.index_select(0, keep), blocks.weights.index_select(0, keep),
-                                         options.chunk);
+                                         options.chunk, options.fp8_lm_head);
     r.loss_sum = ce.loss_sum;
     r.weight_sum = blocks.weights.sum();
     r.loss = r.loss_sum / r.weight_sum.clamp_min(1e-6);

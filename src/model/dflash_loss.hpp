@@ -33,6 +33,9 @@ struct DFlashLossOptions {
     BlockAttentionLayout attention;             // kernel calls of the block attention (attention.hpp)
     bool recompute_layers = false;              // [train] recompute = "layers": see DFlashInputs
     bool fp8_matmul = false;                    // [train] matmul = "fp8": see DFlashInputs
+    // [train] lm_head = "fp8": the cross-entropy's LM-head products in FP8 with this head, the
+    // TargetHead's lm_head quantised once (chunked_ce.hpp; owned by the caller). nullptr: compute dtype.
+    const Fp8LmHead* fp8_lm_head = nullptr;
     std::optional<at::ScalarType> compute_dtype;  // default: bf16 on CUDA, fp32 on CPU
 };
 

@@ -140,4 +140,10 @@ at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w) {
     return pad > 0 ? y.narrow(0, 0, rows) : y;
 }
 
+Fp8LmHead fp8_lm_head(const at::Tensor& lm_head) {
+    HSRING_ASSERT(lm_head.dim() == 2, "fp8_lm_head: a [vocab, hidden] head, got {}", shape_str(lm_head.sizes()));
+    const at::NoGradGuard no_grad;
+    return {fp8_weight(lm_head), fp8_weight(lm_head.t().contiguous())};
+}
+
 } // namespace hsring::model

@@ -55,4 +55,18 @@ at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w);
 // The same product emulated in fp32 (what the CPU runs; the GPU test's reference).
 at::Tensor fp8_dense_reference(const at::Tensor& x, const Fp8Weight& w);
 
+// A frozen LM head W [vocab, hidden] for training's cross-entropy ([train] lm_head = "fp8"), both
+// of its products quantised once:
+//
+//   logits  = h @ W^T      fp8_dense(h, logits)   W per vocabulary row
+//   dL/dh   = g @ W        fp8_dense(g, grad)     W^T per hidden row; g (softmax - onehot) per row
+//
+// (W never changes, so a training step quantises only h and g.)
+struct Fp8LmHead {
+    Fp8Weight logits;  // W  [vocab, hidden]
+    Fp8Weight grad;    // W^T [hidden, vocab]
+    bool defined() const { return logits.defined(); }
+};
+Fp8LmHead fp8_lm_head(const at::Tensor& lm_head);
+
 } // namespace hsring::model

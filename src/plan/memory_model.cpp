@@ -369,6 +369,11 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     w.parts.push_back({"embedding_and_lm_head", m.v * m.h * e * (s.tie_word_embeddings ? 1 : 2),
                        fmt::format("the target's {} x {} x {} B, frozen{}", num(m.v), m.h, e,
                                    s.tie_word_embeddings ? " (tied: one tensor)" : ": embedding + LM head")});
+    if (cfg.train.lm_head == Matmul::FP8)
+        w.parts.push_back({"fp8_lm_head", 2 * m.v * m.h + 4 * (m.v + m.h),
+                           fmt::format("[train] lm_head = \"fp8\": the LM head twice in e4m3 (as is and transposed), {} x {} "
+                                       "x 1 B each, + row scales (its quantised gradient rows fit the logits' bound)",
+                                       num(m.v), m.h)});
     w.parts.push_back({"fp32_master_weights", p * 4, fmt::format("{} parameters x 4 B", num(p))});
     if (!x.recompute)
         w.parts.push_back({"bf16_weight_casts", e < 4 ? p * e : 0,
@@ -457,7 +462,8 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
         // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
         // over. Activations, casts and logits are freed by then; it is the peak only when the
         // gradients outweigh them (fp32 compute on a CPU, tiny activations).
-        const u64 rebuild = w.part("embedding_and_lm_head")->bytes + p * 4 + 2 * p * 4 + 2 * x.grads + slots + nccl;
+        const Part* fp8_head = w.part("fp8_lm_head");
+        const u64 rebuild = w.part("embedding_and_lm_head")->bytes + (fp8_head ? fp8_head->bytes : 0) + p * 4 + 2 * p * 4 + 2 * x.grads + slots + nccl;
         if (rebuild > w.allocated()) {
             WorkerMemory r{name, place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
             for (const Part& part : w.parts) {
@@ -469,7 +475,8 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
                                                    "gradients move over", num(p))});
                     continue;
                 }
-                if (q.name != "embedding_and_lm_head" && q.name != "fp32_master_weights" && q.name != "adamw_state" &&
+                if (q.name != "embedding_and_lm_head" && q.name != "fp8_lm_head" && q.name != "fp32_master_weights" &&
+                    q.name != "adamw_state" &&
                     q.name != "inflight_slots" && q.name != "allreduce_buffers") {
                     q.bytes = 0;
                     q.how = "freed after the backward";

@@ -114,6 +114,7 @@ struct TorchDrafter::Impl {
     at::ScalarType ring_dtype;
     model::DFlashConfig dcfg;
     model::TargetHead head;
+    model::Fp8LmHead lm_head_fp8;  // [train] lm_head = "fp8": head.lm_head quantised once (loss_opts points here)
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
     std::unique_ptr<model::FusedAdamW> fused_step;
@@ -158,6 +159,10 @@ struct TorchDrafter::Impl {
         // FP8 on the CPU is allowed: _scaled_mm emulates it there (slowly), which lets CPU runs and
         // tests exercise the same numerics as a GPU's FP8 tensor cores.
         loss_opts.fp8_matmul = c.cfg.train.matmul == Matmul::FP8;
+        if (c.cfg.train.lm_head == Matmul::FP8) {
+            lm_head_fp8 = model::fp8_lm_head(head.lm_head);
+            loss_opts.fp8_lm_head = &lm_head_fp8;
+        }
         const RingGeometry& g = c.ring.geometry();
         for (std::uint32_t i = 0; i < c.cfg.drafter.inflight_slots; ++i) {
             buffers.push_back(at::empty({std::int64_t(g.n_layers), std::int64_t(g.slot_tokens), std::int64_t(g.hidden)},
@@ -213,10 +218,13 @@ struct TorchDrafter::Impl {
     void describe() const {
         std::int64_t n = 0;
         for (const auto& p : drafter->parameters()) n += p.numel();
-        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}, layer matmuls in {}", dcfg.num_layers,
-                  double(n) / 1e6, device.str(),
-                  loss_opts.fp8_matmul ? (device.is_cuda() ? "fp8" : "fp8 (emulated on the CPU)")
-                                       : c10::toString(model::default_compute_dtype(device)));
+        const auto precision = [&](bool fp8) {
+            return fp8 ? (device.is_cuda() ? "fp8" : "fp8 (emulated on the CPU)")
+                       : c10::toString(model::default_compute_dtype(device));
+        };
+        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}, layer matmuls in {}, LM head in {}",
+                  dcfg.num_layers, double(n) / 1e6, device.str(), precision(loss_opts.fp8_matmul),
+                  precision(loss_opts.fp8_lm_head != nullptr));
     }
 };
 

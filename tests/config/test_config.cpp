@@ -350,6 +350,23 @@ TEST_CASE("[train] matmul: bf16 by default, \"fp8\" opts in, shown by config che
     CHECK(e.find("[train] matmul: \"fp16\" is not allowed: use one of \"bf16\", \"fp8\"") != std::string::npos);
 }
 
+TEST_CASE("[train] lm_head: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
+    Config c = parse_config(kMinimal, "t.toml");
+    CHECK(c.train.lm_head == Matmul::BF16);
+    const Derived d = derive(c, preset_shape("tiny"));
+    CHECK(describe(c, d).find("LM head bf16") != std::string::npos);
+    const nlohmann::json bf16 = run_identity(c, d, 1, 2);
+    c = parse_config(std::string(kMinimal) + "[train]\nlm_head = \"fp8\"\n", "t.toml");
+    CHECK(c.train.lm_head == Matmul::FP8);
+    CHECK(c.train.matmul == Matmul::BF16);  // the layers' matmuls are a key of their own
+    CHECK(describe(c, derive(c, preset_shape("tiny"))).find("LM head fp8") != std::string::npos);
+    const nlohmann::json fp8 = run_identity(c, derive(c, preset_shape("tiny")), 1, 2);
+    CHECK(identity_differences(fp8, bf16, 1) == "[train] lm_head is \"fp8\" on machine 1, \"bf16\" on machine 0 (the master)");
+    const std::string e = error_of(std::string(kMinimal) + "[train]\nlm_head = \"int8\"\n");
+    CHECK(e.find("t.toml:15") != std::string::npos);
+    CHECK(e.find("[train] lm_head: \"int8\" is not allowed: use one of \"bf16\", \"fp8\"") != std::string::npos);
+}
+
 TEST_CASE("[target] weights: bf16 by default, \"fp8\" opts in, shown by config check, part of the run identity") {
     Config c = parse_config(kMinimal, "t.toml");
     CHECK(c.target.weights == TargetWeights::BF16);

@@ -7,6 +7,7 @@
 // Tolerances: e4m3 keeps 3 mantissa bits (up to 2^-4 relative per element, ~2.5-3.5% RMS);
 // x @ w^T with both operands rounded ~4% (limit 6%).
 #include "hsring/error.hpp"
+#include "model/chunked_ce.hpp"
 #include "model/fp8_weights.hpp"
 #include "model/target.hpp"
 #include "model/tensor_init.hpp"
@@ -114,6 +115,50 @@ TEST_CASE("FP8 linear: per-token activation scales; x @ w^T within 6% of fp64, e
     CHECK(rel_err(y[0], at::matmul(x[0].to(at::kDouble), w.to(at::kDouble).t())) < 6e-2);
     for (std::int64_t r : {0, 17, 36}) CHECK(rel_err(fp8_dense(x.narrow(0, r, 1), q), y.narrow(0, r, 1)) < 1e-6);
     CHECK(at::equal(fp8_dense_reference(x, q), y));  // the CPU runs the reference itself
+}
+
+TEST_CASE("an FP8 LM head ([train] lm_head): the cross-entropy's loss and gradient within e4m3's rounding of fp64") {
+    // Random head and rows as a drafter's: logits ~ N(0, 2^2), rows 0-3 confident (p_label ~ 1),
+    // where the gradient row softmax - onehot is tiny and must keep its own scale.
+    at::Generator g = hsring::model::cpu_generator(31);
+    const std::int64_t n = 40, hdim = 64, v = 320;
+    const at::Tensor w = at::randn({v, hdim}, g) * 0.25;
+    const at::Tensor y = at::randint(v, {n}, g, at::kLong), wt = at::rand({n}, g) + 0.5;
+    at::Tensor h0 = at::randn({n, hdim}, g);
+    // x_label ~ 6 |w_label|^2 = 24, the others ~ N(0, 3^2): 1 - p_label ~ 1e-6
+    for (std::int64_t i = 0; i < 4; ++i) h0[i] = w[y[i].item<std::int64_t>()] * 6.0;
+    const Fp8LmHead q = fp8_lm_head(w);
+    // Both products' weights quantised once: W per vocabulary row, W^T per hidden row.
+    CHECK(at::equal(q.logits.data.to(at::kFloat), fp8_weight(w).data.to(at::kFloat)));
+    CHECK(at::equal(q.grad.data.to(at::kFloat), fp8_weight(w.t().contiguous()).data.to(at::kFloat)));
+    CHECK((q.grad.scale.sizes() == at::IntArrayRef{hdim}));
+
+    at::Tensor h = h0.clone().requires_grad_(true);
+    const ChunkedCE c = chunked_cross_entropy(h, w, y, wt, 16, &q);
+    c.loss_sum.backward();
+    // fp64 reference of the same loss and d(loss)/dh
+    const at::Tensor hd = h0.to(at::kDouble), wd = w.to(at::kDouble), wtd = wt.to(at::kDouble);
+    const at::Tensor logp = at::log_softmax(hd.matmul(wd.t()), 1);
+    const double ref = (-logp.gather(1, y.unsqueeze(1)).squeeze(1) * wtd).sum().item<double>();
+    at::Tensor p = logp.exp();
+    p.scatter_(1, y.unsqueeze(1), 0.0);
+    p.scatter_(1, y.unsqueeze(1), -p.sum(1, true));
+    const at::Tensor gref = (p * wtd.unsqueeze(1)).matmul(wd);
+    // Logits off by ~4% of their size (two e4m3 operands) move each -log p by ~0.1 here; the sum
+    // of 40 of them by ~1%. The gradient rows: two e4m3 products, ~4-6%.
+    CHECK(std::abs(c.loss_sum.item<double>() - ref) / ref < 3e-2);
+    const at::Tensor rel = (h.grad().to(at::kDouble) - gref).norm(2, 1) / gref.norm(2, 1);
+    INFO("gradient rows' relative errors " << rel);
+    CHECK(rel.narrow(0, 4, n - 4).max().item<double>() < 0.15);
+    // The confident rows: a gradient ~1e-5 of the others', as precise as theirs (g has a scale per row).
+    CHECK(gref.narrow(0, 0, 4).norm(2, 1).max().item<double>() < 1e-3 * gref.narrow(0, 4, n - 4).norm(2, 1).min().item<double>());
+    CHECK(rel.narrow(0, 0, 4).max().item<double>() < 0.15);
+    CHECK(at::isfinite(h.grad()).all().item<bool>());
+    // Without autograd (evaluation, no grad): the same loss and hits from the same FP8 logits.
+    at::NoGradGuard no_grad;
+    const ChunkedCE e = chunked_cross_entropy(h0, w, y, wt, 16, &q);
+    CHECK(e.loss_sum.item<double>() == doctest::Approx(c.loss_sum.item<double>()).epsilon(1e-6));
+    CHECK(at::equal(e.correct, c.correct));
 }
 
 TEST_CASE("FP8 weights: q|k|v stacked keep each part's row scales") {

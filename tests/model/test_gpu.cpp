@@ -450,6 +450,57 @@ TEST_CASE("chunked cross-entropy on the GPU (the cross_entropy_rows kernel): los
         }
 }
 
+TEST_CASE("an FP8 LM head on the GPU (_scaled_mm, the row-quantisation kernel) at Qwen3-8B's vocabulary: its emulation, fp64") {
+    test::require_gpu_or_skip();
+    // 64 rows against a [151,936 x 4096] head, as a drafter's output rows: bf16 on the GPU with
+    // [train] lm_head = "fp8", the same head and rows through the CPU's fp32 emulation of the same
+    // quantisation, and fp64 without FP8. Rows 0-3 confident (1 - p_label ~ 1e-6).
+    const std::int64_t n = 64, hdim = 4096, v = 151936;
+    at::Generator rg = cpu_generator(41);
+    const at::Tensor w = (at::randn({v, hdim}, rg) * 0.02).to(at::kBFloat16);
+    const at::Tensor y = at::randint(v, {n}, rg, at::kLong), wt = at::rand({n}, rg) + 0.5;
+    at::Tensor h0 = at::randn({n, hdim}, rg) * 2.0;
+    // x_label = 9 |w_label|^2 ~ 14.7, the others ~ N(0, 0.74^2) against 151,936 of them
+    for (std::int64_t i = 0; i < 4; ++i) h0[i] = w[y[i].item<std::int64_t>()].to(at::kFloat) * 9.0;
+    h0 = h0.to(at::kBFloat16);
+    const at::Tensor wg = w.to(kCuda), yg = y.to(kCuda), wtg = wt.to(kCuda);
+    const Fp8LmHead qg = fp8_lm_head(wg);
+    at::Tensor h = h0.to(kCuda).requires_grad_(true);
+    const ChunkedCE c = chunked_cross_entropy(h, wg, yg, wtg, 1000, &qg);
+    c.loss_sum.backward();
+    // The emulation: the CPU's fp32 path with the same head quantised there (bit-identical bytes:
+    // the GPU kernel is the CPU composition's arithmetic).
+    const at::Tensor wf = w.to(at::kFloat);
+    const Fp8LmHead qc = fp8_lm_head(wf);
+    CHECK(at::equal(qg.logits.data.cpu().view(at::kByte), qc.logits.data.view(at::kByte)));
+    CHECK(at::equal(qg.grad.scale.cpu(), qc.grad.scale));
+    at::Tensor hc = h0.to(at::kFloat).requires_grad_(true);
+    const ChunkedCE e = chunked_cross_entropy(hc, wf, y, wt, 1000, &qc);
+    e.loss_sum.backward();
+    // fp64, no FP8
+    const at::Tensor hd = h0.to(at::kDouble), wd = w.to(at::kDouble), wtd = wt.to(at::kDouble);
+    const at::Tensor logp = at::log_softmax(hd.matmul(wd.t()), 1);
+    const double ref = (-logp.gather(1, y.unsqueeze(1)).squeeze(1) * wtd).sum().item<double>();
+    at::Tensor p = logp.exp();
+    p.scatter_(1, y.unsqueeze(1), 0.0);
+    p.scatter_(1, y.unsqueeze(1), -p.sum(1, true));
+    const at::Tensor gref = (p * wtd.unsqueeze(1)).matmul(wd);
+    REQUIRE(logp.narrow(0, 0, 4).gather(1, y.narrow(0, 0, 4).unsqueeze(1)).exp().min().item<double>() > 0.99);
+    const double loss = c.loss_sum.item<double>(), emulated = e.loss_sum.item<double>();
+    MESSAGE("loss: fp64 " << ref << ", FP8 on the GPU " << loss << ", FP8 emulated " << emulated);
+    CHECK(std::isfinite(loss));
+    // The GPU vs its emulation: bf16 logits and bf16 gradient rows vs fp32 ones (~0.4%).
+    CHECK(std::abs(loss - emulated) / std::abs(emulated) < 5e-3);
+    const at::Tensor got = h.grad().to(at::kCPU, at::kDouble);
+    const at::Tensor vs_emulated = (got - hc.grad().to(at::kDouble)).norm(2, 1) / hc.grad().to(at::kDouble).norm(2, 1);
+    const at::Tensor vs_exact = (got - gref).norm(2, 1) / gref.norm(2, 1);
+    INFO("gradient rows' relative errors vs the emulation " << vs_emulated << " vs fp64 " << vs_exact);
+    CHECK(vs_emulated.max().item<double>() < 2e-2);
+    // vs fp64: e4m3 on both operands of both products (as the CPU test: loss 3%, gradient rows 15%).
+    CHECK(std::abs(loss - ref) / ref < 3e-2);
+    CHECK(vs_exact.max().item<double>() < 0.15);
+}
+
 TEST_CASE("block attention plan on the GPU: the same masks, key gather and row places as on the CPU") {
     test::require_gpu_or_skip();
     // Two sequences (3,072 and 1,000 tokens), anchors sorted per sequence; layouts with groups of

@@ -251,6 +251,15 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     const WorkerMemory first = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
     CHECK(part(first, "fp32_gradients").bytes == 0);
     CHECK(first.allocated() == 65'657'035'264ull - p * 4);
+
+    // [train] lm_head = "fp8": the head once more, twice in e4m3 (as is and transposed) with
+    // fp32 scales per row of each: 2 x 151,936 x 4096 + 4 x (151,936 + 4096) = 1,245,283,840
+    Config f = c;
+    f.train.lm_head = Matmul::FP8;
+    const WorkerMemory fp8 = drafter_memory(f, d, "drafter.0", Place{1}, mb, true, 1);
+    CHECK(part(fp8, "fp8_lm_head").bytes == 1'245'283'840ull);
+    CHECK(fp8.allocated() == 65'657'035'264ull + 1'245'283'840ull);
+    CHECK(m.part("fp8_lm_head") == nullptr);
 }
 
 TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {

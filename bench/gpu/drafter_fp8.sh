@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/gpu/drafter_fp8.sh BUILD_DIR OUT_DIR — issue 23 on one H200: the drafter step at the peer's
+# shape (2 x 768 tokens, 256 anchors) with the frozen LM head in FP8 ([train] lm_head = "fp8").
+#   T. GPU tests (TESTS: a doctest -tc filter; default the FP8 LM head's and the FP8 target's)
+#   S. hsring-bench drafter --workload specforge, every variant in one process each, back to back:
+#      bf16, --lm-head fp8, --matmul fp8, both (VARIANTS picks, ';'-separated); then the recipe shape
+#      (2 x 3,072, 512 anchors) bf16 and --lm-head fp8 (RECIPE=0 skips)
+#   C. --compare-matmul 200 at the peer's shape: the same drafter trained 200 steps on the same
+#      learnable batches, all bf16 vs --compare-fp8 lm-head (COMPARE picks: lm-head, layers, both)
+#   R. a Kineto trace of 2 steps with TRACE_ARGS (default --lm-head fp8), summed by trace_summary.py
+# SECTIONS=tscr picks (default tsc). OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
+# OUT_DIR/drafter_fp8/*.jsonl.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/drafter_fp8"
+sections=${SECTIONS:-tsc}
+bench="$build/bench/hsring-bench"
+if [[ $sections == *t* ]]; then
+  say "== GPU tests: ${TESTS:-*FP8 LM head*,*FP8 target*}"
+  HSRING_GPU_TESTS=required "$build/tests/model/test_model" --test-suite=gpu -tc="${TESTS:-*FP8 LM head*,*FP8 target*}" \
+    > "$work/gpu_tests.txt" 2>&1
+  say "   exit $?"
+  grep -E "test cases|assertions|ERROR|FAILED|MESSAGE|logged|CHECK" "$work/gpu_tests.txt" | head -n 40 | sed 's/^/   /' |
+    tee -a "$out/summary.txt"
+fi
+if [[ $sections == *s* ]]; then
+  IFS=';' read -r -a variants <<< "${VARIANTS:-;--lm-head fp8;--matmul fp8;--matmul fp8 --lm-head fp8}"
+  shapes=(specforge)
+  [ "${RECIPE:-1}" = 1 ] && shapes+=(recipe)
+  for shape in "${shapes[@]}"; do
+    for v in "${variants[@]}"; do
+      [ $shape = recipe ] && [[ $v == *matmul* ]] && continue
+      args=(drafter --no-eager --json --warmup 4 --iters 10)
+      [ $shape = specforge ] && args+=(--workload specforge)
+      # shellcheck disable=SC2206
+      args+=($v)
+      say "== hsring-bench ${args[*]}"
+      timeout 240 "$bench" "${args[@]}" > "$work/speed.json" 2> "$work/speed.err"
+      say "   exit $?"
+      grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
+      tail -n 1 "$work/speed.json" >> "$out/speed.jsonl"
+    done
+  done
+fi
+if [[ $sections == *c* ]]; then
+  for what in ${COMPARE:-lm-head}; do
+    say "== hsring-bench drafter --workload specforge --compare-matmul 200 --compare-fp8 $what"
+    timeout 400 "$bench" drafter --workload specforge --compare-matmul 200 --compare-fp8 "$what" --json \
+      > "$work/compare.json" 2> "$work/compare_$what.txt"
+    say "   exit $?"
+    grep -E "^compare-matmul|^  bf16|^  fp8" "$work/compare_$what.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
+    tail -n 1 "$work/compare.json" >> "$out/compare.jsonl"
+  done
+fi
+if [[ $sections == *r* ]]; then
+  # shellcheck disable=SC2206
+  targs=(${TRACE_ARGS:---lm-head fp8})
+  say "== hsring-bench drafter --workload specforge ${targs[*]} --trace"
+  timeout 300 "$bench" drafter --workload specforge --no-eager "${targs[@]}" --trace "$work/drafter_trace.json" \
+    > "$work/bench_trace.txt" 2>&1
+  say "   exit $?"
+  grep -E "^drafter" "$work/bench_trace.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
+  "$py" bench/gpu/trace_summary.py "$work/drafter_trace.json" --top 25 --host > "$work/trace_summary.txt" 2>&1
+  sed 's/^/   /' "$work/trace_summary.txt" | head -n 80 | tee -a "$out/summary.txt"
+  tar -czf "$out/drafter_trace.tar.gz" -C "$work" drafter_trace.json && rm -f "$work/drafter_trace.json"
+fi
