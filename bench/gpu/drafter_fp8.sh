@@ -7,8 +7,12 @@
 #      (2 x 3,072, 512 anchors) bf16 and --lm-head fp8 (RECIPE=0 skips)
 #   C. --compare-matmul 200 at the peer's shape: the same drafter trained 200 steps on the same
 #      learnable batches, all bf16 vs --compare-fp8 lm-head (COMPARE picks: lm-head, layers, both)
+#   G. attention groups of GROUP_SIZES blocks (default "16 64 128"; 32 is the default above) with
+#      --lm-head fp8 at the peer's shape
 #   R. a Kineto trace of 2 steps with TRACE_ARGS (default --lm-head fp8), summed by trace_summary.py
-# SECTIONS=tscr picks (default tsc). OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
+#   P. `hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8` with [target] weights
+#      bf16 and fp8 (PLAN_WEIGHTS; the config's [train] lm_head as it is)
+# SECTIONS=tscgrp picks (default tsc). COMPARE_LR: the --lr of the comparisons (default 1e-4). OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
 # OUT_DIR/drafter_fp8/*.jsonl.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -44,12 +48,23 @@ if [[ $sections == *s* ]]; then
 fi
 if [[ $sections == *c* ]]; then
   for what in ${COMPARE:-lm-head}; do
-    say "== hsring-bench drafter --workload specforge --compare-matmul 200 --compare-fp8 $what"
-    timeout 400 "$bench" drafter --workload specforge --compare-matmul 200 --compare-fp8 "$what" --json \
+    say "== hsring-bench drafter --workload specforge --compare-matmul 200 --compare-fp8 $what --lr ${COMPARE_LR:-1e-4}"
+    timeout 400 "$bench" drafter --workload specforge --compare-matmul 200 --compare-fp8 "$what" \
+      --lr "${COMPARE_LR:-1e-4}" --json \
       > "$work/compare.json" 2> "$work/compare_$what.txt"
     say "   exit $?"
     grep -E "^compare-matmul|^  bf16|^  fp8" "$work/compare_$what.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
     tail -n 1 "$work/compare.json" >> "$out/compare.jsonl"
+  done
+fi
+if [[ $sections == *g* ]]; then
+  for g in ${GROUP_SIZES:-16 64 128}; do
+    say "== hsring-bench drafter --workload specforge --lm-head fp8 --group $g"
+    timeout 240 "$bench" drafter --no-eager --json --warmup 4 --iters 10 --workload specforge --lm-head fp8 --group "$g" \
+      > "$work/speed.json" 2> "$work/speed.err"
+    say "   exit $?"
+    grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
+    tail -n 1 "$work/speed.json" >> "$out/speed.jsonl"
   done
 fi
 if [[ $sections == *r* ]]; then
@@ -63,4 +78,18 @@ if [[ $sections == *r* ]]; then
   "$py" bench/gpu/trace_summary.py "$work/drafter_trace.json" --top 25 --host > "$work/trace_summary.txt" 2>&1
   sed 's/^/   /' "$work/trace_summary.txt" | head -n 80 | tee -a "$out/summary.txt"
   tar -czf "$out/drafter_trace.tar.gz" -C "$work" drafter_trace.json && rm -f "$work/drafter_trace.json"
+fi
+if [[ $sections == *p* ]]; then
+  [ -f runs/specforge.jsonl ] || "$py" bench/gpu/make_long_data.py runs/specforge.jsonl --samples 2000 --length 768
+  export HSRING_BIN_DIR="$build/bench"
+  for weights in ${PLAN_WEIGHTS:-bf16 fp8}; do
+    say "== hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8 ([target] weights = $weights)"
+    sed "s/^weights = .*/weights = \"$weights\"/" config/qwen3-8b-specforge-8gpu.toml > config/specforge-$weights.toml
+    timeout 240 "$hs" plan config/specforge-$weights.toml --measure --gpus 8 --seconds "${PLAN_SECONDS:-10}" \
+      > "$work/plan_$weights.txt" 2>&1
+    say "   exit $?"
+    grep -E "measured|target:|drafter:|peak memory|splits|target\(s\)|recommended|FAILED|samples/s" "$work/plan_$weights.txt" |
+      sed 's/^/   /' | tee -a "$out/summary.txt"
+    rm -f config/specforge-$weights.toml
+  done
 fi
