@@ -3,8 +3,8 @@
 # shape (2 x 768 tokens, 256 anchors) with the frozen LM head in FP8 ([train] lm_head = "fp8").
 #   T. GPU tests (TESTS: a doctest -tc filter; default the FP8 LM head's and the FP8 target's)
 #   S. hsring-bench drafter --workload specforge, every variant in one process each, back to back:
-#      bf16, --lm-head fp8, --matmul fp8, both (VARIANTS picks, ';'-separated); then the recipe shape
-#      (2 x 3,072, 512 anchors) bf16 and --lm-head fp8 (RECIPE=0 skips)
+#      bf16, --lm-head fp8, --matmul fp8, both (VARIANTS picks, ';'-separated); then the same at the
+#      recipe shape (2 x 3,072, 512 anchors; RECIPE=0 skips)
 #   C. --compare-matmul 200 at the peer's shape: the same drafter trained 200 steps on the same
 #      learnable batches, all bf16 vs --compare-fp8 lm-head (COMPARE picks: lm-head, layers, both)
 #   G. attention groups of GROUP_SIZES blocks (default "16 64 128"; 32 is the default above) with
@@ -33,7 +33,6 @@ if [[ $sections == *s* ]]; then
   [ "${RECIPE:-1}" = 1 ] && shapes+=(recipe)
   for shape in "${shapes[@]}"; do
     for v in "${variants[@]}"; do
-      [ $shape = recipe ] && [[ $v == *matmul* ]] && continue
       args=(drafter --no-eager --json --warmup 4 --iters 10)
       [ $shape = specforge ] && args+=(--workload specforge)
       # shellcheck disable=SC2206

@@ -23,8 +23,9 @@ enum class Responses { Dataset, Target };  // [data] responses
 enum class RunMode { Train, Synthetic };
 // Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
 enum class Recompute { None, Layers };
-// Precision of the drafter's decoder-layer matmuls: the compute dtype (bf16 on a GPU, fp32 on the
-// CPU), or FP8 with dynamic tensorwise scaling (src/model/fp8_linear.hpp).
+// Precision of the drafter's decoder-layer matmuls (and, [train] lm_head, of the frozen LM head's):
+// the compute dtype (bf16 on a GPU, fp32 on the CPU), or FP8 with row scales (src/model/fp8_linear.hpp,
+// fp8_weights.hpp).
 enum class Matmul { BF16, FP8 };
 // The frozen target's linear layers: in the compute dtype, or FP8 e4m3 with one scale per output
 // channel (computed once at load, or converted from a checkpoint's 128x128 block scales) and one
@@ -165,7 +166,7 @@ struct TrainConfig {
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
-    Matmul matmul = Matmul::BF16;  // fp8: the drafter layers' projections in FP8, forward and backward
+    Matmul matmul = Matmul::BF16;  // fp8: the drafter layers' projections in FP8 (forward and dX)
     Matmul lm_head = Matmul::BF16;  // fp8: the frozen LM head's two products (logits, dX) in FP8, head quantised once
     std::uint64_t checkpoint_every = 200;
     // Written on a thread of its own while training goes on (the step pauses only to copy the

@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "model/fp8_format.hpp"
+#include "model/fp8_weights.hpp"
 #include "model/ops.hpp"
 
 #include <ATen/ATen.h>
@@ -16,91 +17,53 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 using fp8::kAlign;
-using fp8::kE4M3Max;
-using fp8::kE5M2Max;
-using fp8::kMinAmax;
-
-struct Quantized {
-    at::Tensor data;       // [padded rows, cols] FP8, rows past the input's are zero
-    at::Tensor inv_scale;  // fp32 scalar: data * inv_scale ~ the input
-};
-
-// Tensorwise dynamic scaling: the scale is the largest power of two that keeps amax(|t|) within
-// the format's largest finite value. A power of two is exact in every float format: t * scale is
-// exact (also in bf16, where the multiply runs in t's dtype) and only the cast to FP8 rounds, and
-// inv_scale is exactly its inverse. Nothing saturates: |t * scale| <= fmax (up to a rounding of
-// log2, far below where e4m3 rounds to NaN or e5m2 to inf).
-Quantized quantize(const at::Tensor& t, std::int64_t rows_to, at::ScalarType fp8, double fmax) {
-    HSRING_ASSERT(t.dim() == 2 && rows_to >= t.size(0));
-    const at::Tensor amax = at::linalg_vector_norm(t, INFINITY).to(at::kFloat).clamp_min_(kMinAmax);
-    const at::Tensor scale = amax.reciprocal().mul_(fmax).log2_().floor_().exp2_();
-    Quantized q;
-    q.data = at::empty({rows_to, t.size(1)}, t.options().dtype(fp8));
-    at::Tensor rows = q.data.narrow(0, 0, t.size(0));
-    at::mul_out(rows, t, scale);  // one pass, cast to FP8 on the store
-    if (rows_to > t.size(0)) q.data.narrow(0, t.size(0), rows_to - t.size(0)).zero_();
-    q.inv_scale = scale.reciprocal();
-    return q;
-}
-
-// a @ b with a row-major and b column-major FP8 (what _scaled_mm requires), in `out`.
-at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& a_inv, const at::Tensor& b, const at::Tensor& b_inv,
-                     at::ScalarType out, bool fast_accum) {
-    return at::_scaled_mm(a, b, a_inv, b_inv, std::nullopt, std::nullopt, out, fast_accum);
-}
 
 // inputs = [x [rows, in], w_0 [out_0, in], ...]; outputs y_i = x @ w_i^T in x's dtype.
 struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     static variable_list forward(AutogradContext* ctx, at::TensorList inputs) {
         const at::Tensor& x = inputs[0];
-        const std::int64_t rows = x.size(0), rows_p = fp8::padded_rows(rows);
-        const Quantized xq = quantize(x, rows_p, at::kFloat8_e4m3fn, kE4M3Max);
-        variable_list saved{xq.data, xq.inv_scale};
+        const Fp8Rows xq = fp8_rows(x);  // once for every weight sharing x
+        variable_list saved{x};
         variable_list out;
         for (std::size_t i = 1; i < inputs.size(); ++i) {
-            const Quantized wq = quantize(inputs[i], inputs[i].size(0), at::kFloat8_e4m3fn, kE4M3Max);
-            // wq [out, in] row-major is wq^T [in, out] column-major. Fast accumulation in the
-            // forward product only, as torchao's default (the gradients' products accumulate in full).
-            at::Tensor y = scaled_mm(xq.data, xq.inv_scale, wq.data.t(), wq.inv_scale, x.scalar_type(), true);
-            out.push_back(rows_p == rows ? y : y.narrow(0, 0, rows));
+            const Fp8Weight wq = fp8_weight(inputs[i]);  // one scale per output row
+            out.push_back(fp8_dense(xq, wq, x.scalar_type()));
             saved.push_back(wq.data);
-            saved.push_back(wq.inv_scale);
+            saved.push_back(wq.scale);
             ctx->saved_data["w_dtype" + std::to_string(i)] = static_cast<std::int64_t>(inputs[i].scalar_type());
         }
         ctx->save_for_backward(saved);
-        ctx->saved_data["rows"] = rows;
-        ctx->saved_data["x_dtype"] = static_cast<std::int64_t>(x.scalar_type());
         return out;
     }
 
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const variable_list s = ctx->get_saved_variables();
-        const at::Tensor& xq = s[0];
-        const at::Tensor& x_inv = s[1];
-        const std::int64_t rows = ctx->saved_data["rows"].toInt(), rows_p = xq.size(0);
-        const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+        const at::Tensor& x = s[0];
+        const std::int64_t rows = x.size(0);
         const std::size_t n = grads.size();
         variable_list result(n + 1);
-        at::Tensor dx, xq_cm;  // xq as a column-major [rows_p, in] (a transposed copy), for every dW
+        at::Tensor dx;
         for (std::size_t i = 0; i < n; ++i) {
-            const at::Tensor& wq = s[2 + 2 * i];
-            const at::Tensor& w_inv = s[3 + 2 * i];
-            // Unused outputs get zero gradients (materialized by autograd): quantized, they stay zero.
-            const Quantized gq = quantize(grads[i].reshape({rows, wq.size(0)}), rows_p, at::kFloat8_e5m2, kE5M2Max);
+            const at::Tensor& wq = s[1 + 2 * i];
+            const at::Tensor& sw = s[2 + 2 * i];
+            // Unused outputs get zero gradients (materialized by autograd).
+            const at::Tensor g = grads[i].reshape({rows, wq.size(0)});
             if (ctx->needs_input_grad(0)) {
-                // dX = g @ w: [rows_p, out] x [out, in], w needed column-major: a transposed copy.
-                at::Tensor d = scaled_mm(gq.data, gq.inv_scale, wq.t().contiguous().t(), w_inv, x_dtype, false);
+                // dX = g @ W = (g diag(sw)) @ Wq: the weight's row scales move onto g's columns, so the
+                // product takes Wq's bytes as they are (transposed: column-major) with unit scales,
+                // and g sw is quantised per row like any activation.
+                const Fp8Rows gq = fp8_rows(g * sw.to(g.scalar_type()));
+                const Fp8Weight wt{wq.t().contiguous(), at::ones({wq.size(1)}, sw.options())};
+                at::Tensor d = fp8_dense(gq, wt, x.scalar_type());
                 dx = dx.defined() ? dx.add_(d) : d;
             }
             if (ctx->needs_input_grad(1 + i)) {
-                // dW = g^T @ x: [out, rows_p] x [rows_p, in]; the zero pad rows add nothing.
-                if (!xq_cm.defined()) xq_cm = xq.t().contiguous().t();
+                // dW = g^T @ x in x's dtype: the weight's gradient keeps the compute dtype's precision.
                 const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype" + std::to_string(i + 1)].toInt());
-                result[1 + i] =
-                    scaled_mm(gq.data.t().contiguous(), gq.inv_scale, xq_cm, x_inv, x_dtype, false).to(w_dtype);
+                result[1 + i] = at::matmul(g.t(), x).to(w_dtype);
             }
         }
-        if (dx.defined()) result[0] = rows_p == rows ? dx : dx.narrow(0, 0, rows);
+        if (dx.defined()) result[0] = dx;
         return result;
     }
 };

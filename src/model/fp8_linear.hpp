@@ -1,22 +1,24 @@
 #pragma once
-// FP8 linear layers ([train] matmul = "fp8"): y = x @ w^T with both operands quantized to FP8 in
-// forward and backward, differentiable (a custom autograd function), in the spirit of torchao's
-// Float8Linear with dynamic tensorwise scaling:
+// FP8 linear layers ([train] matmul = "fp8"): y = x @ w^T with the forward product and the input's
+// gradient in FP8 on the tensor cores, differentiable (a custom autograd function), with the row
+// scales of fp8_weights.hpp (one per token, one per output row of the weight):
 //
-//   forward   xq = e4m3(x * sx), wq = e4m3(w * sw)    y  = xq @ wq^T / (sx sw)
-//   backward  gq = e5m2(g * sg)                        dX = gq @ wq / (sg sw), dW = gq^T @ xq / (sg sx)
+//   forward   xq = e4m3(x / sx[t]), wq = e4m3(w / sw[o])    y  = (xq @ wq^T) sx sw       (each step's w)
+//   backward  gs = g diag(sw), gq = e4m3(gs / sg[t])        dX = (gq @ wq) sg            (wq as saved)
+//                                                           dW = g^T @ x in x's dtype
 //
-// with s = the largest power of two that keeps s * amax(|t|) <= 448 (e4m3) or 57344 (e5m2), one
-// per tensor, computed on the device (no host sync). The products run in at::_scaled_mm with the
-// output in x's dtype (bf16 on CUDA; fp32 on the CPU, where _scaled_mm emulates FP8), so the
-// result has e4m3's precision (~2^-4 relative per element) and dW, dX in x's dtype; dW is then
-// cast to w's dtype (the fp32 master weight), as the bf16 path's weight cast does.
-// For backward only the FP8 copies and their scales are kept (half the bytes of bf16 inputs).
+// Moving sw onto g's columns lets dX use the forward's e4m3 weight bytes (transposed) with unit
+// scales instead of quantising w^T again. dW stays in the compute dtype: the weights' own update
+// keeps bf16's precision, and its operands need no transposed FP8 copies. The products run in
+// at::_scaled_mm with row-wise scales, bf16 out (on the CPU, and for shapes it does not take,
+// emulated in fp32 with the same quantisation: fp8_weights.hpp). Kept for backward: x (as the
+// compute-dtype path keeps it) and the weight's e4m3 copy with its scales (1 B per parameter, where
+// the compute-dtype path keeps a 2 B cast).
 //
-// Shapes: _scaled_mm wants every matrix dimension a multiple of 16. Rows (tokens) are padded to
-// a multiple of 16 with zero rows inside the quantized copy (free: they are written there
-// anyway) and the output is a view of the real rows; a weight whose in or out features are not
-// multiples of 16 runs as a plain linear in x's dtype (ops.hpp's dense).
+// Shapes: _scaled_mm wants every matrix dimension a multiple of 16. Rows (tokens) are padded to a
+// multiple of 16 with zero rows inside the quantized copy and the output is a view of the real
+// rows; a weight whose in or out features are not multiples of 16 runs as a plain linear in x's
+// dtype (ops.hpp's dense).
 #include <ATen/core/Tensor.h>
 
 #include <vector>

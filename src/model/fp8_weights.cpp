@@ -115,29 +115,53 @@ at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype) {
     return w.data.to(at::kFloat).mul_(w.scale.unsqueeze(1)).to(dtype);
 }
 
+Fp8Rows fp8_rows(const at::Tensor& x) {
+    HSRING_ASSERT(x.dim() == 2, "fp8_rows: a 2-D input, got {}", shape_str(x.sizes()));
+    const std::int64_t rows = x.size(0), pad = x.is_cuda() ? fp8::padded_rows(rows) - rows : 0;
+    Fp8Rows q;
+    q.rows = rows;
+    q.data = at::empty({rows + pad, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
+    q.scale = quantize_rows_into(x, q.data.narrow(0, 0, rows));
+    if (pad > 0) {  // zero rows with scale 1: their products are zeros, cut off by fp8_dense
+        q.data.narrow(0, rows, pad).zero_();
+        q.scale = at::cat({q.scale, at::ones({pad, 1}, q.scale.options())});
+    }
+    return q;
+}
+
+namespace {
+
+// The product in fp32 from the same e4m3 values and scales (the CPU's path, the GPU's reference).
+at::Tensor emulated_dense(const Fp8Rows& xq, const Fp8Weight& w, at::ScalarType out) {
+    at::Tensor y = at::matmul(xq.data.to(at::kFloat), w.data.to(at::kFloat).t());
+    y = y.mul_(xq.scale).mul_(w.scale.to(y.device()).unsqueeze(0)).to(out);
+    return xq.rows == y.size(0) ? y : y.narrow(0, 0, xq.rows);
+}
+
+} // namespace
+
 at::Tensor fp8_dense_reference(const at::Tensor& x, const Fp8Weight& w) {
     HSRING_ASSERT(x.dim() == 2 && x.size(1) == w.data.size(1));
-    at::Tensor xq = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
-    const at::Tensor sx = quantize_rows_into(x, xq);
-    at::Tensor y = at::matmul(xq.to(at::kFloat), w.data.to(at::kFloat).t());
-    return y.mul_(sx).mul_(w.scale.to(y.device()).unsqueeze(0)).to(x.scalar_type());
+    return emulated_dense(fp8_rows(x), w, x.scalar_type());
+}
+
+at::Tensor fp8_dense(const Fp8Rows& xq, const Fp8Weight& w, at::ScalarType out) {
+    HSRING_ASSERT(xq.data.dim() == 2 && xq.data.size(1) == w.data.size(1), "fp8_dense: x {} for a weight {}",
+                  shape_str(xq.data.sizes()), shape_str(w.data.sizes()));
+    if (!xq.data.is_cuda() || !w.data.is_cuda() || out != at::kBFloat16 || xq.data.size(0) % fp8::kAlign != 0 ||
+        !fp8_linear_supported(xq.data.size(1), w.data.size(0)))
+        return emulated_dense(xq, w, out);
+    // Row-wise scales: a [rows, 1] and b [1, out] fp32; b is the weight's transpose (column-major).
+    const at::Tensor y = at::_scaled_mm(xq.data, w.data.t(), xq.scale, w.scale.view({1, -1}), std::nullopt,
+                                        std::nullopt, out, /*use_fast_accum=*/false);
+    return xq.rows == y.size(0) ? y : y.narrow(0, 0, xq.rows);
 }
 
 at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w) {
     HSRING_ASSERT(x.dim() == 2 && x.size(1) == w.data.size(1), "fp8_dense: x {} for a weight {}",
                   shape_str(x.sizes()), shape_str(w.data.sizes()));
     if (!scaled_mm_fits(x, w)) return fp8_dense_reference(x, w);
-    const std::int64_t rows = x.size(0), pad = fp8::padded_rows(rows) - rows;
-    at::Tensor xq = at::empty({rows + pad, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
-    at::Tensor sx = quantize_rows_into(x, xq.narrow(0, 0, rows));
-    if (pad > 0) {  // zero rows with scale 1: their products are zeros, cut off below
-        xq.narrow(0, rows, pad).zero_();
-        sx = at::cat({sx, at::ones({pad, 1}, sx.options())});
-    }
-    // Row-wise scales: a [rows, 1] and b [1, out] fp32; b is the weight's transpose (column-major).
-    const at::Tensor y = at::_scaled_mm(xq, w.data.t(), sx, w.scale.view({1, -1}), std::nullopt, std::nullopt,
-                                        x.scalar_type(), /*use_fast_accum=*/false);
-    return pad > 0 ? y.narrow(0, 0, rows) : y;
+    return fp8_dense(fp8_rows(x), w, x.scalar_type());
 }
 
 Fp8LmHead fp8_lm_head(const at::Tensor& lm_head) {

@@ -52,6 +52,19 @@ at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype);
 // x [T, in] @ w^T -> [T, out] in x's dtype, x quantised per row (the products as described above).
 at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w);
 
+// Activation rows quantised once for several products: e4m3 with one scale per row; on the GPU
+// padded with zero rows (scale 1) to what _scaled_mm takes.
+struct Fp8Rows {
+    at::Tensor data;        // [padded rows, cols] float8_e4m3fn
+    at::Tensor scale;       // [padded rows, 1] float32
+    std::int64_t rows = 0;  // the input's rows
+};
+Fp8Rows fp8_rows(const at::Tensor& x);
+
+// xq @ w^T -> [rows, out] in `out` (bf16 for _scaled_mm on the GPU; elsewhere, or for dims it
+// does not take, emulated in fp32 and converted).
+at::Tensor fp8_dense(const Fp8Rows& xq, const Fp8Weight& w, at::ScalarType out);
+
 // The same product emulated in fp32 (what the CPU runs; the GPU test's reference).
 at::Tensor fp8_dense_reference(const at::Tensor& x, const Fp8Weight& w);
 

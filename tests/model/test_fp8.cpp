@@ -1,13 +1,15 @@
-// FP8 matmuls ([train] matmul = "fp8", src/model/fp8_linear.hpp) on the CPU, where _scaled_mm
-// emulates FP8: the forward and both gradients against an fp64 reference within what e4m3 /
-// e5m2 rounding allows, zeros stay zeros, shapes _scaled_mm cannot take fall back to a plain
-// linear, and a tiny drafter's loss and gradients with FP8 layers stay close to fp32 (also with
-// recompute = layers, which must give the same numbers as keeping the activations).
+// FP8 matmuls ([train] matmul = "fp8", src/model/fp8_linear.hpp) on the CPU, where the products
+// are emulated with the GPU path's quantisation: the forward and dX against an fp64 reference
+// within what e4m3 rounding allows, dW in the compute dtype, zeros stay zeros, shapes _scaled_mm
+// cannot take fall back to a plain linear, and a tiny drafter's loss and gradients with FP8 layers
+// stay close to fp32 (also with recompute = layers, which must give the same numbers as keeping
+// the activations).
 //
 // Tolerances: e4m3 keeps 3 mantissa bits, so rounding moves an element by up to 2^-4 of its
 // value (~2.5-3.5% RMS for normal data); a dot product of independent terms keeps that relative
-// error, and the product of two rounded operands adds both: ~4% for x @ w^T (limit 6%).
-// Gradients go through e5m2 (2 mantissa bits: up to 2^-3, ~5% RMS) times e4m3: ~6% (limit 9%).
+// error, and the product of two rounded operands adds both: ~4% for x @ w^T (limit 6%), the same
+// for dX = (g sw) @ wq (limit 9%, as when g went through e5m2). dW = g^T @ x is not quantised: x's
+// dtype's rounding only (limit 1%).
 #include "dflash_fixture.hpp"
 #include "model/dflash_eval.hpp"
 #include "model/fp8_linear.hpp"
@@ -48,7 +50,7 @@ Grads reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& g) {
 
 TEST_SUITE("fp8") {
 
-TEST_CASE("fp8_linear: forward, dX and dW within e4m3/e5m2 rounding of fp64, in the dtypes of x and w") {
+TEST_CASE("fp8_linear: forward and dX within e4m3 rounding of fp64, dW in x's dtype, in the dtypes of x and w") {
     at::Generator gen = cpu_generator(21);
     // 50 rows: padded to 64 inside (rows need not be a multiple of 16).
     const at::Tensor x = at::randn({50, 64}, gen), w = at::randn({48, 64}, gen) * 0.02, g = at::randn({50, 48}, gen);
@@ -64,7 +66,7 @@ TEST_CASE("fp8_linear: forward, dX and dW within e4m3/e5m2 rounding of fp64, in 
         MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
         CHECK(ey < 0.06);
         CHECK(edx < 0.09);
-        CHECK(edw < 0.09);
+        CHECK(edw < 0.01);  // g^T @ x in x's dtype
         // Really quantized: an fp32/bf16 matmul would be far closer.
         CHECK(ey > 0.01);
         CHECK(edx > 0.01);

@@ -288,7 +288,7 @@ TEST_CASE("recompute = layers on the GPU (bf16): the loss and gradients of keepi
     }
 }
 
-TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B shapes: within e4m3/e5m2 rounding") {
+TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B shapes: within e4m3 rounding, dW in bf16") {
     test::require_gpu_or_skip();
     // Rows not a multiple of 16 (padded inside); the tolerances of test_fp8.cpp.
     for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4100, 4096, 12288},
@@ -308,7 +308,7 @@ TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B sh
         MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
         CHECK(ey < 0.06);
         CHECK(edx < 0.09);
-        CHECK(edw < 0.09);
+        CHECK(edw < 0.01);  // g^T @ x in bf16
     }
 }
 
