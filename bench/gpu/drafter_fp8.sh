@@ -8,8 +8,9 @@
 #   C. --compare-matmul 200 at the peer's shape: the same drafter trained 200 steps on the same
 #      learnable batches, all bf16 vs --compare-fp8 lm-head (COMPARE picks: lm-head, layers, both)
 #   G. attention groups of GROUP_SIZES blocks (default "16 64 128"; 32 is the default above) with
-#      --lm-head fp8 at the peer's shape
-#   R. a Kineto trace of 2 steps with TRACE_ARGS (default --lm-head fp8), summed by trace_summary.py
+#      G_ARGS (default --matmul fp8 --lm-head fp8) at the peer's shape
+#   R. a Kineto trace of 2 steps with TRACE_ARGS (default --matmul fp8 --lm-head fp8), summed by
+#      trace_summary.py
 #   P. `hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8` with [target] weights
 #      bf16 and fp8 (PLAN_WEIGHTS; the config's [train] lm_head as it is)
 # SECTIONS=tscgrp picks (default tsc). COMPARE_LR: the --lr of the comparisons (default 1e-4). OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
@@ -58,8 +59,10 @@ if [[ $sections == *c* ]]; then
 fi
 if [[ $sections == *g* ]]; then
   for g in ${GROUP_SIZES:-16 64 128}; do
-    say "== hsring-bench drafter --workload specforge --lm-head fp8 --group $g"
-    timeout 240 "$bench" drafter --no-eager --json --warmup 4 --iters 10 --workload specforge --lm-head fp8 --group "$g" \
+    # shellcheck disable=SC2206
+    gargs=(${G_ARGS:---matmul fp8 --lm-head fp8})
+    say "== hsring-bench drafter --workload specforge ${gargs[*]} --group $g"
+    timeout 240 "$bench" drafter --no-eager --json --warmup 4 --iters 10 --workload specforge "${gargs[@]}" --group "$g" \
       > "$work/speed.json" 2> "$work/speed.err"
     say "   exit $?"
     grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
@@ -68,7 +71,7 @@ if [[ $sections == *g* ]]; then
 fi
 if [[ $sections == *r* ]]; then
   # shellcheck disable=SC2206
-  targs=(${TRACE_ARGS:---lm-head fp8})
+  targs=(${TRACE_ARGS:---matmul fp8 --lm-head fp8})
   say "== hsring-bench drafter --workload specforge ${targs[*]} --trace"
   timeout 300 "$bench" drafter --workload specforge --no-eager "${targs[@]}" --trace "$work/drafter_trace.json" \
     > "$work/bench_trace.txt" 2>&1

@@ -489,13 +489,16 @@ TEST_CASE("an FP8 LM head on the GPU (_scaled_mm, the row-quantisation kernel) a
     const double loss = c.loss_sum.item<double>(), emulated = e.loss_sum.item<double>();
     MESSAGE("loss: fp64 " << ref << ", FP8 on the GPU " << loss << ", FP8 emulated " << emulated);
     CHECK(std::isfinite(loss));
-    // The GPU vs its emulation: bf16 logits and bf16 gradient rows vs fp32 ones (~0.4%).
+    // The GPU vs its emulation: bf16 logits and gradient rows vs fp32 ones (~0.1%).
     CHECK(std::abs(loss - emulated) / std::abs(emulated) < 5e-3);
     const at::Tensor got = h.grad().to(at::kCPU, at::kDouble);
     const at::Tensor vs_emulated = (got - hc.grad().to(at::kDouble)).norm(2, 1) / hc.grad().to(at::kDouble).norm(2, 1);
     const at::Tensor vs_exact = (got - gref).norm(2, 1) / gref.norm(2, 1);
     INFO("gradient rows' relative errors vs the emulation " << vs_emulated << " vs fp64 " << vs_exact);
-    CHECK(vs_emulated.max().item<double>() < 2e-2);
+    // Rows 0-3: their logits near 20 round in bf16 by up to 0.06, which moves every exp(x - max)
+    // of the row by up to 6% against the emulation's fp32 logits (measured 2-6%); the others ~0.3%.
+    CHECK(vs_emulated.narrow(0, 4, n - 4).max().item<double>() < 1e-2);
+    CHECK(vs_emulated.narrow(0, 0, 4).max().item<double>() < 0.1);
     // vs fp64: e4m3 on both operands of both products (as the CPU test: loss 3%, gradient rows 15%).
     CHECK(std::abs(loss - ref) / ref < 3e-2);
     CHECK(vs_exact.max().item<double>() < 0.15);
