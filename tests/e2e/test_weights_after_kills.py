@@ -7,7 +7,8 @@ and seed), and nothing non-finite is ever trained, checkpointed or exported.
   exits), then a second `hsring run`;
 - three slots per step: a graceful `hsring stop` mid-step, `hsring run` again, `hsring stop --now`,
   `hsring run` again (a stop never makes a short step);
-- an FP8 target ([target] weights = "fp8", emulated on the CPU) SIGKILLed mid-run;
+- an FP8 target ([target] weights = "fp8", emulated on the CPU) SIGKILLed mid-run, then the FP8
+  drafter ([train] matmul and lm_head = "fp8");
 - a gang of two drafter ranks (Gloo): a rank SIGKILLed (the gang restarts), then the supervisor;
 - a target whose embedding row of one token is NaN: the samples with that token are rejected and
   counted, no step is non-finite, the export is finite;
@@ -112,19 +113,23 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
         r.cleanup()
 
 
-def test_an_fp8_target_killed_mid_run_gives_the_unkilled_runs_weights():
+def test_an_fp8_target_and_fp8_drafter_killed_mid_run_give_the_unkilled_runs_weights():
     """[target] weights = "fp8": a re-issued slot is captured again by a restarted FP8 target. Its
     activations are scaled per token, so the hidden states do not depend on what else the slot
-    holds or on the process: the export equals the unkilled FP8 run's bit for bit."""
+    holds or on the process. The drafter trains with [train] matmul and lm_head = "fp8" (row
+    scales, the head quantised once per process): a restarted drafter quantises the same weights
+    the same way. The export equals the unkilled FP8 run's bit for bit."""
     fp8 = 'weights = "fp8"'
-    ref = reference("w8r", target_extra=fp8)
-    r = TrainRun("w8k", target_extra=fp8)
+    train = 'matmul = "fp8"\nlm_head = "fp8"'
+    ref = reference("w8r", target_extra=fp8, train_extra=train)
+    r = TrainRun("w8k", target_extra=fp8, train_extra=train)
     try:
         r.start()
         r.kill_and_wait_restart("target.0", 6, 12)
+        r.kill_and_wait_restart("drafter.0", 16, 22)  # after the checkpoint at step 14
         r.expect_exit(0, timeout=300)
         r.verify()
-        check_same(ref, r, "FP8 target SIGKILL")
+        check_same(ref, r, "FP8 target SIGKILL + FP8 drafter SIGKILL")
     finally:
         r.cleanup()
 
@@ -237,7 +242,7 @@ def test_nan_gradient_steps_change_nothing_and_three_in_a_row_stop_the_run():
 
 if __name__ == "__main__":
     main([test_one_slot_per_step_drafter_and_supervisor_killed,
-          test_an_fp8_target_killed_mid_run_gives_the_unkilled_runs_weights,
+          test_an_fp8_target_and_fp8_drafter_killed_mid_run_give_the_unkilled_runs_weights,
           test_three_slots_per_step_graceful_stop_and_stop_now,
           test_two_rank_gang_rank_and_supervisor_killed,
           test_nan_embedding_target_rejects_its_samples_and_trains_nothing_nonfinite,
