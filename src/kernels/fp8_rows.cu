@@ -17,18 +17,10 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Element k of a pack starting at column j0, times its column's scale when there is one.
-template <typename P>
-__device__ __forceinline__ float value(const P& v, int k, long long j0, const float* __restrict__ col_scale) {
-    const float x = to_f(v.v[k]);
-    return col_scale ? __fmul_rn(x, col_scale[j0 + k]) : x;
-}
-
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_kernel(const T* __restrict__ input, long long rows, long long cols, long long stride,
-                         std::uint8_t* __restrict__ output, float* __restrict__ scale,
-                         const float* __restrict__ col_scale) {
+                         std::uint8_t* __restrict__ output, float* __restrict__ scale) {
     using P = Pack<T, VEC>;
     __shared__ float shared[kThreads / 32];
     const long long packs = cols / VEC;
@@ -38,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
         for (long long i = threadIdx.x; i < packs; i += blockDim.x) {
             const P v = *reinterpret_cast<const P*>(x + i * VEC);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) m = fmaxf(m, fabsf(value(v, k, i * VEC, col_scale)));
+            for (int k = 0; k < VEC; ++k) m = fmaxf(m, fabsf(to_f(v.v[k])));
         }
         m = warp_max(m);
         if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = m;
@@ -59,8 +51,7 @@ __global__ void __launch_bounds__(kThreads)
             std::uint8_t q[VEC];
 #pragma unroll
             for (int k = 0; k < VEC; ++k)
-                q[k] = static_cast<std::uint8_t>(
-                    __nv_cvt_float_to_fp8(value(v, k, i * VEC, col_scale) * inv, __NV_SATFINITE, __NV_E4M3));
+                q[k] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(to_f(v.v[k]) * inv, __NV_SATFINITE, __NV_E4M3));
 #pragma unroll
             for (int k = 0; k < VEC; ++k) out[i * VEC + k] = q[k];
         }
@@ -75,11 +66,9 @@ template <typename T> int launch(const QuantizeRowsFp8Args& a) {
     auto* stream = static_cast<cudaStream_t>(a.stream);
     const T* x = static_cast<const T*>(a.input);
     if (vec)
-        quantize_rows_kernel<T, kVec>
-            <<<grid, kThreads, 0, stream>>>(x, a.rows, a.cols, a.row_stride, a.output, a.scale, a.col_scale);
+        quantize_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(x, a.rows, a.cols, a.row_stride, a.output, a.scale);
     else
-        quantize_rows_kernel<T, 1>
-            <<<grid, kThreads, 0, stream>>>(x, a.rows, a.cols, a.row_stride, a.output, a.scale, a.col_scale);
+        quantize_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(x, a.rows, a.cols, a.row_stride, a.output, a.scale);
     return 0;  // launch_checked() reads the launch's own error
 }
 

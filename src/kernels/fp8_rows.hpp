@@ -7,8 +7,7 @@
 //           saturating at 448); scale[row] = max(amax, 1e-12) / 448
 //
 // the same arithmetic as model/fp8_weights.cpp's ATen composition (a norm, a reciprocal, a
-// multiply cast on the store, a divide: four kernels and a temporary), bit for bit. With col_scale
-// every x_j is first multiplied by col_scale[j] in fp32 (both reads), as ATen's x.float() * c.
+// multiply cast on the store, a divide: four kernels and a temporary), bit for bit.
 // Plain CUDA C++: no torch types cross this header.
 #include "kernels/kernel_types.hpp"
 
@@ -19,7 +18,6 @@ struct QuantizeRowsFp8Args {
     std::int64_t rows = 0, cols = 0, row_stride = 0;  // stride in elements
     std::uint8_t* output = nullptr;  // [rows, cols] float8_e4m3fn, contiguous
     float* scale = nullptr;          // [rows]: the row's dequantisation scale
-    const float* col_scale = nullptr;  // [cols] or null: quantise x_j * col_scale[j] (fp32 product)
     Dtype dtype = Dtype::BFloat16;
     void* stream = nullptr;          // cudaStream_t
 };

@@ -51,8 +51,8 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
             if (ctx->needs_input_grad(0)) {
                 // dX = g @ W = (g diag(sw)) @ Wq: the weight's row scales move onto g's columns, so the
                 // product takes Wq's bytes as they are (transposed: column-major) with unit scales,
-                // and g sw is quantised per row like any activation (the product in the same pass).
-                const Fp8Rows gq = fp8_rows(g, sw);
+                // and g sw is quantised per row like any activation.
+                const Fp8Rows gq = fp8_rows(g * sw.to(g.scalar_type()));
                 const Fp8Weight wt{wq.t().contiguous(), at::ones({wq.size(1)}, sw.options())};
                 at::Tensor d = fp8_dense(gq, wt, x.scalar_type());
                 dx = dx.defined() ? dx.add_(d) : d;

@@ -20,8 +20,7 @@ using fp8::kE4M3Max;
 using fp8::kMinAmax;
 
 // The ATen composition of quantize_rows_into (the CPU's path, the GPU kernel's reference).
-at::Tensor quantize_rows_aten(const at::Tensor& t_in, at::Tensor out, const at::Tensor& col_scale) {
-    const at::Tensor t = col_scale.defined() ? t_in.to(at::kFloat).mul(col_scale.to(t_in.device(), at::kFloat)) : t_in;
+at::Tensor quantize_rows_aten(const at::Tensor& t, at::Tensor out) {
     const at::Tensor amax =
         at::linalg_vector_norm(t, INFINITY, at::IntArrayRef{1}, /*keepdim=*/true).to(at::kFloat).clamp_min_(kMinAmax);
     at::mul_out(out, t, amax.reciprocal().mul_(kE4M3Max));
@@ -31,14 +30,11 @@ at::Tensor quantize_rows_aten(const at::Tensor& t_in, at::Tensor out, const at::
 // Rows of t quantised to e4m3 into `out` (same shape, FP8): one pass, the cast on the store.
 // Returns the dequantisation scales [rows, 1] fp32 (row ~ out_row * scale). t * (448 / amax) is
 // at most 448 up to one fp32 rounding, far below e4m3fn's NaN (>= 464 rounds to it): nothing
-// saturates and nothing turns NaN. With col_scale [cols] the rows of t diag(col_scale) (fp32
-// products) are quantised instead.
-at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out, const at::Tensor& col_scale = {}) {
+// saturates and nothing turns NaN.
+at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out) {
 #if HSRING_KERNELS_ON
     // On the GPU one kernel does the same arithmetic in two reads of t (src/kernels/fp8_rows.hpp).
-    const bool cols_ok = !col_scale.defined() || (col_scale.is_cuda() && col_scale.scalar_type() == at::kFloat &&
-                                                  col_scale.is_contiguous() && col_scale.numel() == t.size(1));
-    if (t.is_cuda() && kernel_call::supported(t.scalar_type()) && t.stride(1) == 1 && out.is_contiguous() && cols_ok) {
+    if (t.is_cuda() && kernel_call::supported(t.scalar_type()) && t.stride(1) == 1 && out.is_contiguous()) {
         at::Tensor scale = at::empty({t.size(0), 1}, t.options().dtype(at::kFloat));
         kernels::QuantizeRowsFp8Args a;
         a.input = t.data_ptr();
@@ -47,14 +43,13 @@ at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out, const at::Ten
         a.row_stride = t.stride(0);
         a.output = static_cast<std::uint8_t*>(out.data_ptr());
         a.scale = scale.data_ptr<float>();
-        a.col_scale = col_scale.defined() ? col_scale.data_ptr<float>() : nullptr;
         a.dtype = kernel_call::dtype(t.scalar_type());
         a.stream = kernel_call::stream(t);
         kernel_call::check(kernels::quantize_rows_fp8(a), "quantize_rows_fp8 [{}, {}]", a.rows, a.cols);
         return scale;
     }
 #endif
-    return quantize_rows_aten(t, out, col_scale);
+    return quantize_rows_aten(t, out);
 }
 
 bool scaled_mm_fits(const at::Tensor& x, const Fp8Weight& w) {
@@ -120,13 +115,13 @@ at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype) {
     return w.data.to(at::kFloat).mul_(w.scale.unsqueeze(1)).to(dtype);
 }
 
-Fp8Rows fp8_rows(const at::Tensor& x, const at::Tensor& col_scale) {
+Fp8Rows fp8_rows(const at::Tensor& x) {
     HSRING_ASSERT(x.dim() == 2, "fp8_rows: a 2-D input, got {}", shape_str(x.sizes()));
     const std::int64_t rows = x.size(0), pad = x.is_cuda() ? fp8::padded_rows(rows) - rows : 0;
     Fp8Rows q;
     q.rows = rows;
     q.data = at::empty({rows + pad, x.size(1)}, x.options().dtype(at::kFloat8_e4m3fn));
-    q.scale = quantize_rows_into(x, q.data.narrow(0, 0, rows), col_scale);
+    q.scale = quantize_rows_into(x, q.data.narrow(0, 0, rows));
     if (pad > 0) {  // zero rows with scale 1: their products are zeros, cut off by fp8_dense
         q.data.narrow(0, rows, pad).zero_();
         q.scale = at::cat({q.scale, at::ones({pad, 1}, q.scale.options())});

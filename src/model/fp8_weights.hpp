@@ -53,14 +53,13 @@ at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype);
 at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w);
 
 // Activation rows quantised once for several products: e4m3 with one scale per row; on the GPU
-// padded with zero rows (scale 1) to what _scaled_mm takes. With col_scale [cols] (fp32) the rows
-// of x diag(col_scale) are quantised, the products taken in fp32 in the same pass.
+// padded with zero rows (scale 1) to what _scaled_mm takes.
 struct Fp8Rows {
     at::Tensor data;        // [padded rows, cols] float8_e4m3fn
     at::Tensor scale;       // [padded rows, 1] float32
     std::int64_t rows = 0;  // the input's rows
 };
-Fp8Rows fp8_rows(const at::Tensor& x, const at::Tensor& col_scale = {});
+Fp8Rows fp8_rows(const at::Tensor& x);
 
 // xq @ w^T -> [rows, out] in `out` (bf16 for _scaled_mm on the GPU; elsewhere, or for dims it
 // does not take, emulated in fp32 and converted).

@@ -62,15 +62,6 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
         MESSAGE("quantised bytes differing GPU kernel vs CPU ATen: " << differ << " of " << c.data.numel());
         CHECK(differ == 0);
         CHECK(at::equal(g.scale.cpu(), c.scale));
-        // With column scales (fp8_linear's dX: g diag(sw)), the fp32 products in the same pass.
-        const at::Tensor cs = at::rand({in.size(1)}, at::TensorOptions().device(kCuda)) * 1e-3 + 1e-5;
-        const Fp8Rows gc = fp8_rows(in, cs), cc = fp8_rows(in.cpu(), cs.cpu());
-        CHECK(gc.data.size(0) % 16 == 0);  // padded on the GPU
-        const std::int64_t differ_cols =
-            gc.data.narrow(0, 0, gc.rows).cpu().view(at::kByte).ne(cc.data.view(at::kByte)).sum().item<std::int64_t>();
-        MESSAGE("with column scales: " << differ_cols << " bytes differing");
-        CHECK(differ_cols == 0);
-        CHECK(at::equal(gc.scale.narrow(0, 0, gc.rows).cpu(), cc.scale));
     }
     // A model: Qwen3-8B dims, 3 layers; FP8 linear weights against the bf16 model of the same seed.
     ModelShape s = preset_shape("qwen3-8b");
