@@ -13,36 +13,34 @@
 #      trace_summary.py
 #   P. `hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8` with [target] weights
 #      bf16 and fp8 (PLAN_WEIGHTS; the config's [train] lm_head as it is)
-# SECTIONS=tscgrp picks (default tsc). COMPARE_LR: the --lr of the comparisons (default 1e-4). OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
+# SECTIONS=tscgrp picks (default tsc). COMPARE_LR: the --lr of the comparisons (default 1e-4).
+# OUT_DIR/drafter_fp8/summary.txt, results as JSON lines in
 # OUT_DIR/drafter_fp8/*.jsonl.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/drafter_fp8"
 sections=${SECTIONS:-tsc}
 bench="$build/bench/hsring-bench"
-if [[ $sections == *t* ]]; then
-  say "== GPU tests: ${TESTS:-*FP8 LM head*,*FP8 target*}"
-  HSRING_GPU_TESTS=required "$build/tests/model/test_model" --test-suite=gpu -tc="${TESTS:-*FP8 LM head*,*FP8 target*}" \
-    > "$work/gpu_tests.txt" 2>&1
+if [[ $sections == *t* ]]; then gpu_tests "$build" "${TESTS:-*FP8 LM head*,*FP8 target*}"; fi
+# speed ARGS...: one hsring-bench drafter timing (its result line appended to speed.jsonl)
+speed() {
+  say "== hsring-bench drafter $*"
+  timeout 240 "$bench" drafter --no-eager --json --warmup 4 --iters 10 "$@" > "$work/speed.json" 2> "$work/speed.err"
   say "   exit $?"
-  grep -E "test cases|assertions|ERROR|FAILED|MESSAGE|logged|CHECK" "$work/gpu_tests.txt" | head -n 40 | sed 's/^/   /' |
-    tee -a "$out/summary.txt"
-fi
+  grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
+  tail -n 1 "$work/speed.json" >> "$out/speed.jsonl"
+}
 if [[ $sections == *s* ]]; then
   IFS=';' read -r -a variants <<< "${VARIANTS:-;--lm-head fp8;--matmul fp8;--matmul fp8 --lm-head fp8}"
   shapes=(specforge)
   [ "${RECIPE:-1}" = 1 ] && shapes+=(recipe)
   for shape in "${shapes[@]}"; do
     for v in "${variants[@]}"; do
-      args=(drafter --no-eager --json --warmup 4 --iters 10)
+      args=()
       [ $shape = specforge ] && args+=(--workload specforge)
       # shellcheck disable=SC2206
       args+=($v)
-      say "== hsring-bench ${args[*]}"
-      timeout 240 "$bench" "${args[@]}" > "$work/speed.json" 2> "$work/speed.err"
-      say "   exit $?"
-      grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
-      tail -n 1 "$work/speed.json" >> "$out/speed.jsonl"
+      speed "${args[@]}"
     done
   done
 fi
@@ -61,12 +59,7 @@ if [[ $sections == *g* ]]; then
   for g in ${GROUP_SIZES:-16 64 128}; do
     # shellcheck disable=SC2206
     gargs=(${G_ARGS:---matmul fp8 --lm-head fp8})
-    say "== hsring-bench drafter --workload specforge ${gargs[*]} --group $g"
-    timeout 240 "$bench" drafter --no-eager --json --warmup 4 --iters 10 --workload specforge "${gargs[@]}" --group "$g" \
-      > "$work/speed.json" 2> "$work/speed.err"
-    say "   exit $?"
-    grep -E "^drafter" "$work/speed.err" | sed 's/^/   /' | tee -a "$out/summary.txt"
-    tail -n 1 "$work/speed.json" >> "$out/speed.jsonl"
+    speed --workload specforge "${gargs[@]}" --group "$g"
   done
 fi
 if [[ $sections == *r* ]]; then
@@ -81,17 +74,4 @@ if [[ $sections == *r* ]]; then
   sed 's/^/   /' "$work/trace_summary.txt" | head -n 80 | tee -a "$out/summary.txt"
   tar -czf "$out/drafter_trace.tar.gz" -C "$work" drafter_trace.json && rm -f "$work/drafter_trace.json"
 fi
-if [[ $sections == *p* ]]; then
-  [ -f runs/specforge.jsonl ] || "$py" bench/gpu/make_long_data.py runs/specforge.jsonl --samples 2000 --length 768
-  export HSRING_BIN_DIR="$build/bench"
-  for weights in ${PLAN_WEIGHTS:-bf16 fp8}; do
-    say "== hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8 ([target] weights = $weights)"
-    sed "s/^weights = .*/weights = \"$weights\"/" config/qwen3-8b-specforge-8gpu.toml > config/specforge-$weights.toml
-    timeout 240 "$hs" plan config/specforge-$weights.toml --measure --gpus 8 --seconds "${PLAN_SECONDS:-10}" \
-      > "$work/plan_$weights.txt" 2>&1
-    say "   exit $?"
-    grep -E "measured|target:|drafter:|peak memory|splits|target\(s\)|recommended|FAILED|samples/s" "$work/plan_$weights.txt" |
-      sed 's/^/   /' | tee -a "$out/summary.txt"
-    rm -f config/specforge-$weights.toml
-  done
-fi
+if [[ $sections == *p* ]]; then plan_specforge "$build" ${PLAN_WEIGHTS:-bf16 fp8}; fi

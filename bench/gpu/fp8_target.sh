@@ -17,14 +17,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/fp8"
 sections=${SECTIONS:-tad}
-if [[ $sections == *t* ]]; then
-  say "== GPU tests: ${TESTS:-*FP8 target*}"
-  HSRING_GPU_TESTS=required "$build/tests/model/test_model" --test-suite=gpu -tc="${TESTS:-*FP8 target*}" \
-    > "$work/gpu_tests.txt" 2>&1
-  say "   exit $?"
-  grep -E "test cases|assertions|ERROR|FAILED|MESSAGE|logged|CHECK" "$work/gpu_tests.txt" | head -n 40 | sed 's/^/   /' |
-    tee -a "$out/summary.txt"
-fi
+if [[ $sections == *t* ]]; then gpu_tests "$build" "${TESTS:-*FP8 target*}"; fi
 if [[ $sections == *a* ]]; then
   for w in ${WORKLOADS:-default specforge}; do
     workload=${w#default}
@@ -52,17 +45,4 @@ if [[ $sections == *d* ]]; then
   sed 's/^/   /' "$work/trace_summary.txt" | head -n 80 | tee -a "$out/summary.txt"
   tar -czf "$out/drafter_trace.tar.gz" -C "$work" drafter_trace.json && rm -f "$work/drafter_trace.json"
 fi
-if [[ $sections == *p* ]]; then
-  [ -f runs/specforge.jsonl ] || "$py" bench/gpu/make_long_data.py runs/specforge.jsonl --samples 2000 --length 768
-  export HSRING_BIN_DIR="$build/bench"
-  for weights in bf16 fp8; do
-    say "== hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8 ([target] weights = $weights)"
-    sed "s/^weights = .*/weights = \"$weights\"/" config/qwen3-8b-specforge-8gpu.toml > config/specforge-$weights.toml
-    timeout 240 "$hs" plan config/specforge-$weights.toml --measure --gpus 8 --seconds "${PLAN_SECONDS:-10}" \
-      > "$work/plan_$weights.txt" 2>&1
-    say "   exit $?"
-    grep -E "measured|target:|drafter:|peak memory|splits|target\(s\)|recommended|FAILED" "$work/plan_$weights.txt" |
-      sed 's/^/   /' | tee -a "$out/summary.txt"
-    rm -f config/specforge-$weights.toml
-  done
-fi
+if [[ $sections == *p* ]]; then plan_specforge "$build" bf16 fp8; fi

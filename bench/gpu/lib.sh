@@ -63,3 +63,32 @@ pipeline() {
   "$py" "$root/bench/gpu/summarize_run.py" "$run_dir" "$work/$name.log" | tee -a "$out/summary.txt"
   rm -rf "$run_dir/checkpoints"   # tens of GB of fp32 state: not needed after the summary
 }
+
+# gpu_tests BUILD FILTER: the model's GPU tests matching a doctest -tc filter, required not to skip;
+# the summary gets the exit code and the failures/messages.
+gpu_tests() {
+  say "== GPU tests: $2"
+  HSRING_GPU_TESTS=required "$1/tests/model/test_model" --test-suite=gpu -tc="$2" > "$work/gpu_tests.txt" 2>&1
+  say "   exit $?"
+  grep -E "test cases|assertions|ERROR|FAILED|MESSAGE|logged|CHECK" "$work/gpu_tests.txt" | head -n 40 | sed 's/^/   /' |
+    tee -a "$out/summary.txt"
+}
+
+# plan_specforge BUILD WEIGHTS...: `hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8`
+# once per [target] weights value (PLAN_SECONDS of drafter steps), on runs/specforge.jsonl.
+plan_specforge() {
+  local build=$1 weights
+  shift
+  [ -f runs/specforge.jsonl ] || "$py" bench/gpu/make_long_data.py runs/specforge.jsonl --samples 2000 --length 768
+  export HSRING_BIN_DIR="$build/bench"
+  for weights in "$@"; do
+    say "== hsring plan config/qwen3-8b-specforge-8gpu.toml --measure --gpus 8 ([target] weights = $weights)"
+    sed "s/^weights = .*/weights = \"$weights\"/" config/qwen3-8b-specforge-8gpu.toml > config/specforge-$weights.toml
+    timeout 240 "$build/src/cli/hsring" plan config/specforge-$weights.toml --measure --gpus 8 \
+      --seconds "${PLAN_SECONDS:-10}" > "$work/plan_$weights.txt" 2>&1
+    say "   exit $?"
+    grep -E "measured|target:|drafter:|peak memory|splits|target\(s\)|recommended|FAILED|samples/s" "$work/plan_$weights.txt" |
+      sed 's/^/   /' | tee -a "$out/summary.txt"
+    rm -f config/specforge-$weights.toml
+  done
+}

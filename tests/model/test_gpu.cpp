@@ -5,6 +5,7 @@
 // the fused RoPE and cross-entropy kernels against fp64, the block attention's masks built on the
 // GPU against the CPU's.
 #include "adamw_check.hpp"
+#include "ce_reference.hpp"
 #include "dflash_fixture.hpp"
 #include "model/attention.hpp"
 #include "model/chunked_ce.hpp"
@@ -478,13 +479,10 @@ TEST_CASE("an FP8 LM head on the GPU (_scaled_mm, the row-quantisation kernel) a
     const ChunkedCE e = chunked_cross_entropy(hc, wf, y, wt, 1000, &qc);
     e.loss_sum.backward();
     // fp64, no FP8
-    const at::Tensor hd = h0.to(at::kDouble), wd = w.to(at::kDouble), wtd = wt.to(at::kDouble);
-    const at::Tensor logp = at::log_softmax(hd.matmul(wd.t()), 1);
-    const double ref = (-logp.gather(1, y.unsqueeze(1)).squeeze(1) * wtd).sum().item<double>();
-    at::Tensor p = logp.exp();
-    p.scatter_(1, y.unsqueeze(1), 0.0);
-    p.scatter_(1, y.unsqueeze(1), -p.sum(1, true));
-    const at::Tensor gref = (p * wtd.unsqueeze(1)).matmul(wd);
+    const test::CeReference exact = test::ce_reference_fp64(h0, w, y, wt);
+    const double ref = exact.loss;
+    const at::Tensor& gref = exact.grad;
+    const at::Tensor& logp = exact.logp;
     REQUIRE(logp.narrow(0, 0, 4).gather(1, y.narrow(0, 0, 4).unsqueeze(1)).exp().min().item<double>() > 0.99);
     const double loss = c.loss_sum.item<double>(), emulated = e.loss_sum.item<double>();
     MESSAGE("loss: fp64 " << ref << ", FP8 on the GPU " << loss << ", FP8 emulated " << emulated);
