@@ -51,16 +51,20 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
             if (ctx->needs_input_grad(0)) {
                 // dX = g @ W = (g diag(sw)) @ Wq: the weight's row scales move onto g's columns, so the
                 // product takes Wq's bytes as they are (transposed: column-major) with unit scales,
-                // and g sw is quantised per row like any activation.
-                const Fp8Rows gq = fp8_rows(g * sw.to(g.scalar_type()));
-                const Fp8Weight wt{wq.t().contiguous(), at::ones({wq.size(1)}, sw.options())};
+                // and g sw is quantised per row like any activation (the product in the same pass).
+                const Fp8Rows gq = fp8_rows(g, sw);
+                const Fp8Weight wt{transposed_bytes(wq), at::ones({wq.size(1)}, sw.options())};
                 at::Tensor d = fp8_dense(gq, wt, x.scalar_type());
                 dx = dx.defined() ? dx.add_(d) : d;
             }
             if (ctx->needs_input_grad(1 + i)) {
-                // dW = g^T @ x in x's dtype: the weight's gradient keeps the compute dtype's precision.
+                // dW = g^T @ x from the compute dtype's inputs. On the GPU written straight in the
+                // weight's fp32 (cuBLAS accumulates in fp32 either way): no bf16 rounding of dW and no
+                // cast pass over it.
                 const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype" + std::to_string(i + 1)].toInt());
-                result[1 + i] = at::matmul(g.t(), x).to(w_dtype);
+                const bool fp32_out = x.is_cuda() && w_dtype == at::kFloat &&
+                                      (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf);
+                result[1 + i] = fp32_out ? at::mm(g.t(), x, at::kFloat) : at::matmul(g.t(), x).to(w_dtype);
             }
         }
         if (dx.defined()) result[0] = dx;

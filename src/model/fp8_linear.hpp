@@ -5,11 +5,12 @@
 //
 //   forward   xq = e4m3(x / sx[t]), wq = e4m3(w / sw[o])    y  = (xq @ wq^T) sx sw       (each step's w)
 //   backward  gs = g diag(sw), gq = e4m3(gs / sg[t])        dX = (gq @ wq) sg            (wq as saved)
-//                                                           dW = g^T @ x in x's dtype
+//                                                           dW = g^T @ x from x's dtype
 //
 // Moving sw onto g's columns lets dX use the forward's e4m3 weight bytes (transposed) with unit
-// scales instead of quantising w^T again. dW stays in the compute dtype: the weights' own update
-// keeps bf16's precision, and its operands need no transposed FP8 copies. The products run in
+// scales instead of quantising w^T again (the transpose: one tiled kernel on the GPU). dW takes
+// bf16 operands (on the GPU written in the weight's fp32 by the GEMM itself): the weights' own
+// update keeps bf16's precision, and its operands need no transposed FP8 copies. The products run in
 // at::_scaled_mm with row-wise scales, bf16 out (on the CPU, and for shapes it does not take,
 // emulated in fp32 with the same quantisation: fp8_weights.hpp). Kept for backward: x (as the
 // compute-dtype path keeps it) and the weight's e4m3 copy with its scales (1 B per parameter, where

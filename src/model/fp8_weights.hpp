@@ -53,13 +53,26 @@ at::Tensor dequantize(const Fp8Weight& w, at::ScalarType dtype);
 at::Tensor fp8_dense(const at::Tensor& x, const Fp8Weight& w);
 
 // Activation rows quantised once for several products: e4m3 with one scale per row; on the GPU
-// padded with zero rows (scale 1) to what _scaled_mm takes.
+// padded with zero rows (scale 1) to what _scaled_mm takes. With col_scale [cols] (fp32) the rows
+// of x diag(col_scale) are quantised, the products taken in fp32 in the same pass.
 struct Fp8Rows {
     at::Tensor data;        // [padded rows, cols] float8_e4m3fn
     at::Tensor scale;       // [padded rows, 1] float32
     std::int64_t rows = 0;  // the input's rows
 };
-Fp8Rows fp8_rows(const at::Tensor& x);
+Fp8Rows fp8_rows(const at::Tensor& x, const at::Tensor& col_scale = {});
+
+// Rows quantised after what made them, in the same pass on the GPU (the intermediate never
+// written in bf16; the frozen target's forward, no autograd). Elsewhere the ATen composition.
+//   fp8_rms_norm_rows(x, w, eps)  = fp8_rows(rms_norm(x, w, eps))   x [rows, cols], w [cols]
+//   fp8_swiglu_rows(gate_up)      = fp8_rows(swiglu(gate_up))        gate_up [rows, 2 * cols]
+// (model/ops.hpp), rounded where ATen rounds; the norm's mean summed in another order.
+Fp8Rows fp8_rms_norm_rows(const at::Tensor& x, const at::Tensor& w, double eps);
+Fp8Rows fp8_swiglu_rows(const at::Tensor& gate_up);
+
+// A one-byte matrix [r, c] -> its transpose [c, r], contiguous: the e4m3 weight bytes fp8_linear's
+// dX takes column-major (on the GPU one tiled kernel; elsewhere t().contiguous(), the same bytes).
+at::Tensor transposed_bytes(const at::Tensor& data);
 
 // xq @ w^T -> [rows, out] in `out` (bf16 for _scaled_mm on the GPU; elsewhere, or for dims it
 // does not take, emulated in fp32 and converted).

@@ -441,7 +441,7 @@ TargetModel TargetModel::load(const ModelShape& shape, at::Device device, at::Sc
 at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const {
     const std::int64_t t = h.size(0), hq = shape_.num_heads, hkv = shape_.num_kv_heads, d = shape_.head_dim;
     const double eps = shape_.rms_norm_eps;
-    at::Tensor qkv = linear(model_norm(shape_, h, l.input_norm), l.qkv, l.qkv8);
+    at::Tensor qkv = normed_linear(h, l.input_norm, l.qkv, l.qkv8);
     if (l.qkv_bias.defined()) qkv = qkv + l.qkv_bias;
     auto parts = qkv.split({hq * d, hkv * d, hkv * d}, 1);
     at::Tensor q = parts[0].view({t, hq, d}), k = parts[1].view({t, hkv, d});
@@ -457,12 +457,25 @@ at::Tensor TargetModel::layer_forward(const Layer& l, const at::Tensor& h, const
     at::Tensor o = linear(attn.reshape({t, hq * d}), l.o, l.o8);
     if (l.o_bias.defined()) o = o + l.o_bias;
     at::Tensor mid = h + o;
-    at::Tensor x = model_norm(shape_, mid, l.post_norm);
     if (l.oss_moe.router.defined())
-        return mid + gpt_oss_moe_mlp(x, l.oss_moe, {shape_.num_experts_per_tok, shape_.swiglu_limit});
+        return mid + gpt_oss_moe_mlp(model_norm(shape_, mid, l.post_norm), l.oss_moe,
+                                     {shape_.num_experts_per_tok, shape_.swiglu_limit});
     if (l.moe.router.defined())
-        return mid + moe_mlp(x, l.moe, {shape_.num_experts_per_tok, shape_.norm_topk_prob});
-    return mid + linear(swiglu(linear(x, l.gate_up, l.gate_up8)), l.down, l.down8);
+        return mid + moe_mlp(model_norm(shape_, mid, l.post_norm), l.moe,
+                             {shape_.num_experts_per_tok, shape_.norm_topk_prob});
+    const at::Tensor gate_up = normed_linear(mid, l.post_norm, l.gate_up, l.gate_up8);
+    // FP8: SwiGLU and the down projection's quantisation in one kernel (fp8_weights.hpp).
+    if (l.down8.defined()) return mid + fp8_dense(fp8_swiglu_rows(gate_up), l.down8, gate_up.scalar_type());
+    return mid + dense(swiglu(gate_up), l.down);
+}
+
+at::Tensor TargetModel::normed_linear(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& w,
+                                      const Fp8Weight& w8) const {
+    // FP8: the RMSNorm and the projection's quantisation in one kernel (fp8_weights.hpp);
+    // gpt-oss's norm rounds otherwise (model_norm) and takes the ATen path.
+    if (w8.defined() && !is_gpt_oss(shape_))
+        return fp8_dense(fp8_rms_norm_rows(x, norm, shape_.rms_norm_eps), w8, x.scalar_type());
+    return linear(model_norm(shape_, x, norm), w, w8);
 }
 
 at::Tensor TargetModel::linear(const at::Tensor& x, const at::Tensor& w, const Fp8Weight& w8) {

@@ -118,6 +118,8 @@ private:
     at::Tensor layer_forward(const Layer& l, const at::Tensor& h, const RopeTables& rope, Attend attend) const;
     // x @ w^T in the compute dtype, or in FP8 where the layer holds w8.
     static at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const Fp8Weight& w8);
+    // linear(model_norm(x), w, w8): in FP8 the norm fused with the activations' quantisation.
+    at::Tensor normed_linear(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& w, const Fp8Weight& w8) const;
     void check_tokens(const at::Tensor& tokens, const std::string& what) const;
     // Throws for an id outside the model's layers; returns the largest id (-1 for none).
     int check_layer_ids(const std::vector<int>& layer_ids, const std::string& what) const;

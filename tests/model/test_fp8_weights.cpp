@@ -158,6 +158,16 @@ TEST_CASE("an FP8 LM head ([train] lm_head): the cross-entropy's loss and gradie
     CHECK(at::equal(e.correct, c.correct));
 }
 
+TEST_CASE("FP8 rows with column scales quantise x diag(c): the product taken in fp32, the same as multiplying first") {
+    at::Generator g = hsring::model::cpu_generator(5);
+    const at::Tensor x = at::randn({20, 48}, g).to(at::kBFloat16);
+    const at::Tensor c = at::rand({48}, g) * 1e-3 + 1e-6;
+    const Fp8Rows a = fp8_rows(x, c), b = fp8_rows(x.to(at::kFloat) * c);
+    CHECK(a.rows == 20);
+    CHECK(at::equal(a.data.view(at::kByte), b.data.view(at::kByte)));
+    CHECK(at::equal(a.scale, b.scale));
+}
+
 TEST_CASE("FP8 weights: q|k|v stacked keep each part's row scales") {
     at::Generator g = hsring::model::cpu_generator(5);
     const at::Tensor a = at::randn({32, 16}, g), b = at::randn({16, 16}, g) * 100;

@@ -63,7 +63,56 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
         MESSAGE("quantised bytes differing GPU kernel vs CPU ATen: " << differ << " of " << c.data.numel());
         CHECK(differ == 0);
         CHECK(at::equal(g.scale.cpu(), c.scale));
+        // With column scales (fp8_linear's dX: g diag(sw)), the fp32 products in the same pass.
+        const at::Tensor cs = at::rand({in.size(1)}, at::TensorOptions().device(kCuda)) * 1e-3 + 1e-5;
+        const Fp8Rows gc = fp8_rows(in, cs), cc = fp8_rows(in.cpu(), cs.cpu());
+        CHECK(gc.data.size(0) % 16 == 0);  // padded on the GPU
+        const std::int64_t differ_cols =
+            gc.data.narrow(0, 0, gc.rows).cpu().view(at::kByte).ne(cc.data.view(at::kByte)).sum().item<std::int64_t>();
+        MESSAGE("with column scales: " << differ_cols << " bytes differing");
+        CHECK(differ_cols == 0);
+        CHECK(at::equal(gc.scale.narrow(0, 0, gc.rows).cpu(), cc.scale));
     }
+    // The target's fused forms: RMSNorm, or SwiGLU, and the quantisation in one kernel, against the
+    // ATen composition on the same device (the norm's mean sums in another order: a rounding apart).
+    {
+        auto dequant = [](const Fp8Rows& q) {
+            return q.data.narrow(0, 0, q.rows).to(at::kFloat).mul(q.scale.narrow(0, 0, q.rows));
+        };
+        auto compare = [&](const char* what, const Fp8Rows& fused, const Fp8Rows& aten, double max_differ) {
+            CHECK(fused.rows == aten.rows);
+            CHECK(fused.data.size(0) % 16 == 0);
+            const double differ = fused.data.narrow(0, 0, fused.rows).view(at::kByte)
+                                      .ne(aten.data.narrow(0, 0, aten.rows).view(at::kByte))
+                                      .sum().item<double>() / double(aten.data.narrow(0, 0, aten.rows).numel());
+            const double err = rel_err(dequant(fused), dequant(aten));
+            MESSAGE(what << ": bytes differing from the ATen composition " << differ * 100 << "%, dequantised rel. err " << err);
+            CHECK(differ <= max_differ);
+            CHECK(err < 1e-2);
+            CHECK(at::allclose(fused.scale.narrow(0, 0, fused.rows), aten.scale.narrow(0, 0, aten.rows), 1e-2, 0));
+        };
+        const at::Tensor nw = (1 + 0.1 * at::randn({4096}, at::TensorOptions().device(kCuda))).to(at::kBFloat16);
+        compare("RMSNorm + quantisation", fp8_rms_norm_rows(x, nw, 1e-6), fp8_rows(rms_norm(x, nw, 1e-6)), 0.02);
+        const at::Tensor gate_up = (at::randn({1000, 2 * 3072}, at::TensorOptions().device(kCuda)) * 3).to(at::kBFloat16);
+        compare("SwiGLU + quantisation", fp8_swiglu_rows(gate_up), fp8_rows(swiglu(gate_up)), 1e-3);
+        // A strided input (a view's rows) takes the same kernel.
+        const at::Tensor wide = at::randn({64, 4096 + 64}, at::TensorOptions().device(kCuda)).to(at::kBFloat16);
+        compare("RMSNorm + quantisation, strided rows", fp8_rms_norm_rows(wide.narrow(1, 0, 4096), nw, 1e-6),
+                fp8_rows(rms_norm(wide.narrow(1, 0, 4096).contiguous(), nw, 1e-6)), 0.02);
+    }
+    // dX's column-major weight bytes: the tiled transpose kernel (src/kernels/transpose_bytes.cu)
+    // against ATen's byte-wise one, at whole tiles, partial tiles and a shape it leaves to ATen.
+    for (const auto& [r, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+             {6144, 4096}, {48, 80}, {1040, 4112}, {16, 12304}, {20, 36}}) {
+        const at::Tensor bytes = at::randint(0, 256, {r, c}, at::TensorOptions().device(kCuda).dtype(at::kByte));
+        const at::Tensor e4m3 = bytes.view(at::kFloat8_e4m3fn);
+        const at::Tensor t = transposed_bytes(e4m3);
+        CHECK((t.sizes() == at::IntArrayRef{c, r}));
+        CHECK(t.is_contiguous());
+        CHECK((t.scalar_type() == at::kFloat8_e4m3fn));
+        CHECK(at::equal(t.view(at::kByte).cpu(), bytes.t().contiguous().cpu()));
+    }
+    CHECK(at::equal(transposed_bytes(q.data).view(at::kByte), q.data.t().contiguous().view(at::kByte)));
     // A model: Qwen3-8B dims, 3 layers; FP8 linear weights against the bf16 model of the same seed.
     ModelShape s = preset_shape("qwen3-8b");
     s.num_layers = 3;
@@ -289,7 +338,7 @@ TEST_CASE("recompute = layers on the GPU (bf16): the loss and gradients of keepi
     }
 }
 
-TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B shapes: within e4m3 rounding, dW in bf16") {
+TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B shapes: within e4m3 rounding, dW from bf16 operands") {
     test::require_gpu_or_skip();
     // Rows not a multiple of 16 (padded inside); the tolerances of test_fp8.cpp.
     for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4100, 4096, 12288},
@@ -309,7 +358,7 @@ TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B sh
         MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
         CHECK(ey < 0.06);
         CHECK(edx < 0.09);
-        CHECK(edw < 0.01);  // g^T @ x in bf16
+        CHECK(edw < 0.01);  // g^T @ x from bf16 operands, fp32 out
     }
 }
 
