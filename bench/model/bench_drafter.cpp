@@ -102,7 +102,8 @@ int config_mode(const hsring::bench::Options& o) {
         const bench::SlotData data = cb.slot(s);
         const auto T = static_cast<std::int64_t>(data.tokens.size());
         at::Tensor tokens = at::from_blob(const_cast<std::int32_t*>(data.tokens.data()), {T}, at::kInt).to(dev, at::kLong);
-        at::Tensor mask = at::from_blob(const_cast<std::uint8_t*>(data.loss_mask.data()), {T}, at::kByte).to(dev, at::kFloat);
+        at::Tensor mask_host = at::from_blob(const_cast<std::uint8_t*>(data.loss_mask.data()), {T}, at::kByte).to(at::kFloat);
+        at::Tensor mask = mask_host.to(dev);
         at::Tensor hidden = buffers[0].narrow(1, 0, T);
         std::vector<std::int64_t> cu{0};
         for (auto l : data.lengths) cu.push_back(cu.back() + static_cast<std::int64_t>(l));
@@ -112,7 +113,8 @@ int config_mode(const hsring::bench::Options& o) {
             const std::int64_t begin = cu[first], len = cu[last] - cu[first];
             std::vector<std::int64_t> sub;
             for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-            DFlashBatch batch{hidden.narrow(1, begin, len), tokens.narrow(0, begin, len), mask.narrow(0, begin, len), sub};
+            DFlashBatch batch{hidden.narrow(1, begin, len), tokens.narrow(0, begin, len), mask.narrow(0, begin, len), sub,
+                              mask_host.narrow(0, begin, len)};
             at::Generator gen = cpu_generator(cfg.run.seed * 1000003 + s * 1009 + k);
             sync();
             const auto before = bench::memory_stats(cuda).allocated;
@@ -476,6 +478,7 @@ int main(int argc, char** argv) {
                                  at::TensorOptions().device(dev).dtype(compute));
         batch.tokens = at::randint(shape.vocab_size, {total}, at::TensorOptions().dtype(at::kLong)).to(dev);
         batch.loss_mask = at::ones({total}, at::TensorOptions().device(dev));
+        batch.loss_mask_host = batch.loss_mask.cpu();  // as the worker has it from the ring slot
         for (std::int64_t s = 0; s <= samples; ++s) batch.cu_seqlens.push_back(s * len);
         DFlashLossOptions opt = loss_options(o);
         Fp8LmHead fp8_head;  // --lm-head fp8: quantised once, as the worker does
@@ -484,24 +487,28 @@ int main(int argc, char** argv) {
             opt.fp8_lm_head = &fp8_head;
         }
         at::Generator gen = cpu_generator(seed);
-        // One training step (dflash_loss with its sampled blocks kept for the FLOP count).
+        // One training step (dflash_loss with its sampled blocks kept for the FLOP count). The loss
+        // is read where TorchDrafter::train reads the batch's sums: after the backward, before the
+        // optimizer step, whose kernels then run while the host prepares the next step (as the
+        // worker's next slot does).
+        double loss = 0;
         auto train_step = [&] {
             adam.zero_grad();
             DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
-                                                  cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+                                                  cfg.mask_token_id, opt.num_anchors, opt.gamma, gen,
+                                                  batch.loss_mask_host);
             DFlashLossResult r = dflash_loss_for_blocks(drafter, head, batch, b, opt);
             r.loss.backward();
+            loss = r.loss.item<double>();
             optimizer_step();
             return std::make_pair(std::move(r), std::move(b));
         };
-        double loss = 0;
         std::int64_t blocks = 0;
         std::vector<DFlashBlocks> step_blocks;  // each step's blocks: its FLOP count
         bench::reset_peak_memory(dev.is_cuda());
         const double step = bench::seconds_per_iter(dev,
             [&] {
                 auto [r, b] = train_step();
-                loss = r.loss.item<double>();
                 blocks = r.num_blocks;
                 step_blocks.push_back(std::move(b));
             },
@@ -540,7 +547,8 @@ int main(int argc, char** argv) {
                 sync();
                 auto t0 = now();
                 DFlashBlocks b = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
-                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen);
+                                                      cfg.mask_token_id, opt.num_anchors, opt.gamma, gen,
+                                                      batch.loss_mask_host);
                 sync();
                 auto t1 = now();
                 {

@@ -1,6 +1,7 @@
 #include "model/attention.hpp"
 
 #include "hsring/error.hpp"
+#include "model/host_copy.hpp"
 #include "model/kernel_call.hpp"
 
 #include <ATen/ATen.h>
@@ -30,7 +31,7 @@ PackedSequences PackedSequences::make(const std::vector<std::int64_t>& cu, std::
     }
     if (device.is_cuda()) {
         std::vector<std::int32_t> c32(cu.begin(), cu.end());
-        p.cu_device = at::tensor(c32, at::TensorOptions().dtype(at::kInt)).to(device);
+        p.cu_device = ints_to_device(c32, device);
     }
     return p;
 }
@@ -39,7 +40,7 @@ at::Tensor PackedSequences::positions(at::Device device) const {
     std::vector<std::int64_t> pos(static_cast<std::size_t>(total()));
     for (std::size_t s = 0; s + 1 < cu.size(); ++s)
         for (std::int64_t t = cu[s]; t < cu[s + 1]; ++t) pos[static_cast<std::size_t>(t)] = t - cu[s];
-    return at::tensor(pos, at::TensorOptions().dtype(at::kLong)).to(device);
+    return longs_to_device(pos, device);
 }
 
 namespace {

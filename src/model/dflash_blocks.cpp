@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 #include "data/splitmix.hpp"
 #include "model/attention.hpp"
+#include "model/host_copy.hpp"
 #include "model/tensor_init.hpp"
 
 #include <ATen/ATen.h>
@@ -34,8 +35,11 @@ std::vector<std::int64_t> seq_begin_of_tokens(const std::vector<std::int64_t>& c
 
 DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_mask,
                               const std::vector<std::int64_t>& cu, std::int64_t block_size,
-                              std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma) {
+                              std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma,
+                              const at::Tensor& host_loss_mask) {
     check_inputs(tokens, loss_mask, block_size);
+    if (host_loss_mask.defined() && (host_loss_mask.dim() != 1 || host_loss_mask.size(0) != loss_mask.size(0)))
+        fail("DFlash batch: the host loss mask has {} entries for {} tokens", host_loss_mask.numel(), loss_mask.size(0));
     const at::Device dev = tokens.device();
     auto seqs = PackedSequences::make(cu, tokens.size(0), dev, "DFlash batch");
     const auto begin_of = seq_begin_of_tokens(cu);
@@ -62,9 +66,10 @@ DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_m
             slot[r] = k;
         }
     }
-    auto longs = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(dev); };
+    auto longs = [&](const std::vector<std::int64_t>& v) { return longs_to_device(v, dev); };
     at::Tensor src_t = longs(src), slot_t = longs(slot);
-    at::Tensor inside_t = at::from_blob(inside.data(), {static_cast<std::int64_t>(rows)}, at::kByte).to(dev).to(at::kBool);
+    at::Tensor inside_t =
+        host_to_device(at::from_blob(inside.data(), {static_cast<std::int64_t>(rows)}, at::kByte), dev).to(at::kBool);
     at::Tensor mask_f = loss_mask.to(at::kFloat);
     at::Tensor at_src = tokens.index_select(0, src_t);
     b.block_tokens = at::where(slot_t == 0, at_src, at::full_like(at_src, mask_token_id));
@@ -76,6 +81,22 @@ DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_m
     b.weights = at::where(live, lm * decay, at::zeros_like(lm));
     b.counted = live & (lm > 0.5);
     b.context_positions = seqs.positions(dev);
+    // The scored rows (weights > 0) from the host's copy of the mask, with the weights' own fp32
+    // arithmetic (lm * exp(-(k - 1) / gamma)): no nonzero() on the device, which waits for it.
+    const at::Tensor host = host_loss_mask.defined() ? host_loss_mask : loss_mask.is_cpu() ? loss_mask : at::Tensor();
+    if (host.defined()) {
+        const at::Tensor hm = host.to(at::kCPU, at::kFloat).contiguous();
+        const float* h = hm.data_ptr<float>();
+        std::vector<std::int64_t> scored;
+        for (std::size_t r = 0; r < rows; ++r) {
+            if (!inside[r] || slot[r] == 0) continue;
+            const float decay =
+                gamma > 0 ? std::exp(-static_cast<float>(std::max<std::int64_t>(slot[r] - 1, 0)) / static_cast<float>(gamma))
+                          : 1.f;
+            if (h[src[r]] * decay > 0.f) scored.push_back(static_cast<std::int64_t>(r));
+        }
+        b.scored = longs(scored);
+    }
     return b;
 }
 
@@ -108,11 +129,14 @@ std::vector<std::int64_t> pick_anchors(const std::vector<std::int64_t>& valid, s
 template <typename GenOf>
 DFlashBlocks blocks_from_rule(const at::Tensor& tokens, const at::Tensor& loss_mask, const std::vector<std::int64_t>& cu,
                               std::int64_t block_size, std::int64_t mask_token_id, std::int64_t num_anchors,
-                              double gamma, GenOf&& gen_of) {
+                              double gamma, GenOf&& gen_of, const at::Tensor& host_loss_mask = {}) {
     check_inputs(tokens, loss_mask, block_size);
     if (num_anchors <= 0) fail("DFlash num_anchors must be positive, got {}", num_anchors);
     PackedSequences::make(cu, tokens.size(0), at::kCPU, "DFlash batch");
-    at::Tensor mask = loss_mask.to(at::kCPU, at::kFloat).contiguous();
+    if (host_loss_mask.defined() && (host_loss_mask.dim() != 1 || host_loss_mask.size(0) != loss_mask.size(0)))
+        fail("DFlash batch: the host loss mask has {} entries for {} tokens", host_loss_mask.numel(), loss_mask.size(0));
+    // The host's copy when given: a device mask's copy back waits for all queued device work.
+    at::Tensor mask = (host_loss_mask.defined() ? host_loss_mask : loss_mask).to(at::kCPU, at::kFloat).contiguous();
     const float* m = mask.data_ptr<float>();
     std::vector<std::int64_t> anchors;
     for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
@@ -121,7 +145,7 @@ DFlashBlocks blocks_from_rule(const at::Tensor& tokens, const at::Tensor& loss_m
         const auto chosen = pick_anchors(valid, num_anchors, gen_of(s));
         anchors.insert(anchors.end(), chosen.begin(), chosen.end());
     }
-    return dflash_blocks_at(tokens, loss_mask, cu, block_size, mask_token_id, anchors, gamma);
+    return dflash_blocks_at(tokens, loss_mask, cu, block_size, mask_token_id, anchors, gamma, mask);
 }
 
 } // namespace
@@ -129,10 +153,10 @@ DFlashBlocks blocks_from_rule(const at::Tensor& tokens, const at::Tensor& loss_m
 DFlashBlocks sample_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
                                   const std::vector<std::int64_t>& cu, std::int64_t block_size,
                                   std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
-                                  at::Generator& gen) {
+                                  at::Generator& gen, const at::Tensor& host_loss_mask) {
     if (gen.device().type() != at::kCPU) fail("DFlash anchor sampling needs a CPU generator");
     return blocks_from_rule(tokens, loss_mask, cu, block_size, mask_token_id, num_anchors, gamma,
-                            [&](std::size_t) -> at::Generator& { return gen; });
+                            [&](std::size_t) -> at::Generator& { return gen; }, host_loss_mask);
 }
 
 DFlashBlocks eval_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,

@@ -37,6 +37,9 @@ struct DFlashBlocks {
     at::Tensor weights;          // fp32: loss weight (see above)
     at::Tensor counted;          // bool: slot > 0, inside the sequence, loss_mask > 0.5 (accuracy)
     at::Tensor context_positions;  // [T] int64: each token's position within its sequence
+    // int64 [rows with weight > 0], ascending: (weights > 0).nonzero() found on the host, where the
+    // blocks were made from a host loss mask; undefined otherwise.
+    at::Tensor scored;
 
     std::int64_t num_blocks() const { return static_cast<std::int64_t>(anchors.size()); }
     std::int64_t rows() const { return num_blocks() * block_size; }
@@ -48,11 +51,12 @@ std::vector<std::int64_t> valid_dflash_anchors(const float* loss_mask, std::int6
                                                std::int64_t block_size);
 
 // Anchors drawn with `gen` (a CPU generator). tokens [T] int64 and loss_mask [T] (any numeric
-// or bool dtype) live on the compute device; cu_seqlens are host offsets.
+// or bool dtype) live on the compute device; cu_seqlens are host offsets. host_loss_mask: the same
+// mask on the host if the caller has it (else loss_mask is copied back: a wait for the device).
 DFlashBlocks sample_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss_mask,
                                   const std::vector<std::int64_t>& cu_seqlens, std::int64_t block_size,
                                   std::int64_t mask_token_id, std::int64_t num_anchors, double gamma,
-                                  at::Generator& gen);
+                                  at::Generator& gen, const at::Tensor& host_loss_mask = {});
 
 // Evaluation anchors: the same rule and count, sequence s drawn with its own CPU generator
 // seeded mix64(seed ^ mix64(sample_ids[s] + golden)) (splitmix64, data/splitmix.hpp), so a
@@ -64,9 +68,11 @@ DFlashBlocks eval_dflash_blocks(const at::Tensor& tokens, const at::Tensor& loss
                                 std::uint64_t seed, const std::vector<std::uint64_t>& sample_ids);
 
 // Blocks at given anchors (global token indices, sorted within each sequence): for tests and
-// evaluation.
+// evaluation. host_loss_mask: loss_mask's values on the host, when the caller has them (a CPU
+// loss_mask is its own): the blocks then list their scored rows (DFlashBlocks::scored).
 DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_mask,
                               const std::vector<std::int64_t>& cu_seqlens, std::int64_t block_size,
-                              std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma);
+                              std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma,
+                              const at::Tensor& host_loss_mask = {});
 
 } // namespace hsring::model

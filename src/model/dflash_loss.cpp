@@ -47,8 +47,9 @@ DFlashLossResult dflash_loss_of_output(const at::Tensor& out, const TargetHead& 
         r.loss = r.loss_sum = r.weight_sum = at::zeros({}, f32);
         return r;
     }
-    // Only slots that carry weight are scored: slot 0 and masked labels cost no LM-head work.
-    at::Tensor keep = (blocks.weights > 0).nonzero().squeeze(1);
+    // Only slots that carry weight are scored: slot 0 and masked labels cost no LM-head work. Listed
+    // on the host where the blocks were made from a host mask (nonzero() waits for the device).
+    at::Tensor keep = blocks.scored.defined() ? blocks.scored : (blocks.weights > 0).nonzero().squeeze(1);
     ChunkedCE ce = chunked_cross_entropy(out.index_select(0, keep), head.lm_head.detach(),
                                          blocks.labels.index_select(0, keep), blocks.weights.index_select(0, keep),
                                          options.chunk, options.fp8_lm_head);
@@ -79,7 +80,8 @@ DFlashLossResult dflash_loss(DFlashDrafter& drafter, const TargetHead& head, con
     const auto& c = drafter->config();
     check_dflash_batch(drafter, head, batch);
     DFlashBlocks blocks = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, c.block_size,
-                                               c.mask_token_id, options.num_anchors, options.gamma, gen);
+                                               c.mask_token_id, options.num_anchors, options.gamma, gen,
+                                               batch.loss_mask_host);
     return dflash_loss_for_blocks(drafter, head, batch, blocks, options);
 }
 

@@ -24,6 +24,10 @@ struct DFlashBatch {
     at::Tensor tokens;     // [T] int64
     at::Tensor loss_mask;  // [T] (float/bool/int): which tokens are trained on
     std::vector<std::int64_t> cu_seqlens;  // S+1 host offsets
+    // Optional: loss_mask on the host (the worker has it from the ring slot). Anchor sampling
+    // reads it there instead of copying the device's back, which waited for the device to finish
+    // all queued work (the previous step's optimizer) with nothing queued behind it.
+    at::Tensor loss_mask_host;
 };
 
 struct DFlashLossOptions {

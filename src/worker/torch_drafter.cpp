@@ -11,6 +11,7 @@
 #include "model/dflash_export.hpp"
 #include "model/dflash_loss.hpp"
 #include "model/fused_adamw.hpp"
+#include "model/host_copy.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "distributed/error_text.hpp"
@@ -104,6 +105,7 @@ struct TorchDrafter::Impl {
         PackedBatch batch;
         at::Tensor hidden;     // [L, T, H] view of the buffer
         at::Tensor tokens, loss_mask;
+        at::Tensor loss_mask_host;  // [T] fp32 on the host: anchor sampling reads it (no wait for the device)
         std::size_t buffer = 0;
         double copy_ms = 0;
         std::unique_ptr<transport::StagedCopy> copy;  // releases the slot when the copy completed
@@ -352,8 +354,10 @@ void TorchDrafter::stage(ReadSlot slot, PackedBatch batch, std::vector<std::uint
     const auto T = static_cast<std::int64_t>(batch.n_tokens());
     at::Tensor& buf = m.buffers[b];
     s.hidden = buf.narrow(1, 0, T);
-    s.tokens = at::from_blob(batch.tokens.data(), {T}, at::kInt).to(m.device, at::kLong);
-    s.loss_mask = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(m.device, at::kFloat);
+    // Queued behind the step in flight, not waiting for it (host_copy.hpp).
+    s.tokens = model::host_to_device(at::from_blob(batch.tokens.data(), {T}, at::kInt).to(at::kLong), m.device);
+    s.loss_mask_host = at::from_blob(batch.loss_mask.data(), {T}, at::kByte).to(at::kFloat);
+    s.loss_mask = model::host_to_device(s.loss_mask_host, m.device);
     // The slot goes back to FREE as soon as its copy completed, not when training on it ends.
     s.copy = m.slot_reader().stage(std::move(slot), buf.data_ptr());
     s.batch = std::move(batch);
@@ -388,7 +392,7 @@ BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_
         std::vector<std::int64_t> sub;
         for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
         model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                 s.loss_mask.narrow(0, begin, len), sub};
+                                 s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
         const std::vector<std::uint64_t> ids(sample_ids.begin() + static_cast<std::ptrdiff_t>(first),
                                              sample_ids.begin() + static_cast<std::ptrdiff_t>(last));
         sums.add(model::evaluate_dflash(m.drafter, m.head, batch, ids, m.ctx.cfg.run.seed, m.loss_opts));
@@ -430,7 +434,7 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
         std::vector<std::int64_t> sub;
         for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
         model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                 s.loss_mask.narrow(0, begin, len), sub};
+                                 s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
         at::Generator gen = at::detail::createCPUGenerator(mix64(m.ctx.cfg.run.seed ^ s.batch.positions[first]));
         model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
         if (loss.num_blocks > 0) {

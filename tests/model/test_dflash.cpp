@@ -83,6 +83,31 @@ TEST_CASE("anchors: two trained tokens and a whole block, sorted, min(num_anchor
     CHECK(bool(a.anchors != c.anchors));
 }
 
+TEST_CASE("the scored rows found on the host are the rows of positive weight, for any mask and gamma") {
+    // Masks with fractional and zero entries; gammas with no decay (0), the usual, and one whose
+    // decay underflows to 0 beyond slot 5. The device mask here is on the CPU like the host's, so
+    // both are given: the list must equal (weights > 0).nonzero() exactly.
+    at::Generator g = cpu_generator(11);
+    const at::Tensor tokens = at::arange(60, at::kLong);
+    at::Tensor mask = at::rand({60}, g);
+    mask = at::where(mask < 0.3, at::zeros_like(mask), mask);
+    const std::vector<std::int64_t> cu{0, 17, 40, 60};
+    for (double gamma : {0.0, 7.0, 0.05}) {
+        INFO("gamma " << gamma);
+        at::Generator a = cpu_generator(5);
+        const DFlashBlocks b = sample_dflash_blocks(tokens, mask, cu, 8, 511, 4, gamma, a, mask.clone());
+        REQUIRE(b.num_blocks() > 0);
+        REQUIRE(b.scored.defined());
+        CHECK(at::equal(b.scored, (b.weights > 0).nonzero().squeeze(1)));
+        const DFlashBlocks at_anchors = dflash_blocks_at(tokens, mask, cu, 8, 511, b.anchors, gamma);
+        CHECK(at::equal(at_anchors.scored, b.scored));  // a CPU mask is its own host copy
+    }
+    // A host mask of the wrong length is refused with the counts.
+    at::Generator a = cpu_generator(5);
+    CHECK(error_of([&] { sample_dflash_blocks(tokens, mask, cu, 8, 511, 4, 7.0, a, mask.narrow(0, 0, 59)); })
+              .find("59 entries for 60 tokens") != std::string::npos);
+}
+
 TEST_CASE("anchors: none in a sequence shorter than a block or without two consecutive trained tokens") {
     // Sequences [0,3) all trained but shorter than B = 4; [3,13) trained every other token;
     // [13,20) trained at 13..14 and 18..19 only: 18 + 4 > 20, and 13 + 4 <= 20 is the one valid.
