@@ -6,8 +6,9 @@
 //   read 2  out_j = e4m3(y_j * inv), inv = (1 / max(amax, 1e-12)) * 448 (fp32, round to nearest,
 //           saturating at 448); scale[row] = max(amax, 1e-12) / 448
 //
-// where y is the row itself, or what a prologue makes of it in the same reads (its result never
-// written to memory):
+// (None and RmsNorm rows of up to 2,048 16-byte packs come from memory once, into registers; the
+// passes read them there) where y is the row itself, or what a prologue makes of it in the same
+// reads (its result never written to memory):
 //
 //   None     y_j = x_j, or x_j * col_scale[j] (fp32 product) when col_scale is given
 //   RmsNorm  y_j = T(x_j * rstd * w_j), rstd = 1 / sqrt(mean_j x_j^2 + eps) in fp32 (a third read

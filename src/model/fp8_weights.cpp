@@ -59,7 +59,7 @@ at::Tensor run_row_kernel(kernels::QuantizeRowsFp8Args a, const at::Tensor& t, a
 // products) are quantised instead.
 at::Tensor quantize_rows_into(const at::Tensor& t, at::Tensor out, const at::Tensor& col_scale = {}) {
 #if HSRING_KERNELS_ON
-    // On the GPU one kernel does the same arithmetic in two reads of t (src/kernels/fp8_rows.hpp).
+    // On the GPU one kernel does the same arithmetic in one or two reads of t (src/kernels/fp8_rows.hpp).
     const bool cols_ok = !col_scale.defined() || (col_scale.is_cuda() && col_scale.scalar_type() == at::kFloat &&
                                                   col_scale.is_contiguous() && col_scale.numel() == t.size(1));
     if (kernel_takes(t) && out.is_contiguous() && cols_ok) {
