@@ -192,6 +192,24 @@ namespace {
 // Parameters of one drafter decoder layer (drafter_params without fc and the two norms).
 u64 drafter_layer_params(const Dims& m) { return m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + 2 * m.d; }
 
+// What one drafter layer's linear weights keep for backward with [train] matmul = "fp8"
+// (fp8_linear.hpp): each weight's e4m3 copy, 1 B per parameter + a 4 B scale per output row,
+// instead of its compute-dtype cast; k and v twice (the block rows' and the context's products
+// quantise them separately). A weight with a dimension not a multiple of 16 runs as a plain linear
+// (its cast, once). Returns {bytes, parameters so covered}.
+std::pair<u64, u64> fp8_layer_saved(const Dims& m, u64 e) {
+    struct W {
+        u64 in, out, uses;
+    };
+    u64 bytes = 0, params = 0;
+    for (const W& w : {W{m.h, m.q, 1}, W{m.h, m.k, 2}, W{m.h, m.k, 2}, W{m.q, m.h, 1}, W{m.h, m.i, 1}, W{m.h, m.i, 1},
+                       W{m.i, m.h, 1}}) {
+        params += w.in * w.out;
+        bytes += w.in % 16 == 0 && w.out % 16 == 0 ? w.uses * (w.in * w.out + 4 * w.out) : w.in * w.out * e;
+    }
+    return {bytes, params};
+}
+
 enum class DrafterPeak { LossChunk, LayerBackward, RecomputeForward, RecomputeFirstLayer, RecomputeLastLayer };
 
 // What one micro-batch costs a drafter (DFlashDrafterImpl::forward, dflash_loss, chunked CE).
@@ -375,7 +393,14 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
                                        "x 1 B each, + row scales (its quantised gradient rows fit the logits' bound)",
                                        num(m.v), m.h)});
     w.parts.push_back({"fp32_master_weights", p * 4, fmt::format("{} parameters x 4 B", num(p))});
-    if (!x.recompute)
+    if (!x.recompute && cfg.train.matmul == Matmul::FP8 && e < 4) {
+        const auto [layer_bytes, layer_params] = fp8_layer_saved(m, e);
+        w.parts.push_back({"bf16_weight_casts", (p - nl * layer_params) * e + nl * layer_bytes,
+                           fmt::format("[train] matmul = \"fp8\": fc and norms ({} parameters) x {} B, the forward's casts; "
+                                       "the layers' linear weights as saved e4m3 copies, {} x {} (1 B per parameter, k and v "
+                                       "twice, + row scales)",
+                                       num(p - nl * layer_params), e, nl, gib(layer_bytes))});
+    } else if (!x.recompute)
         w.parts.push_back({"bf16_weight_casts", e < 4 ? p * e : 0,
                            e < 4 ? fmt::format("{} parameters x {} B: the forward's casts, saved for backward", num(p), e)
                                  : std::string("none: the CPU computes in fp32")});
