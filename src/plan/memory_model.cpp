@@ -196,8 +196,8 @@ u64 drafter_layer_params(const Dims& m) { return m.h * (m.q + 2 * m.k) + m.q * m
 // (fp8_linear.hpp): each weight's e4m3 copy, 1 B per parameter + a 4 B scale per output row,
 // instead of its compute-dtype cast; k and v twice (the block rows' and the context's products
 // quantise them separately). A weight with a dimension not a multiple of 16 runs as a plain linear
-// (its cast, once). Returns {bytes, parameters so covered}.
-std::pair<u64, u64> fp8_layer_saved(const Dims& m, u64 e) {
+// (its cast, once: cast_e bytes per parameter, 0 in fp32). Returns {bytes, parameters so covered}.
+std::pair<u64, u64> fp8_layer_saved(const Dims& m, u64 cast_e) {
     struct W {
         u64 in, out, uses;
     };
@@ -205,7 +205,7 @@ std::pair<u64, u64> fp8_layer_saved(const Dims& m, u64 e) {
     for (const W& w : {W{m.h, m.q, 1}, W{m.h, m.k, 2}, W{m.h, m.k, 2}, W{m.q, m.h, 1}, W{m.h, m.i, 1}, W{m.h, m.i, 1},
                        W{m.i, m.h, 1}}) {
         params += w.in * w.out;
-        bytes += w.in % 16 == 0 && w.out % 16 == 0 ? w.uses * (w.in * w.out + 4 * w.out) : w.in * w.out * e;
+        bytes += w.in % 16 == 0 && w.out % 16 == 0 ? w.uses * (w.in * w.out + 4 * w.out) : w.in * w.out * cast_e;
     }
     return {bytes, params};
 }
@@ -393,13 +393,16 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
                                        "x 1 B each, + row scales (its quantised gradient rows fit the logits' bound)",
                                        num(m.v), m.h)});
     w.parts.push_back({"fp32_master_weights", p * 4, fmt::format("{} parameters x 4 B", num(p))});
-    if (!x.recompute && cfg.train.matmul == Matmul::FP8 && e < 4) {
-        const auto [layer_bytes, layer_params] = fp8_layer_saved(m, e);
-        w.parts.push_back({"bf16_weight_casts", (p - nl * layer_params) * e + nl * layer_bytes,
+    if (!x.recompute && cfg.train.matmul == Matmul::FP8) {
+        // The casts of the rest: none where the compute dtype is fp32 (the CPU, which emulates the
+        // FP8 products and keeps the same e4m3 copies).
+        const u64 cast_e = e < 4 ? e : 0;
+        const auto [layer_bytes, layer_params] = fp8_layer_saved(m, cast_e);
+        w.parts.push_back({"bf16_weight_casts", (p - nl * layer_params) * cast_e + nl * layer_bytes,
                            fmt::format("[train] matmul = \"fp8\": fc and norms ({} parameters) x {} B, the forward's casts; "
                                        "the layers' linear weights as saved e4m3 copies, {} x {} (1 B per parameter, k and v "
                                        "twice, + row scales)",
-                                       num(p - nl * layer_params), e, nl, gib(layer_bytes))});
+                                       num(p - nl * layer_params), cast_e, nl, gib(layer_bytes))});
     } else if (!x.recompute)
         w.parts.push_back({"bf16_weight_casts", e < 4 ? p * e : 0,
                            e < 4 ? fmt::format("{} parameters x {} B: the forward's casts, saved for backward", num(p), e)
