@@ -14,13 +14,16 @@
 namespace hsring::model {
 namespace {
 
-void check_inputs(const at::Tensor& tokens, const at::Tensor& loss_mask, std::int64_t block_size) {
+void check_inputs(const at::Tensor& tokens, const at::Tensor& loss_mask, std::int64_t block_size,
+                  const at::Tensor& host_loss_mask) {
     if (tokens.dim() != 1 || tokens.scalar_type() != at::kLong)
         fail("DFlash batch: tokens must be a 1-D int64 tensor");
     if (loss_mask.dim() != 1 || loss_mask.size(0) != tokens.size(0))
         fail("DFlash batch: loss_mask must be 1-D with one entry per token ({}), got {} entries", tokens.size(0),
              loss_mask.dim() == 1 ? loss_mask.size(0) : -1);
     if (block_size < 2) fail("DFlash block_size {} must be at least 2", block_size);
+    if (host_loss_mask.defined() && (host_loss_mask.dim() != 1 || host_loss_mask.size(0) != loss_mask.size(0)))
+        fail("DFlash batch: the host loss mask has {} entries for {} tokens", host_loss_mask.numel(), loss_mask.size(0));
 }
 
 // The sequence each token belongs to's first token (host).
@@ -37,9 +40,7 @@ DFlashBlocks dflash_blocks_at(const at::Tensor& tokens, const at::Tensor& loss_m
                               const std::vector<std::int64_t>& cu, std::int64_t block_size,
                               std::int64_t mask_token_id, const std::vector<std::int64_t>& anchors, double gamma,
                               const at::Tensor& host_loss_mask) {
-    check_inputs(tokens, loss_mask, block_size);
-    if (host_loss_mask.defined() && (host_loss_mask.dim() != 1 || host_loss_mask.size(0) != loss_mask.size(0)))
-        fail("DFlash batch: the host loss mask has {} entries for {} tokens", host_loss_mask.numel(), loss_mask.size(0));
+    check_inputs(tokens, loss_mask, block_size, host_loss_mask);
     const at::Device dev = tokens.device();
     auto seqs = PackedSequences::make(cu, tokens.size(0), dev, "DFlash batch");
     const auto begin_of = seq_begin_of_tokens(cu);
@@ -130,11 +131,9 @@ template <typename GenOf>
 DFlashBlocks blocks_from_rule(const at::Tensor& tokens, const at::Tensor& loss_mask, const std::vector<std::int64_t>& cu,
                               std::int64_t block_size, std::int64_t mask_token_id, std::int64_t num_anchors,
                               double gamma, GenOf&& gen_of, const at::Tensor& host_loss_mask = {}) {
-    check_inputs(tokens, loss_mask, block_size);
+    check_inputs(tokens, loss_mask, block_size, host_loss_mask);
     if (num_anchors <= 0) fail("DFlash num_anchors must be positive, got {}", num_anchors);
     PackedSequences::make(cu, tokens.size(0), at::kCPU, "DFlash batch");
-    if (host_loss_mask.defined() && (host_loss_mask.dim() != 1 || host_loss_mask.size(0) != loss_mask.size(0)))
-        fail("DFlash batch: the host loss mask has {} entries for {} tokens", host_loss_mask.numel(), loss_mask.size(0));
     // The host's copy when given: a device mask's copy back waits for all queued device work.
     at::Tensor mask = (host_loss_mask.defined() ? host_loss_mask : loss_mask).to(at::kCPU, at::kFloat).contiguous();
     const float* m = mask.data_ptr<float>();
