@@ -2,6 +2,7 @@
 
 #include "kernels/elements.cuh"
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -10,13 +11,16 @@ namespace hsring::kernels {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr float kE4M3Max = 448.f;
+constexpr float kMinAmax = 1e-12f;  // as fp8_weights.cpp
 
 // A partial softmax of some of a row's entries: max m, the first index holding it, and the sum of
-// exp(x - m) over those entries except the label.
+// exp(x - m) over those entries except the label; mo: the max over those entries except the label.
 struct Partial {
     float m;
     long long arg;
     float s;
+    float mo;
 };
 
 __device__ __forceinline__ Partial combine(Partial a, Partial b) {
@@ -28,7 +32,7 @@ __device__ __forceinline__ Partial combine(Partial a, Partial b) {
     // a holds the larger max (the lower index on ties); rescale b's sum to it. An empty partial
     // (m = -inf, s = 0) adds nothing; exp(-inf - -inf) is never taken.
     const float bs = b.s == 0.f ? 0.f : b.s * __expf(b.m - a.m);
-    return {a.m, a.arg, a.s + bs};
+    return {a.m, a.arg, a.s + bs, fmaxf(a.mo, b.mo)};
 }
 
 // Folds VEC entries starting at index j into p.
@@ -44,6 +48,7 @@ __device__ __forceinline__ void fold(Partial& p, const Pack<T, VEC>& v, long lon
             vm = x[k];
             vi = k;
         }
+        if (j + k != label) p.mo = fmaxf(p.mo, x[k]);
     }
     if (vm > p.m) {
         p.s = p.s == 0.f ? 0.f : p.s * __expf(p.m - vm);
@@ -62,7 +67,7 @@ __device__ __forceinline__ void fold(Partial& p, const Pack<T, VEC>& v, long lon
 __device__ __forceinline__ Partial warp_reduce(Partial p) {
     for (int off = 16; off > 0; off >>= 1) {
         Partial o{__shfl_down_sync(0xffffffffu, p.m, off), __shfl_down_sync(0xffffffffu, p.arg, off),
-                  __shfl_down_sync(0xffffffffu, p.s, off)};
+                  __shfl_down_sync(0xffffffffu, p.s, off), __shfl_down_sync(0xffffffffu, p.mo, off)};
         p = combine(p, o);
     }
     return p;
@@ -74,7 +79,7 @@ __device__ Partial block_reduce(Partial p, Partial* shared) {
     if (lane == 0) shared[warp] = p;
     __syncthreads();
     if (warp == 0) {
-        p = warp_reduce(lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : Partial{-INFINITY, 0, 0.f});
+        p = warp_reduce(lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : Partial{-INFINITY, 0, 0.f, -INFINITY});
         if (lane == 0) shared[0] = p;
     }
     __syncthreads();
@@ -87,7 +92,8 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(T* __restrict__ logits, long long rows, long long vocab, long long stride,
                               const long long* __restrict__ labels, float* __restrict__ loss,
-                              std::uint8_t* __restrict__ correct, bool write_grad) {
+                              std::uint8_t* __restrict__ correct, bool write_grad, std::uint8_t* __restrict__ grad_fp8,
+                              float* __restrict__ grad_scale) {
     using P = Pack<T, VEC>;
     __shared__ Partial shared[kThreads / 32];
     const long long packs = vocab / VEC;
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kThreads)
         T* x = logits + row * stride;
         const long long y = labels[row];
         const bool label_ok = y >= 0 && y < vocab;
-        Partial p{-INFINITY, 0, 0.f};
+        Partial p{-INFINITY, 0, 0.f, -INFINITY};
         for (long long i = threadIdx.x; i < packs; i += blockDim.x)
             fold<T, VEC>(p, *reinterpret_cast<const P*>(x + i * VEC), i * VEC, y);
         const Partial r = block_reduce(p, shared);
@@ -108,6 +114,26 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (!write_grad) continue;
         const float inv = 1.f / s_all, minus_rest = -r.s * inv;
+        if (grad_fp8) {
+            // The largest |g_j|: the largest other entry's p_j, or |p_label - 1| (the same fp32
+            // expressions as the values below; a value a rounding above amax saturates at 448).
+            const float amax = fmaxf(fmaxf(__expf(r.mo - r.m) * inv, -minus_rest), kMinAmax);
+            const float q = __frcp_rn(amax) * kE4M3Max;
+            if (threadIdx.x == 0) grad_scale[row] = __fdiv_rn(amax, kE4M3Max);
+            std::uint8_t* out = grad_fp8 + row * vocab;
+            for (long long i = threadIdx.x; i < packs; i += blockDim.x) {
+                const P v = *reinterpret_cast<const P*>(x + i * VEC);
+                Pack<std::uint8_t, VEC> b;
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const long long j = i * VEC + k;
+                    const float g = j == y ? minus_rest : __expf(to_f(v.v[k]) - r.m) * inv;
+                    b.v[k] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(g * q, __NV_SATFINITE, __NV_E4M3));
+                }
+                *reinterpret_cast<Pack<std::uint8_t, VEC>*>(out + i * VEC) = b;
+            }
+            continue;
+        }
         __syncthreads();  // every thread has read x[y] before its entry is overwritten
         for (long long i = threadIdx.x; i < packs; i += blockDim.x) {
             P v = *reinterpret_cast<const P*>(x + i * VEC);
@@ -124,17 +150,20 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T> int launch(const CrossEntropyRowsArgs& a) {
     if (a.rows == 0) return 0;
     constexpr int kVec = kVec16<T>;
-    const bool vec = a.vocab % kVec == 0 && a.row_stride % kVec == 0 && aligned16(a.logits);
+    const bool vec = a.vocab % kVec == 0 && a.row_stride % kVec == 0 && aligned16(a.logits) &&
+                     (a.grad_fp8 == nullptr || reinterpret_cast<std::uintptr_t>(a.grad_fp8) % kVec == 0);
     const unsigned grid = static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535);
     auto* stream = static_cast<cudaStream_t>(a.stream);
     T* x = static_cast<T*>(a.logits);
     const auto* labels = reinterpret_cast<const long long*>(a.labels);
     if (vec)
         cross_entropy_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(x, a.rows, a.vocab, a.row_stride, labels,
-                                                                         a.loss, a.correct, a.write_grad);
+                                                                         a.loss, a.correct, a.write_grad, a.grad_fp8,
+                                                                         a.grad_scale);
     else
         cross_entropy_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(x, a.rows, a.vocab, a.row_stride, labels,
-                                                                      a.loss, a.correct, a.write_grad);
+                                                                      a.loss, a.correct, a.write_grad, a.grad_fp8,
+                                                                         a.grad_scale);
     return 0;  // launch_checked() reads the launch's own error
 }
 
@@ -143,6 +172,7 @@ template <typename T> int launch(const CrossEntropyRowsArgs& a) {
 LaunchStatus cross_entropy_rows(const CrossEntropyRowsArgs& a) {
     return launch_checked([&] {
         if (a.rows < 0 || a.vocab <= 0 || a.row_stride < a.vocab) return static_cast<int>(cudaErrorInvalidValue);
+        if (a.grad_fp8 != nullptr && (!a.write_grad || a.grad_scale == nullptr)) return static_cast<int>(cudaErrorInvalidValue);
         return with_element_type(a.dtype, [&](auto t) { return launch<decltype(t)>(a); });
     });
 }

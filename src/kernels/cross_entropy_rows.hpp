@@ -8,6 +8,12 @@
 //   read 2  (write_grad) x_j <- p_j = exp(x_j - M) / S, rounded once, in place; the label entry
 //           <- p_label - 1 = -S' / S, so a confident row keeps its small gradient (no 1 - p
 //           rounded near 1)
+//           or, with grad_fp8, the same fp32 values quantised to e4m3 per row into grad_fp8 (the
+//           logits left as they are): amax = max(exp(M' - M) / S, S' / S) with M' the largest
+//           logit other than the label's, known after read 1, so no third read; scale = amax / 448
+//           and the bytes as model/fp8_weights.cpp rounds them ([train] lm_head = "fp8": the
+//           gradient's product with the head takes these bytes; the bf16 g and its two quantising
+//           reads are gone)
 //
 // ATen's composition read the [rows, vocab] logits six times and wrote them once (max, a
 // three-pass softmax, the sum of the others); this reads them twice and writes once.
@@ -23,6 +29,8 @@ struct CrossEntropyRowsArgs {
     float* loss = nullptr;           // [rows]: -log p_label
     std::uint8_t* correct = nullptr; // [rows]: 1 when the first argmax is the label
     bool write_grad = false;
+    std::uint8_t* grad_fp8 = nullptr;  // write_grad: [rows, vocab] e4m3, contiguous, 16-byte aligned (or null: in place)
+    float* grad_scale = nullptr;       // with grad_fp8: [rows] the row's dequantisation scale
     Dtype dtype = Dtype::BFloat16;
     void* stream = nullptr;          // cudaStream_t
 };

@@ -172,10 +172,11 @@ template <typename T, int VEC, typename Row> void launch_row(const QuantizeRowsF
     const unsigned grid = static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535);
     auto* stream = static_cast<cudaStream_t>(a.stream);
     const T* x = static_cast<const T*>(a.input);
-    // Every row that fits is read once. (H200 trace: 12,288-wide column-scaled rows ~280 -> ~120 us
-    // with this and the packed scales; 4,096-wide bf16 rows 30-50 -> 60-80 us, the registers cost
-    // occupancy: caching only rows of 16 KiB and more is the next change to time.)
-    if (Row::kCache > 0 && a.cols / VEC <= static_cast<long long>(Row::kCache) * kThreads)
+    // Cached only for rows of 16 KiB and more: shorter ones re-read from L1/L2 at no cost, and the
+    // cache's registers (two blocks per SM instead of six) made them slower (H200 trace: a bf16 row
+    // of 4,096 took 60-80 us cached, 30-50 us re-read; of 12,288 with column scales ~120 vs ~280).
+    if (Row::kCache > 0 && a.cols * static_cast<long long>(sizeof(T)) >= 16384 &&
+        a.cols / VEC <= static_cast<long long>(Row::kCache) * kThreads)
         quantize_rows_kernel<T, VEC, Row::kCache><<<grid, kThreads, 0, stream>>>(x, a.rows, a.cols, a.row_stride, a.output,
                                                                             a.scale, op);
     else

@@ -29,9 +29,10 @@ bool fused_rows(const at::Tensor& hidden) {
 }
 
 // The kernel on one chunk: per-row -log p_label into row_loss (fp32), argmax == label into
-// correct (bool), and with write_grad the logits overwritten by softmax - onehot.
+// correct (bool), and with write_grad the logits overwritten by softmax - onehot, or with grad_fp8
+// that quantised per row into *grad_fp8 (its first logits.size(0) rows; the logits left as they are).
 void cross_entropy_rows(at::Tensor& logits, const at::Tensor& labels, at::Tensor& row_loss, at::Tensor& correct,
-                        bool write_grad) {
+                        bool write_grad, Fp8Rows* grad_fp8 = nullptr) {
 #if HSRING_KERNELS_ON
     HSRING_ASSERT(logits.dim() == 2 && logits.stride(1) == 1 && labels.is_contiguous() &&
                   labels.scalar_type() == at::kLong && row_loss.is_contiguous() && correct.is_contiguous() &&
@@ -46,12 +47,18 @@ void cross_entropy_rows(at::Tensor& logits, const at::Tensor& labels, at::Tensor
     a.loss = row_loss.data_ptr<float>();
     a.correct = reinterpret_cast<std::uint8_t*>(correct.data_ptr<bool>());
     a.write_grad = write_grad;
+    if (grad_fp8) {
+        HSRING_ASSERT(write_grad && grad_fp8->data.is_contiguous() && grad_fp8->data.size(1) == a.vocab &&
+                      grad_fp8->data.size(0) >= a.rows && grad_fp8->scale.is_contiguous());
+        a.grad_fp8 = static_cast<std::uint8_t*>(grad_fp8->data.data_ptr());
+        a.grad_scale = grad_fp8->scale.data_ptr<float>();
+    }
     a.dtype = kernel_call::dtype(logits.scalar_type());
     a.stream = kernel_call::stream(logits);
     kernel_call::check(kernels::cross_entropy_rows(a), "cross-entropy kernel on {} [{} x {}]", logits.device().str(),
                        a.rows, a.vocab);
 #else
-    (void)logits, (void)labels, (void)row_loss, (void)correct, (void)write_grad;
+    (void)logits, (void)labels, (void)row_loss, (void)correct, (void)write_grad, (void)grad_fp8;
     HSRING_ASSERT(false, "cross_entropy_rows without src/kernels");
 #endif
 }
@@ -93,12 +100,17 @@ std::pair<at::Tensor, at::Tensor> ce_pass(const at::Tensor& hidden, const at::Te
         if (fused) {
             at::Tensor row_loss = at::empty({c}, hidden.options().dtype(at::kFloat));
             at::Tensor hit = correct.narrow(0, s, c);
-            cross_entropy_rows(logits, labels64.narrow(0, s, c), row_loss, hit, grad != nullptr);
+            // FP8: the kernel writes softmax - onehot already quantised per row, from its fp32
+            // values (no bf16 copy of g, no quantising pass over it).
+            Fp8Rows gq;
+            if (fp8 && grad) gq = empty_fp8_rows(c, logits.size(1), logits);
+            cross_entropy_rows(logits, labels64.narrow(0, s, c), row_loss, hit, grad != nullptr, gq.defined() ? &gq : nullptr);
             loss.add_((row_loss * w.squeeze(1)).sum());
             if (!grad) continue;
             at::Tensor g = grad->narrow(0, s, c);
-            if (fp8) {  // logits now hold softmax - onehot
-                at::mul_out(g, fp8_dense(logits, fp8->grad), w);
+            if (fp8) {
+                logits = at::Tensor();  // its memory for the product's output
+                at::mul_out(g, fp8_dense(gq, fp8->grad, hidden.scalar_type()), w);
             } else {
                 at::mm_out(g, logits, w_head);
                 g.mul_(w);

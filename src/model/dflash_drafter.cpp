@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 #include "model/attention.hpp"
 #include "model/fp8_linear.hpp"
+#include "model/fused_swiglu.hpp"
 #include "model/ops.hpp"
 #include "model/recompute.hpp"
 #include "model/safetensors.hpp"
@@ -61,7 +62,7 @@ at::Tensor layer_forward(const at::Tensor& x, const at::Tensor& ctx, const std::
     at::Tensor y = x + project(o.reshape({rows, s.hq * s.d}), {w[O]})[0];
     at::Tensor m = rms_norm(y, w[PostNorm], s.eps);
     auto gate_up = project(m, {w[Gate], w[Up]});
-    return y + project(at::silu(take(gate_up[0])) * take(gate_up[1]), {w[Down]})[0];
+    return y + project(fused_swiglu(take(gate_up[0]), take(gate_up[1])), {w[Down]})[0];
 }
 
 } // namespace

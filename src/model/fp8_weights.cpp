@@ -161,6 +161,13 @@ Fp8Rows fp8_rows(const at::Tensor& x, const at::Tensor& col_scale) {
     return q;
 }
 
+Fp8Rows empty_fp8_rows(std::int64_t rows, std::int64_t cols, const at::Tensor& like) {
+    Fp8Rows q = empty_rows(rows, cols, like);
+    q.scale = at::ones({q.data.size(0), 1}, like.options().dtype(at::kFloat));
+    if (q.data.size(0) > rows) q.data.narrow(0, rows, q.data.size(0) - rows).zero_();
+    return q;
+}
+
 Fp8Rows fp8_rms_norm_rows(const at::Tensor& x, const at::Tensor& w, double eps) {
     HSRING_ASSERT(x.dim() == 2 && w.dim() == 1 && w.size(0) == x.size(1), "fp8_rms_norm_rows: x {}, weight {}",
                   shape_str(x.sizes()), shape_str(w.sizes()));

@@ -59,8 +59,14 @@ struct Fp8Rows {
     at::Tensor data;        // [padded rows, cols] float8_e4m3fn
     at::Tensor scale;       // [padded rows, 1] float32
     std::int64_t rows = 0;  // the input's rows
+    bool defined() const { return data.defined(); }
 };
 Fp8Rows fp8_rows(const at::Tensor& x, const at::Tensor& col_scale = {});
+
+// Rows for a kernel that quantises as fp8_rows does and writes them itself (the cross-entropy's
+// gradient, chunked_ce.cpp): data [rows (+ zero rows up to what _scaled_mm takes, on the GPU),
+// cols] e4m3, scale [same, 1] fp32 all ones; the kernel fills the first `rows` of both.
+Fp8Rows empty_fp8_rows(std::int64_t rows, std::int64_t cols, const at::Tensor& like);
 
 // Rows quantised after what made them, in the same pass on the GPU (the intermediate never
 // written in bf16; the frozen target's forward, no autograd). Elsewhere the ATen composition.

@@ -2,7 +2,7 @@
 // target forward against the fp32 path, random init reproducible on the device, and the bf16
 // drafter step against the fp32 CPU step on the same weights and blocks, FP8 matmuls (_scaled_mm on
 // the tensor cores) against fp64 and the bf16 drafter step, the fused AdamW step against torch's,
-// the fused RoPE and cross-entropy kernels against fp64, the block attention's masks built on the
+// the fused RoPE and cross-entropy kernels against fp64, the fused SwiGLU against ATen, the block attention's masks built on the
 // GPU against the CPU's.
 #include "adamw_check.hpp"
 #include "ce_reference.hpp"
@@ -12,6 +12,7 @@
 #include "model/expert_dispatch.hpp"
 #include "model/fp8_linear.hpp"
 #include "model/fp8_weights.hpp"
+#include "model/fused_swiglu.hpp"
 #include "model/fused_rope.hpp"
 #include "model/gpt_oss_mlp.hpp"
 #include "model/ops.hpp"
@@ -549,6 +550,33 @@ TEST_CASE("an FP8 LM head on the GPU (_scaled_mm, the row-quantisation kernel) a
     // vs fp64: e4m3 on both operands of both products (as the CPU test: loss 3%, gradient rows 15%).
     CHECK(std::abs(loss - ref) / ref < 3e-2);
     CHECK(vs_exact.max().item<double>() < 0.15);
+}
+
+TEST_CASE("fused SwiGLU on the GPU (one kernel each way) equals ATen's silu(gate) * up and its autograd") {
+    test::require_gpu_or_skip();
+    // bf16 and fp32; a shape of whole 16-byte packs and an odd one (the scalar path).
+    for (at::ScalarType dt : {at::kBFloat16, at::kFloat})
+        for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1000, 3072}, {7, 13}}) {
+            INFO(c10::toString(dt) << " [" << rows << ", " << cols << "]");
+            const auto opt = at::TensorOptions().device(kCuda);
+            const at::Tensor g0 = (at::randn({rows, cols}, opt) * 3).to(dt), u0 = at::randn({rows, cols}, opt).to(dt);
+            const at::Tensor dy = at::randn({rows, cols}, opt).to(dt);
+            at::Tensor g1 = g0.clone().requires_grad_(true), u1 = u0.clone().requires_grad_(true);
+            at::Tensor g2 = g0.clone().requires_grad_(true), u2 = u0.clone().requires_grad_(true);
+            const at::Tensor fused = fused_swiglu(g1, u1), aten = at::silu(g2) * u2;
+            (fused * dy).sum().backward();
+            (aten * dy).sum().backward();
+            auto differ = [](const at::Tensor& a, const at::Tensor& b) {
+                return a.ne(b).sum().item<double>() / double(a.numel());
+            };
+            const double dy_differ = differ(fused, aten), dg_differ = differ(g1.grad(), g2.grad()),
+                         du_differ = differ(u1.grad(), u2.grad());
+            MESSAGE("elements differing from ATen: y " << dy_differ << ", dgate " << dg_differ << ", dup " << du_differ);
+            CHECK(dy_differ == 0);   // the same IEEE operations
+            CHECK(du_differ == 0);
+            CHECK(dg_differ < 1e-3);  // silu_backward's fp32 expression: a contraction may differ by an ulp
+            CHECK(rel_err(g1.grad(), g2.grad().to(at::kDouble)) < 1e-3);
+        }
 }
 
 TEST_CASE("block attention plan on the GPU: the same masks, key gather and row places as on the CPU") {
