@@ -15,6 +15,7 @@
 # RESPONSES=target: [data] responses = "target" (the target answers every prompt, greedy, MAX_NEW
 # (64) new tokens, no stop token: preset weights); the kill schedule (checkpoint_every = CKPT, 6)
 # with answers re-generated for every re-issued sample.
+# FP8=1: the FP8 target and the FP8 drafter ([target] weights, [train] matmul and lm_head = "fp8").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -23,6 +24,10 @@ cfg="$work/resume.toml"
 sed -e "s/^name = .*/name = \"resume\"/" -e "s|^path = .*|path = \"$root/runs/long.jsonl\"|" \
     -e "s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" \
     -e "s/^checkpoint_every = .*/checkpoint_every = ${CKPT:-6}/" config/qwen3-8b-1t1d.toml > "$cfg"
+# FP8=1: [target] weights, [train] matmul and lm_head = "fp8" (issue 23's paths under the same kills).
+if [ "${FP8:-0}" = 1 ]; then
+  sed -i -e 's/^dtype = "bf16"/dtype = "bf16"\nweights = "fp8"/' -e 's/^lr = /matmul = "fp8"\nlm_head = "fp8"\nlr = /' "$cfg"
+fi
 if [ "${RESPONSES:-dataset}" = target ]; then
   sed -i -e 's/^epochs = .*/epochs = 1\nresponses = "target"/' "$cfg"
   printf '[generate]\nmax_new_tokens = %s\nstop_token_ids = []\n' "${MAX_NEW:-64}" >> "$cfg"
