@@ -240,8 +240,10 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     x.rows = mb.blocks * b;
     // Saved for backward per layer and block row: layer input and its norm (2H); q projection,
     // its copy for the grouped SDPA, SDPA out, concatenated out (4Q); k projection before k_norm
-    // (K); MLP input and its norm (2H); gate, silu, up, product (4I).
-    x.row = 4 * m.h + 4 * m.q + m.k + 4 * m.i;
+    // (K); MLP input and its norm (2H); gate, up, product (3I) on a GPU, where silu(gate) * up is
+    // one kernel (model/fused_swiglu.cpp: silu(gate) is never kept), + silu(gate) (4I) on the CPU.
+    const u64 mlp_rows = place.is_cpu() ? 4 : 3;
+    x.row = 4 * m.h + 4 * m.q + m.k + mlp_rows * m.i;
     // Per layer besides: each group's concatenated keys and values [context prefix | block rows]
     // (2K per key), the context's k projection before k_norm (K per token), fp32 RMSNorm rstd
     // and attention log-sum-exp (2 + Hq + Hkv + Hq per row).
@@ -259,12 +261,14 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     x.keep = mb.blocks * (b - 1);
     // While the loss runs: the drafter output, its scored rows and their gradient (CE saves it).
     x.ce_rows = x.rows * m.h * e + 2 * x.keep * m.h * e;
-    // One chunk of logits and their softmax, both in the compute dtype (chunked_cross_entropy's
-    // ATen path): 2 x e B per logit. On a GPU with src/kernels the softmax is written over the
-    // logits (e B per logit): the plan stays an upper bound there, by one chunk x vocab x e (the
-    // H200 peaks it is tested against were measured before that kernel).
+    // One chunk of logits and their gradient. On the CPU (chunked_cross_entropy's ATen path) the
+    // logits and their softmax, both in the compute dtype: 2 x e B per logit. On a GPU the
+    // cross-entropy kernel writes softmax - onehot over the logits (e B per logit), or with
+    // [train] lm_head = "fp8" beside them as e4m3 rows (e + 1 B per logit; the logits are freed
+    // before the gradient's product).
     x.chunk = std::min<u64>(cfg.train.loss_chunk, std::max<u64>(x.keep, 1));
-    x.logits = x.chunk * m.v * 2 * e;
+    const u64 per_logit = place.is_cpu() ? 2 * e : e + (cfg.train.lm_head == Matmul::FP8 ? 1 : 0);
+    x.logits = x.chunk * m.v * per_logit;
     x.grads = drafter_params(d.target, nl, d.layer_ids.size()) * 4;
     x.grads_now = grads_in_forward ? x.grads : 0;
 
@@ -295,16 +299,17 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     const u64 ce = x.grads_now + fc_casts + nl * row_bytes + shared + x.ce_rows + x.logits;
     // (2) The last layer's forward without grad: its C++ locals live until it returns: h, y, m,
     //     the down projection and the sum (5H), q and attention out (2Q), k and v of the block
-    //     rows (2K), gate/silu/up/product (4I) per row; the context's k and v (2K per token);
-    //     the k/v casts and the down projection's cast.
-    const u64 nograd = x.rows * (5 * m.h + 2 * m.q + 2 * m.k + 4 * m.i) * e + t * 2 * m.k * e +
+    //     rows (2K), gate/up/product (+ silu on the CPU: mlp_rows x I) per row; the context's k
+    //     and v (2K per token); the k/v casts and the down projection's cast.
+    const u64 nograd = x.rows * (5 * m.h + 2 * m.q + 2 * m.k + mlp_rows * m.i) * e + t * 2 * m.k * e +
                        (e < 4 ? (2 * m.k * m.h + m.h * m.i) * e : 0);
     const u64 fwd_layer = x.grads_now + fc_casts + nl * row_bytes + shared_layers + nograd;
     // (3) The backward of layer j: it runs the layer again under grad, so one layer's saved
     //     activations, its keys, its weight casts and its recomputed output exist, with the
-    //     gradient flowing in (rows x H). Its MLP backward peaks while MulBackward runs: the
-    //     product is freed by down's backward, and d(product), d(silu), d(up) exist (+2 [rows, I]
-    //     over the saved 4I), with down's fp32 [H, I] weight gradient. Besides, the inputs of
+    //     gradient flowing in (rows x H). Its MLP backward peaks while the SwiGLU's backward
+    //     runs: the product is freed by down's backward, and d(product), d(gate) (d(silu) on the
+    //     CPU), d(up) exist (+2 [rows, I] over the saved mlp_rows x I), with down's fp32 [H, I]
+    //     weight gradient. Besides, the inputs of
     //     layers 0..j are still saved, and (one micro-batch per step) the layers after j have
     //     their fp32 gradients, d(context) accumulated over them: linear in j, so the worst is
     //     layer 0 or the last one.
@@ -460,8 +465,12 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     }
     const bool chunk = x.peak == DrafterPeak::LossChunk;
     w.parts.push_back({"loss_chunk_logits", chunk ? x.logits : 0,
-                       chunk ? fmt::format("{} positions x {} vocab x {} B: the logits and their softmax in the "
-                                           "compute dtype", num(x.chunk), num(m.v), 2 * e)
+                       chunk ? fmt::format("{} positions x {} vocab x {} B: {}", num(x.chunk), num(m.v),
+                                           x.logits / std::max<u64>(x.chunk * m.v, 1),
+                                           place.is_cpu() ? "the logits and their softmax in the compute dtype"
+                                           : cfg.train.lm_head == Matmul::FP8
+                                               ? "the logits and their gradient as e4m3 rows (the cross-entropy kernel)"
+                                               : "the logits, overwritten by their gradient (the cross-entropy kernel)")
                              : std::string(x.forward ? "freed before the layer's forward" : "freed before the backward peak")});
     std::string bwd_how = "below the forward's peak";
     u64 bwd_bytes = 0;

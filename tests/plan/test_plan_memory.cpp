@@ -223,19 +223,20 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     CHECK(part(m, "adamw_state").bytes == p * 8);
     CHECK(part(m, "fp32_gradients").bytes == p * 4);
     // rows r = 2560 x 16 = 40,960; context t = 15,360
-    // per layer: r x (4H + 4Q + K + 4I = 82,944) x 2 = 6,794,772,480
-    //          + t x K x 2 = 31,457,280 + r x (2 + 2 x 32 + 8) x 4 = 12,124,160 -> 6,838,353,920
+    // per layer: r x (4H + 4Q + K + 3I = 70,656) x 2 = 5,788,139,520 (3I: gate, up, product; the
+    //          fused SwiGLU keeps no silu(gate) on a GPU)
+    //          + t x K x 2 = 31,457,280 + r x (2 + 2 x 32 + 8) x 4 = 12,124,160 -> 5,831,720,960
     // keys: 5 layers x 5 samples x 35,840 keys (16 groups of 32 blocks) x 2 x 1024 x 2 B
     //   = 3,670,016,000
     // shared: context 2 x t x H x 2 = 251,658,240; final-norm input r x H x 2 = 335,544,320;
     //   RoPE 2 x 128 x 2 x (t + r) = 28,835,840; block tensors r x 29 + t x 8 = 1,310,720;
     //   mask 4 (GQA repeat) x 5 x 512 x 35,840 x 2 B = 734,003,200 -> 1,351,352,320
-    // saved = 5 x 6,838,353,920 + 3,670,016,000 + 1,351,352,320 = 39,213,137,920
+    // saved = 5 x 5,831,720,960 + 3,670,016,000 + 1,351,352,320 = 34,179,973,120
     // forward peak: gradients 4,194,505,728 + saved + output rows r x H x 2 + 2 x scored rows
-    //   (2560 x 15) x H x 2 = 964,689,920 + logits and softmax 4096 x 151,936 x 2 x 2 B
-    //   = 2,489,319,424 -> 46,861,652,992 < backward peak: gradients + saved + scored-row
-    //   gradient 314,572,800 + 3 x r x I x 2 + 2 x H x I x 4 = 3,422,552,064 -> 47,144,768,512
-    CHECK(part(m, "activations").bytes == 39'213'137'920ull + 314'572'800ull);
+    //   (2560 x 15) x H x 2 = 964,689,920 + the logits, overwritten by their gradient (the
+    //   cross-entropy kernel), 4096 x 151,936 x 2 B = 1,244,659,712 -> 40,583,828,480 < backward peak: gradients + saved + scored-row
+    //   gradient 314,572,800 + 3 x r x I x 2 + 2 x H x I x 4 = 3,422,552,064 -> 42,111,603,712
+    CHECK(part(m, "activations").bytes == 34'179'973'120ull + 314'572'800ull);
     CHECK(part(m, "loss_chunk_logits").bytes == 0);
     CHECK(part(m, "backward_transients").bytes == 3'422'552'064ull);
     CHECK(m.peak_phase == "the backward of the last layer");
@@ -243,14 +244,20 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     CHECK(part(m, "inflight_slots").bytes == 1'342'177'280ull);
     CHECK(m.part("allreduce_buffers") == nullptr);
     // head 2,489,319,424 + master 4,194,505,728 + casts 2,097,252,864 + AdamW 8,389,011,456
-    // + gradients 4,194,505,728 + activations 39,527,710,720 + backward 3,422,552,064
+    // + gradients 4,194,505,728 + activations 34,494,545,920 + backward 3,422,552,064
     // + slots 1,342,177,280
-    CHECK(m.allocated() == 65'657'035'264ull);  // 61.15 GiB
+    CHECK(m.allocated() == 60'623'870'464ull);  // 56.46 GiB
+
+    // On the CPU (fp32, ATen's silu(gate) * up): 4I per row, silu(gate) kept too. Per layer
+    // r x (4H + 4Q + K + 4I = 82,944) x 4 + t x K x 4 + r x 74 x 4 = 13,664,583,680; keys
+    // 7,340,032,000; shared 2,701,393,920 -> saved 78,364,344,320 + scored-row gradient
+    // (2560 x 15) x H x 4 = 629,145,600 (the backward peak)
+    CHECK(part(drafter_memory(c, d, "drafter.0", Place{}, mb, true, 1), "activations").bytes == 78'993'489'920ull);
 
     // Alone in its step (one micro-batch): no gradients at the forward's peak.
     const WorkerMemory first = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
     CHECK(part(first, "fp32_gradients").bytes == 0);
-    CHECK(first.allocated() == 65'657'035'264ull - p * 4);
+    CHECK(first.allocated() == 60'623'870'464ull - p * 4);
 
     // [train] lm_head = "fp8": the head once more, twice in e4m3 (as is and transposed) with
     // fp32 scales per row of each: 2 x 151,936 x 4096 + 4 x (151,936 + 4096) = 1,245,283,840
@@ -258,7 +265,7 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     f.train.lm_head = Matmul::FP8;
     const WorkerMemory fp8 = drafter_memory(f, d, "drafter.0", Place{1}, mb, true, 1);
     CHECK(part(fp8, "fp8_lm_head").bytes == 1'245'283'840ull);
-    CHECK(fp8.allocated() == 65'657'035'264ull + 1'245'283'840ull);
+    CHECK(fp8.allocated() == 60'623'870'464ull + 1'245'283'840ull);
     CHECK(m.part("fp8_lm_head") == nullptr);
 
     // [train] matmul = "fp8": each layer's linear weights (q 4096 x 4096, k and v 1024 x 4096, o,
@@ -272,7 +279,30 @@ TEST_CASE("drafter memory for 5 samples of 3,072 tokens, by hand") {
     f8.train.matmul = Matmul::FP8;
     const WorkerMemory fm = drafter_memory(f8, d, "drafter.0", Place{1}, mb, true, 1);
     CHECK(part(fm, "bf16_weight_casts").bytes == (p - 5 * 192'937'984ull) * 2 + 5 * 201'490'432ull);
-    CHECK(fm.allocated() == 65'657'035'264ull - (p * 2 - part(fm, "bf16_weight_casts").bytes));
+    CHECK(fm.allocated() == 60'623'870'464ull - (p * 2 - part(fm, "bf16_weight_casts").bytes));
+}
+
+TEST_CASE("the loss chunk's logits: e B per logit on a GPU, e + 1 with the FP8 head, 2e on the CPU") {
+    // The peer's shape (2 x 768 tokens, 256 anchors): the peak is the forward's loss chunk, one
+    // loss_chunk of 4,096 of its 7,680 scored rows (512 blocks x 15).
+    Config c = qwen("[train]\nnum_anchors = 256\n");
+    c.ring.slot_tokens = 1536;
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const MicroBatch mb = make_workload(SampleSource::synthetic(768), c, d).micro_batches(0).at(0);
+    REQUIRE(mb.blocks == 512);
+    const std::uint64_t logits = 4096ull * 151936;
+    const WorkerMemory gpu = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
+    REQUIRE(gpu.peak_phase.find("cross-entropy") != std::string::npos);
+    // the cross-entropy kernel overwrites the bf16 logits with their gradient
+    CHECK(part(gpu, "loss_chunk_logits").bytes == logits * 2);
+    Config f = c;
+    f.train.lm_head = Matmul::FP8;
+    // the gradient written beside them as e4m3 rows (the logits freed before its product)
+    CHECK(part(drafter_memory(f, d, "drafter.0", Place{1}, mb, false, 1), "loss_chunk_logits").bytes == logits * 3);
+    // the CPU's ATen path: fp32 logits and their softmax
+    const WorkerMemory cpu = drafter_memory(c, d, "drafter.0", Place{}, mb, false, 1);
+    REQUIRE(cpu.peak_phase.find("cross-entropy") != std::string::npos);
+    CHECK(part(cpu, "loss_chunk_logits").bytes == logits * 8);
 }
 
 TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {
@@ -370,8 +400,8 @@ TEST_CASE("several data-parallel drafters: one plan per GPU, each with its gradi
 
 TEST_CASE("an over-budget drafter gets knobs whose values the re-run arithmetic shows to fit") {
     const Config c = qwen();
-    // The drafter needs 66.4 GiB with context and slack (62.27 GiB allocated): give it 60 GiB.
-    const Planner planner(c, SampleSource::synthetic(3072), machine(60 * GiB));
+    // The drafter needs 56.18 GiB with context and slack (52.55 GiB allocated): give it 54 GiB.
+    const Planner planner(c, SampleSource::synthetic(3072), machine(54 * GiB));
     const Plan p = planner.plan();
     REQUIRE(!p.gpu(1)->fits());
     CHECK(p.gpu(0)->fits());
@@ -400,7 +430,7 @@ TEST_CASE("an over-budget drafter gets knobs whose values the re-run arithmetic 
     CHECK(v >= 12288);
     CHECK(v < 15360);
 
-    // loss_chunk cannot save 6.4 GiB here (its 4.6 GiB at 4096 positions): not suggested.
+    // loss_chunk cannot save what is over here (the backward peaks, not the loss chunk): not suggested.
     CHECK(find("[train] loss_chunk") == nullptr);
     // recompute = "layers" is offered, with what it costs in throughput.
     const Suggestion* rc = find("[train] recompute");
@@ -463,19 +493,19 @@ Plan bench_plan(std::uint64_t tokens, std::uint64_t sample_tokens, Recompute rec
 } // namespace
 
 TEST_CASE("recompute = layers: the drafter's peak against the H200 measurements, both settings") {
-    // Measured on one H200, 2026-12-01 (torch allocated peak of `hsring-bench drafter --preset
+    // Measured on one H200, 2026-12-03 (torch allocated peak of `hsring-bench drafter --preset
     // qwen3-8b --layers 5 --anchors 512 --block 16 --chunk 4096`, bf16, 32-block attention
-    // groups, compute-dtype cross-entropy; --recompute none and layers): 2 x 3,072 tokens
-    // 33.49 / 22.05 GiB, one 16,384-token sample 29.53 / 21.50 GiB, one 32,768-token sample
-    // 34.06 / 23.67 GiB (the recompute peaks of the long samples with keys padded to 256, before
-    // the per-octave padding of hsring/attention_keys.hpp). Predictions within 3% (issue 14 asks
-    // for 10%).
+    // groups, the cross-entropy kernel, the fused SwiGLU; --recompute none and layers): 2 x 3,072
+    // tokens 30.46 / 21.68 GiB, one 16,384-token sample 27.13 / 21.24 GiB, one 32,768-token
+    // sample 31.52 / 23.62 GiB (2026-12-01, before the fused SwiGLU and with the logits' bound
+    // at 2 x 2 B: 33.49 / 22.05, 29.53 / 21.50, 34.06 / 23.67). Predictions within 3% (issue 14
+    // asks for 10%), and never below.
     struct Shape {
         std::uint64_t tokens, sample_tokens;
         double none_gib, layers_gib;
     };
-    for (const Shape& k : {Shape{6144, 3072, 33.49, 22.05}, Shape{16384, 16384, 29.53, 21.50},
-                           Shape{32768, 32768, 34.06, 23.67}}) {
+    for (const Shape& k : {Shape{6144, 3072, 30.46, 21.68}, Shape{16384, 16384, 27.13, 21.24},
+                           Shape{32768, 32768, 31.52, 23.62}}) {
         CAPTURE(k.tokens);
         const Plan none = bench_plan(k.tokens, k.sample_tokens, Recompute::None);
         const Plan layers = bench_plan(k.tokens, k.sample_tokens, Recompute::Layers);
@@ -486,6 +516,8 @@ TEST_CASE("recompute = layers: the drafter's peak against the H200 measurements,
                          << " GiB (measured " << k.layers_gib << ")");
         CHECK(pn == doctest::Approx(k.none_gib).epsilon(0.03));
         CHECK(pl == doctest::Approx(k.layers_gib).epsilon(0.03));
+        CHECK(pn >= k.none_gib);
+        CHECK(pl >= k.layers_gib);
         // The same micro-batch; recompute moves the peak to the backward of layer 0, where
         // layers 1-4's fp32 gradients exist and one layer's activations are rebuilt.
         CHECK(layers.worst.tokens == none.worst.tokens);
@@ -511,26 +543,27 @@ TEST_CASE("recompute = layers at the recipe shape, by hand") {
     //   layers 1-4's fp32 gradients: 4 x 192,946,432 x 4 = 3,087,142,912
     CHECK(part(w, "fp32_gradients").bytes == 3'087'142'912ull);
     //   activations: layer 0's input 134,217,728
-    //   + layer 0 recomputed: r x 82,944 x 2 = 2,717,908,992 + t x K x 2 = 12,582,912
+    //   + layer 0 recomputed: r x 70,656 x 2 = 2,315,255,808 + t x K x 2 = 12,582,912
     //     + r x 74 x 4 = 4,849,664 + its keys 2 x 35,840 x 2 x 1024 x 2 = 293,601,280
-    //     + its output 134,217,728 -> 3,163,160,576
+    //     + its output 134,217,728 -> 2,760,507,392
     //   + context and pre-norm 2 x t x H x 2 = 100,663,296, RoPE 2 x 128 x 2 x (t + r)
     //     = 11,534,336, block tensors r x 29 + t x 8 = 524,288, mask 4 x 2 x 512 x 35,840 x 2
     //     = 293,601,280 -> 406,323,200
     //   + gradient flowing in 134,217,728 + d(context) over layers 1-4 t x H x 2 = 50,331,648
-    //   = 3,888,250,880
-    CHECK(part(w, "activations_recompute_layers").bytes == 3'888'250'880ull);
+    //   = 3,485,597,696
+    CHECK(part(w, "activations_recompute_layers").bytes == 3'485'597'696ull);
     //   MLP backward: 2 x r x I x 2 = 805,306,368 + down's fp32 gradient H x I x 4 = 201,326,592
     CHECK(part(w, "backward_transients").bytes == 1'006'632'960ull);
     CHECK(part(w, "loss_chunk_logits").bytes == 0);
-    // = 8,535,708,160 at layer 0, more than the forward's cross-entropy chunk (fc's casts
+    // = 8,133,054,976 at layer 0, more than the forward's cross-entropy chunk (fc's casts
     // 167,788,544 + every layer's input 5 x 134,217,728 + context, RoPE, mask 406,323,200 + the
-    // final norm's input 134,217,728 + output and scored rows 385,875,968 + logits and softmax
-    // 2,489,319,424 = 4,254,613,504) and the last layer's backward (5 inputs, no gradients yet).
+    // final norm's input 134,217,728 + output and scored rows 385,875,968 + the logits, which
+    // the cross-entropy kernel overwrites with their gradient, 1,244,659,712 = 3,009,953,792) and
+    // the last layer's backward (5 inputs, no gradients yet).
     CHECK(w.peak_phase.find("layer 0") != std::string::npos);
     // + embedding and LM head 2,489,319,424, master weights 4,194,505,728, AdamW 8,389,011,456,
     // one slot 5 x 6144 x 4096 x 2 = 251,658,240
-    CHECK(w.allocated() == 8'535'708'160ull + 2'489'319'424ull + 4'194'505'728ull + 8'389'011'456ull + 251'658'240ull);
+    CHECK(w.allocated() == 8'133'054'976ull + 2'489'319'424ull + 4'194'505'728ull + 8'389'011'456ull + 251'658'240ull);
 }
 
 TEST_CASE("recompute = layers: a small loss chunk leaves the peak in a layer, never above recompute none") {
@@ -709,7 +742,7 @@ TEST_CASE("the shipped 4 x 96 GB and 8-GPU configs fit 96 GB GPUs and 1 TB of ho
                        << " GiB, huge pages " << p.host.memory.huge_pages);
         // What the files' comments say.
         CHECK(target == doctest::Approx(29).epsilon(0.05));
-        CHECK(drafter == doctest::Approx(74).epsilon(0.05));
+        CHECK(drafter == doctest::Approx(64).epsilon(0.05));
         CHECK(host == doctest::Approx(k.targets == 1 ? 82 : 90).epsilon(0.05));
     }
 }
