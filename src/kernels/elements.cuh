@@ -19,6 +19,15 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// v stored as a T and read back: where ATen rounds an intermediate tensor of dtype T (fp32: v).
+template <typename T> __device__ __forceinline__ float round_to(float v) { return to_f(from_f<T>(v)); }
+template <> __device__ __forceinline__ float round_to<float>(float v) { return v; }
+
+// silu(x) = x / (1 + exp(-x)) as ATen's silu kernel computes it, its output rounded to T.
+template <typename T> __device__ __forceinline__ float silu_rounded(float x) {
+    return round_to<T>(__fdiv_rn(x, __fadd_rn(1.f, expf(-x))));
+}
+
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
     T v[VEC];
 };

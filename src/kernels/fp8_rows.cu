@@ -38,9 +38,6 @@ template <bool Max> __device__ __forceinline__ float block_reduce(float v, float
     return r;
 }
 
-__device__ __forceinline__ float round_to(float v, float) { return v; }
-template <typename T> __device__ __forceinline__ float round_to(float v, T) { return to_f(from_f<T>(v)); }
-
 // What the kernel quantises, a pack of VEC values at a time: fetch(row, i) reads pack i of the row
 // (columns i * VEC .. + VEC - 1) as Raw, compute(raw, i, y) makes its VEC values. A Row with
 // kNorm also gives sumsq(raw) and takes the row's sum of squares (norm(sum, cols)) first. kCache:
@@ -84,7 +81,7 @@ template <typename T, int VEC> struct RmsNorm {  // y_j = T(x_j * rstd * w_j)
     __device__ void compute(const Raw& p, long long i, float (&y)[VEC]) const {
         const Pack<T, VEC> w = *reinterpret_cast<const Pack<T, VEC>*>(weight + i * VEC);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) y[k] = round_to(__fmul_rn(__fmul_rn(to_f(p.v[k]), rstd), to_f(w.v[k])), T{});
+        for (int k = 0; k < VEC; ++k) y[k] = round_to<T>(__fmul_rn(__fmul_rn(to_f(p.v[k]), rstd), to_f(w.v[k])));
     }
 };
 
@@ -103,8 +100,8 @@ template <typename T, int VEC> struct SwiGlu {  // row = [gate | up]: y_j = T(T(
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const float x = to_f(r.g.v[k]);
-            const float silu = round_to(__fdiv_rn(x, __fadd_rn(1.f, expf(-x))), T{});
-            y[k] = round_to(__fmul_rn(silu, to_f(r.u.v[k])), T{});
+            const float silu = silu_rounded<T>(x);
+            y[k] = round_to<T>(__fmul_rn(silu, to_f(r.u.v[k])));
         }
     }
 };

@@ -9,9 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float round_to(float v, float) { return v; }
-template <typename T> __device__ __forceinline__ float round_to(float v, T) { return to_f(from_f<T>(v)); }
-
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads)
     swiglu_forward_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ y, long long packs) {
@@ -23,7 +20,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const float x = to_f(gv.v[k]);
-            const float s = round_to(__fdiv_rn(x, __fadd_rn(1.f, expf(-x))), T{});
+            const float s = silu_rounded<T>(x);
             out.v[k] = from_f<T>(__fmul_rn(s, to_f(uv.v[k])));
         }
         reinterpret_cast<P*>(y)[i] = out;
@@ -43,9 +40,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const float x = to_f(gv.v[k]), d = to_f(dyv.v[k]);
-            const float s = round_to(__fdiv_rn(x, __fadd_rn(1.f, expf(-x))), T{});
+            const float s = silu_rounded<T>(x);
             duv.v[k] = from_f<T>(__fmul_rn(d, s));
-            const float ds = round_to(__fmul_rn(d, to_f(uv.v[k])), T{});
+            const float ds = round_to<T>(__fmul_rn(d, to_f(uv.v[k])));
             // As ATen's silu_backward is written (nvcc contracts it alike: an fma in the bracket).
             const float sig = 1.f / (1.f + expf(-x));
             dgv.v[k] = from_f<T>(ds * sig * (1.f + x * (1.f - sig)));
