@@ -46,29 +46,31 @@ struct Sequence {
         return sample_tokens(logits, options.sampling, u);
     }
 
-    // Records token t; returns false when the sequence is finished.
-    bool emit(std::int64_t t) {
+    // Records token t unless max_new_tokens exist already (the last step's surplus is dropped, as the
+    // reference loop drops it); a stop token ends the output after it.
+    void emit(std::int64_t t) {
+        const auto count = static_cast<std::int64_t>(out.tokens.size());
+        if (stopped || count >= options.max_new_tokens) return;
+        if (static_cast<std::int64_t>(request.prompt.size()) + count >= target.shape().max_position_embeddings) {
+            stopped = true;  // no position left for this token
+            return;
+        }
         out.tokens.push_back(t);
         ++st.new_tokens;
         const auto& stops = options.stop_tokens;
-        const auto length = static_cast<std::int64_t>(request.prompt.size() + out.tokens.size());
         if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
             out.finish = FinishReason::Stop;
-            return false;
+            stopped = true;
         }
-        if (static_cast<std::int64_t>(out.tokens.size()) >= options.max_new_tokens ||
-            length >= target.shape().max_position_embeddings) {
-            out.finish = FinishReason::Length;
-            return false;
-        }
-        return true;
     }
+    bool stopped = false;
 
     void run() {
         const ModelShape& shape = target.shape();
         const DFlashConfig& c = drafter->config();
         const std::vector<std::int64_t>& prompt = request.prompt;
         const std::int64_t b = c.block_size, n = static_cast<std::int64_t>(prompt.size());
+        out.finish = FinishReason::Length;
         const std::vector<int>& ids = c.target_layer_ids;
         const at::Device dev = target.device();
         const at::ScalarType dt = target.dtype();
@@ -92,20 +94,24 @@ struct Sequence {
         std::int64_t last = pick(logits, request.seed, 0).item<std::int64_t>();
         st.prompt_tokens += n;
         st.prefill_seconds += seconds_since(t0);
-        if (!emit(last)) return;
+        emit(last);
 
+        // z-lab's dflash_generate (dflash/model.py): `start` is the position of the last accepted
+        // token; a step runs while start < prompt + max_new_tokens, so one more step runs when
+        // exactly max_new_tokens exist (its tokens past the limit are dropped, its acceptance length
+        // counts), and a stop token ends the loop after the step that produced it. Every block is B
+        // slots. hsring alone also stops where the model has no position left for a block.
+        const std::int64_t max_length = n + options.max_new_tokens;
         const auto longs = at::TensorOptions().device(dev).dtype(at::kLong);
-        while (true) {
-            const std::int64_t start = cache.length(0);  // = the drafter's context rows
-            // `last` is new token m - 1, not yet run through the target; draft j of the block
-            // proposes token m + j - 1, the target's verify row j gives token m + j.
-            const auto m = static_cast<std::int64_t>(out.tokens.size());
-            // The block: [last, MASK x (k-1)] at positions start.., over the context rows < start. As in
-            // the public DFlash loop (z-lab's dflash_generate), it holds at most what can still be
-            // produced plus the anchor (left + 1), and a short last block is drafted short: the drafter
-            // attends the whole block, so its length changes the drafts (and the acceptance lengths).
+        std::int64_t start = n;
+        while (start < max_length && !stopped && start + 1 < capacity) {
+            HSRING_ASSERT(cache.length(0) == start, "spec_decode: cache {} at position {}", cache.length(0), start);
+            // `last` is the token at `start`, not yet run through the target; draft j of the block
+            // proposes the token at start + j, the target's verify row j gives the token at start + j + 1.
+            // Uniform number i of the seed's stream draws new token i (generate's i-th draw).
+            const std::int64_t m = start + 1 - n;
             t0 = Clock::now();
-            const std::int64_t k = std::min({b, capacity - start, options.max_new_tokens - m + 1});
+            const std::int64_t k = std::min(b, capacity - start);
             at::Tensor block = at::full({1}, last, longs);
             if (k > 1) {
                 const at::Tensor rows = draft_state.draft(last, k).narrow(0, 1, k - 1);
@@ -124,15 +130,12 @@ struct Sequence {
             cache.crop(0, start + accepted + 1);
             ++st.verify_steps;
             st.verify_seconds += seconds_since(t0);
-            // The step's acceptance length: the tokens it emits (a stop token or the end cuts it).
             last = want[static_cast<std::size_t>(accepted)];
-            std::int64_t emitted = 0;
-            bool running = true;
-            for (std::int64_t j = 1; j <= accepted + 1 && running; ++j, ++emitted)
-                running = emit(j <= accepted ? draft[static_cast<std::size_t>(j)] : last);
-            out.acceptance_lengths.push_back(emitted);
-            st.accepted_tokens += emitted;
-            if (!running) return;
+            for (std::int64_t j = 1; j <= accepted; ++j) emit(draft[static_cast<std::size_t>(j)]);
+            emit(last);
+            out.acceptance_lengths.push_back(accepted + 1);
+            st.accepted_tokens += accepted + 1;
+            start += accepted + 1;
         }
     }
 };

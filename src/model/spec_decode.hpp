@@ -16,8 +16,11 @@
 //             step's acceptance length). The cache is cropped to start + n + 1 and the drafter's
 //             context grows by the verified tokens' captured layers t, d_1..d_n.
 //
-// Unlike z-lab's loop, the block is always B slots (the drafter is built for one block size); when
-// fewer tokens are left only the first ones are verified (z-lab drafts a shorter block there).
+// Stopping follows z-lab's loop exactly: a step runs while the last accepted token's position is
+// below prompt + max_new_tokens (so one more step runs when exactly max_new_tokens exist), every
+// block has B slots, a stop token ends the loop after its step; the output is cut to
+// max_new_tokens and after its first stop token, while every step's acceptance length counts in
+// full. So tau is the number the reference loop reports for the same drafter and prompts.
 //
 // Lossless: every emitted token is the target's own after the tokens before it. Greedy: its argmax,
 // so the output is plain greedy `generate`'s (up to float noise between a block forward and a
@@ -44,15 +47,15 @@ struct SpecDecodeOptions {
 
 struct SpecDecodeOutput {
     std::vector<std::int64_t> tokens;              // the new tokens only (the prefill's first included)
-    // Per verify step: the tokens it emitted, accepted drafts + 1 (z-lab's `produced`: a stop token
-    // or max_new_tokens may cut the last step). 1 + their sum = tokens.size().
+    // Per verify step: accepted drafts + 1 (z-lab's acceptance_lengths). The last step's tokens past
+    // max_new_tokens or a stop token are not in `tokens`, so 1 + their sum >= tokens.size().
     std::vector<std::int64_t> acceptance_lengths;
     FinishReason finish = FinishReason::Length;
 };
 
 struct SpecDecodeStats {
     std::int64_t prompt_tokens = 0, new_tokens = 0, verify_steps = 0;
-    std::int64_t accepted_tokens = 0;  // tokens emitted by verify steps (sum of acceptance lengths)
+    std::int64_t accepted_tokens = 0;  // sum of the acceptance lengths
     double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
     double seconds() const { return prefill_seconds + draft_seconds + verify_seconds; }
     // Mean acceptance length over the verify steps (z-lab's tau); 0 without a step.

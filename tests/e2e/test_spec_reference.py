@@ -3,10 +3,10 @@
 A tiny HF Qwen3 target (written here, random weights with clear argmax margins) answers the demo
 prompts (`hsring data generate`, greedy), hsring trains a 1-layer drafter on those answers, and
 `hsring model spec-decode --json` must give, for every held-out prompt, the same acceptance lengths
-and output tokens as the greedy DFlash loop written below after z-lab's `dflash_generate`
-(dflash/model.py), fp32, with transformers' Qwen3 as the target (DynamicCache, cropped after each
-verify) and tests/model/hf_reference.py's DFlash drafter (the public parameter layout). Also:
-lossless, and tau > 1 (drafts are accepted).
+and output tokens as the greedy DFlash loop of tests/model/dflash_reference_loop.py (z-lab's
+`dflash_generate`, dflash/model.py, and its stopping rule), fp32, with transformers' Qwen3 as the
+target and tests/model/hf_reference.py's DFlash drafter (the public parameter layout), at a
+max_new_tokens (37) that is no multiple of the block. Also: lossless, and tau > 1.
 
 Exit 77 (skip) only when transformers cannot be imported."""
 import json
@@ -19,70 +19,18 @@ from train_harness import SOURCE, TrainRun, tiny_qwen3_dir  # noqa: E402
 from harness import HSRING, check, main  # noqa: E402  (tests/supervisor, on the path through train_harness)
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "model"))
-import hf_reference  # noqa: E402  (exits 77 when transformers is missing)
+from dflash_reference_loop import dflash_generate_greedy, load_drafter  # noqa: E402  (exits 77 without transformers)
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 MASK = 511
-MAX_NEW = 24
+MAX_NEW = 37  # not a multiple of the block (8) nor of anything convenient
 
 
 def sharp_target(tmp):
     """preset:tiny's shape (vocab 512) as a HF Qwen3 dir: random weights, norms in [0.5, 2.5] and a
     4x LM head, so greedy tokens do not hinge on float noise between two implementations."""
     return tiny_qwen3_dir(os.path.join(tmp, "target"), seed=5, proj_std=0.08, norms="random", head_scale=4.0)
-
-
-def load_drafter(export):
-    cfg = hf_reference.AutoConfig.from_pretrained(export)
-    drafter = hf_reference.Drafter(cfg)
-    missing, unexpected = drafter.load_state_dict(hf_reference.load_file(os.path.join(export, "model.safetensors")),
-                                                  strict=False)
-    check(not unexpected and all(m.startswith("rotary") for m in missing), f"{missing} {unexpected}")
-    return drafter.float().eval(), cfg.dflash_config
-
-
-@torch.no_grad()
-def dflash_generate_greedy(target, drafter, dcfg, prompt, max_new):
-    """The greedy DFlash loop: prefill; then draft a block [last accepted, MASK...] from the captured
-    layers of every accepted token, verify it in one target forward, keep the longest prefix the
-    target agrees with plus its next token, crop the target's cache. The block holds at most
-    what can still be produced plus the anchor. The drafter's context is recomputed over every
-    accepted token (the loop's draft cache, cropped to `start` after each draft, holds exactly
-    those). Returns (new tokens, acceptance lengths)."""
-    block, layer_ids = dcfg["block_size"], dcfg["target_layer_ids"]
-    embed, head = target.get_input_embeddings().weight, target.lm_head
-
-    def features(hidden_states):  # captured layer k = hidden_states[k + 1], concatenated
-        return torch.cat([hidden_states[k + 1][0] for k in layer_ids], dim=-1)
-
-    n = len(prompt)
-    max_length = n + max_new
-    cache = DynamicCache()
-    out = target(torch.tensor([prompt]), past_key_values=cache, use_cache=True, output_hidden_states=True)
-    context = features(out.hidden_states)
-    seq = list(prompt) + [int(out.logits[0, -1].argmax())]
-    start, lengths = n, []
-    while start + 1 < max_length:
-        size = min(block, max_length - start)
-        ids = [seq[start]] + [MASK] * (size - 1)
-        if size > 1:
-            rows = drafter(embed[torch.tensor(ids)], context, torch.arange(0, start + size))[1:]
-            ids[1:] = head(rows).argmax(-1).tolist()
-        out = target(torch.tensor([ids]), position_ids=torch.arange(start, start + size)[None], past_key_values=cache,
-                     use_cache=True, output_hidden_states=True)
-        posterior = out.logits[0].argmax(-1).tolist()
-        accepted = 0
-        while accepted < size - 1 and ids[accepted + 1] == posterior[accepted]:
-            accepted += 1
-        seq = seq[:start + 1] + ids[1:accepted + 1] + [posterior[accepted]]
-        produced = min(accepted + 1, max_length - start - 1)
-        start += produced
-        if cache.get_seq_length() > start:  # drop the rejected tail (crop takes a negative count)
-            cache.crop(start - cache.get_seq_length())
-        lengths.append(produced)
-        context = torch.cat([context, features(out.hidden_states)[:produced]])
-    return seq[n:min(start + 1, max_length)], lengths
 
 
 def spec_decode(export, model, prompts):

@@ -569,14 +569,16 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
         const auto& out = spec.outputs[i];
         CHECK(out.tokens == plain.outputs[i].tokens);
         CHECK(out.finish == FinishReason::Length);
-        // The prefill's token, then each step's acceptance length (1..B, the tokens it emitted).
+        // The prefill's token, then each step's acceptance length (1..B). z-lab's rule: a step runs
+        // while at most 13 tokens exist, so the last one starts at <= 13 and ends past 13.
         std::int64_t sum = 1;
         for (std::int64_t a : out.acceptance_lengths) {
             CHECK(a >= 1);
             CHECK(a <= 4);
             sum += a;
         }
-        CHECK(sum == 13);
+        CHECK(sum > 13);
+        CHECK(sum - out.acceptance_lengths.back() <= 13);
         steps += static_cast<std::int64_t>(out.acceptance_lengths.size());
     }
     CHECK(spec.stats.verify_steps == steps);
@@ -592,9 +594,13 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
     for (std::size_t i = 0; i < reqs.size(); ++i) {
         CHECK(spec2.outputs[i].tokens == plain2.outputs[i].tokens);
         CHECK(spec2.outputs[i].finish == plain2.outputs[i].finish);
+        // The loop ends after the step that gave the stop token (or where positions run out).
         std::int64_t sum = 1;
         for (std::int64_t a : spec2.outputs[i].acceptance_lengths) sum += a;
-        CHECK(sum == static_cast<std::int64_t>(spec2.outputs[i].tokens.size()));
+        const auto size = static_cast<std::int64_t>(spec2.outputs[i].tokens.size());
+        CHECK(sum >= size);
+        if (spec2.outputs[i].finish == FinishReason::Stop && size > 1)
+            CHECK(sum - spec2.outputs[i].acceptance_lengths.back() < size);
     }
     if (spec2.outputs[1].finish == FinishReason::Length) CHECK(spec2.outputs[1].tokens.size() == 7);  // 24 positions
 
@@ -685,7 +691,8 @@ TEST_CASE("sampled spec_decode emits generate's sampled tokens for the same seed
         CHECK(spec.outputs[i].tokens == plain.outputs[i].tokens);
         std::int64_t sum = 1;
         for (std::int64_t a : spec.outputs[i].acceptance_lengths) sum += a;
-        CHECK(sum == 20);
+        CHECK(sum > 20);
+        CHECK(sum - spec.outputs[i].acceptance_lengths.back() <= 20);
     }
     // Sampled, not greedy: the greedy output and other seeds' outputs differ.
     SpecDecodeOptions greedy = so;
@@ -721,14 +728,15 @@ TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the tar
     so.max_new_tokens = 17;
     const auto spec = spec_decode(m, d, reqs, so);
     CHECK(spec.outputs[0].tokens == plain.outputs[0].tokens);
-    // 1 (prefill) + 4 x 4 = 17.
-    CHECK(spec.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4, 4});
+    // 1 (prefill) + 4 x 4 = 17 tokens exist after four steps; as in z-lab's loop a fifth step runs
+    // (its tokens are past the limit, its acceptance length counts).
+    CHECK(spec.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4, 4, 4});
     CHECK(spec.stats.tau() == 4.0);
-    // 1 + 4 + 4 + 2 = 11: the last step's whole block is accepted, two of its tokens are used.
+    // 1 + 4 + 4 = 9 <= 11: a third whole block, two of its tokens used.
     so.max_new_tokens = 11;
     const auto cut = spec_decode(m, d, reqs, so);
     CHECK(cut.outputs[0].tokens == std::vector<std::int64_t>(11, echo));
-    CHECK(cut.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 2});
+    CHECK(cut.outputs[0].acceptance_lengths == std::vector<std::int64_t>{4, 4, 4});
 }
 
 TEST_CASE("hsring-model spec-decode --json: acceptance lengths, tau, lossless, tokens/s; a drafter for another target is one line") {
