@@ -1,0 +1,99 @@
+"""bin/make-target — make a real (trained, not random) target for hsring, reproducibly.
+
+  bin/make-target --preset gpu --out models/pycode-25m            # on the GPU machine: minutes
+  bin/make-target --preset cpu --out models/pycode-1m --device cpu # 2 CPU cores (bin/demo's target)
+
+1. corpus: real Python code that Debian ships (the CPython 3.11 standard library and test suite,
+   PSF-2.0; corpus.py), split by file into train / val / prompts / eval;
+2. a byte-level BPE tokenizer trained on the train part (tokenizer.json: transformers loads it);
+3. a Qwen3ForCausalLM of the preset's shape trained on the train part, its validation perplexity
+   against the unigram baseline (train.py);
+4. OUT: an ordinary HF model dir (config.json, model.safetensors, generation_config.json,
+   tokenizer files) + make_target.json (corpus manifest, training record) + train_log.jsonl;
+   OUT/data/prompts.jsonl and OUT/data/eval.jsonl: prompts from files the target never saw, for
+   `[data] path` (the target answers them) and `[data] eval_path` / `[eval] spec_prompts`."""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
+import prompts  # noqa: E402
+import tokenizer  # noqa: E402
+import train  # noqa: E402
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="bin/make-target", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(train.PRESETS), required=True)
+    ap.add_argument("--out", required=True, help="the model directory to write (must not exist, or --force)")
+    ap.add_argument("--source", help="a directory of the corpus packages' .deb files, or of .py files "
+                                     "(default: `apt-get download` the packages into runs/make-target/debs)")
+    ap.add_argument("--device", default="auto", help="cuda, cpu or auto (cuda when there is one)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, help="training steps (default: the preset's)")
+    ap.add_argument("--prompts", type=int, default=600, help="drafter training prompts (data/prompts.jsonl)")
+    ap.add_argument("--eval-prompts", type=int, default=60, help="held-out prompts (data/eval.jsonl)")
+    ap.add_argument("--prompt-len", default="32:96", help="MIN:MAX tokens per prompt")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    ap.add_argument("--force", action="store_true", help="overwrite OUT")
+    a = ap.parse_args(argv)
+
+    import torch
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if a.device == "auto" else a.device))
+    lo, hi = (int(x) for x in a.prompt_len.split(":"))
+    p = train.PRESETS[a.preset]
+    if hi + 16 > p["seq"]:
+        ap.error(f"--prompt-len {a.prompt_len}: prompts must leave room for answers in the preset's {p['seq']} positions")
+    if os.path.exists(a.out) and not a.force:
+        ap.error(f"{a.out} exists (give --force to overwrite it)")
+    os.makedirs(os.path.join(a.out, "data"), exist_ok=True)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    work = os.path.join(root, "runs", "make-target")
+    os.makedirs(work, exist_ok=True)
+    source = a.source or corpus.fetch_debs(os.path.join(work, "debs"))
+    say = lambda s: print(s, flush=True)  # noqa: E731
+
+    t0 = time.time()
+    parts, manifest = corpus.collect(source)
+    say(f"make-target: corpus {manifest['what']} ({manifest['licence'].split(' ')[0]}): "
+        + ", ".join(f"{k} {manifest['files'][k]} files / {manifest['bytes'][k] / 1e6:.1f} MB" for k in manifest["files"]))
+    tok = tokenizer.train((t for _, t in parts["train"]), p["vocab"])
+    ids = {k: tokenizer.encode_documents(tok, [t for _, t in v]) for k, v in parts.items()}
+    manifest["tokens"] = {k: sum(len(d) for d in v) for k, v in ids.items()}
+    say(f"make-target: BPE tokenizer of {p['vocab']} ids; tokens: "
+        + ", ".join(f"{k} {n:,}" for k, n in manifest["tokens"].items()) + f" ({time.time() - t0:.0f} s)")
+
+    say(f"make-target: training the {a.preset} preset on {device} ({p['steps'] if not a.steps else a.steps} steps "
+        f"of {p['batch']} x {p['seq']} tokens)")
+    model, result = train.train(ids, a.preset, a.out, device, a.seed, a.steps, log=say)
+    say(f"make-target: validation perplexity {result['val_ppl']:.2f} (unigram baseline {result['unigram_val_ppl']:.1f}), "
+        f"{result['parameters'] / 1e6:.2f}M parameters, {result['seconds']:.0f} s")
+
+    train.export(model, a.out, torch.bfloat16)
+    tokenizer.save(tok, a.out, p["seq"])
+    data = {}
+    for part, name, count, seed in (("prompts", "prompts.jsonl", a.prompts, a.seed),
+                                    ("eval", "eval.jsonl", a.eval_prompts, a.seed + 1)):
+        path = os.path.join(a.out, "data", name)
+        prompts.write(path, prompts.make(tok, parts[part], count, lo, hi, seed))
+        data[name] = {"part": part, "prompts": count, "tokens": f"{lo}..{hi}"}
+    record = {"made_by": "bin/make-target " + " ".join(argv), "corpus": manifest, "training": result,
+              "data": data, "mask_token_id": tokenizer.MASK_ID, "eos_token_id": tokenizer.EOS_ID}
+    with open(os.path.join(a.out, "make_target.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    sample = model.to(torch.float32).generate(torch.tensor([ids["eval"][0][:24]]), max_new_tokens=40, do_sample=False)
+    say("make-target: a greedy continuation of a held-out file:\n"
+        + tok.decode(sample[0].tolist()).replace("\n", "\n    | "))
+    say(f"make-target: {a.out} ready ({time.time() - t0:.0f} s): HF model dir + data/prompts.jsonl, data/eval.jsonl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
