@@ -22,12 +22,13 @@ def load_drafter(export, device="cpu"):
 
 
 @torch.no_grad()
-def dflash_generate_greedy(target, drafter, dcfg, prompt, max_new):
+def dflash_generate_greedy(target, drafter, dcfg, prompt, max_new, stop_tokens=()):
     """z-lab's stopping rule: prefill; then, while the last accepted token's position is below
     prompt + max_new (one more step when exactly max_new tokens exist), draft a whole block [last
     accepted, MASK...] from the captured layers of every accepted token, verify it in one target
     forward, keep the longest prefix the target agrees with plus its next token (acceptance length
-    = accepted + 1, never cut), crop the target's cache. The output is cut to max_new tokens. The
+    = accepted + 1, never cut), crop the target's cache; a stop token among the new tokens ends the
+    loop after its step. The output is cut to max_new tokens and after its first stop token. The
     drafter's context is recomputed over every accepted token (the loop's draft cache, cropped to
     `start` after each draft, holds exactly those). Returns (new tokens, acceptance lengths)."""
     block, layer_ids, mask = dcfg["block_size"], dcfg["target_layer_ids"], dcfg["mask_token_id"]
@@ -60,4 +61,10 @@ def dflash_generate_greedy(target, drafter, dcfg, prompt, max_new):
             cache.crop(start - cache.get_seq_length())
         lengths.append(accepted + 1)
         context = torch.cat([context, features(out.hidden_states)[:accepted + 1]])
-    return seq[n:min(start + 1, max_length)], lengths
+        if any(t in stop_tokens for t in seq[n:]):
+            break
+    new = seq[n:min(start + 1, max_length)]
+    for i, t in enumerate(new):
+        if t in stop_tokens:
+            return new[:i + 1], lengths
+    return new, lengths

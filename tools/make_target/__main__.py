@@ -25,6 +25,17 @@ import tokenizer  # noqa: E402
 import train  # noqa: E402
 
 
+def write_data(tok, parts, a, lo, hi):
+    """OUT/data/prompts.jsonl and eval.jsonl; returns what they hold."""
+    data = {}
+    os.makedirs(os.path.join(a.out, "data"), exist_ok=True)
+    for part, name, count, seed in (("prompts", "prompts.jsonl", a.prompts, a.seed),
+                                    ("eval", "eval.jsonl", a.eval_prompts, a.seed + 1)):
+        prompts.write(os.path.join(a.out, "data", name), prompts.make(tok, parts[part], count, lo, hi, seed))
+        data[name] = {"part": part, "prompts": count, "tokens": f"{lo}..{hi}"}
+    return data
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="bin/make-target", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,6 +51,9 @@ def main(argv):
     ap.add_argument("--prompt-len", default="32:96", help="MIN:MAX tokens per prompt")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     ap.add_argument("--force", action="store_true", help="overwrite OUT")
+    ap.add_argument("--data-only", action="store_true",
+                    help="keep the model in OUT (made by this script) and write its data/ again: other prompt counts "
+                         "or lengths, cut with OUT's own tokenizer from the same files")
     a = ap.parse_args(argv)
 
     import torch
@@ -51,9 +65,11 @@ def main(argv):
     p = train.PRESETS[a.preset]
     if hi + 16 > p["seq"]:
         ap.error(f"--prompt-len {a.prompt_len}: prompts must leave room for answers in the preset's {p['seq']} positions")
-    if os.path.exists(a.out) and not a.force:
+    if a.data_only:
+        if not os.path.isfile(os.path.join(a.out, "make_target.json")):
+            ap.error(f"--data-only: {a.out} is not a model dir made by bin/make-target (no make_target.json)")
+    elif os.path.exists(a.out) and not a.force:
         ap.error(f"{a.out} exists (give --force to overwrite it)")
-    os.makedirs(os.path.join(a.out, "data"), exist_ok=True)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     work = os.path.join(root, "runs", "make-target")
     os.makedirs(work, exist_ok=True)
@@ -64,6 +80,20 @@ def main(argv):
     parts, manifest = corpus.collect(source)
     say(f"make-target: corpus {manifest['what']} ({manifest['licence'].split(' ')[0]}): "
         + ", ".join(f"{k} {manifest['files'][k]} files / {manifest['bytes'][k] / 1e6:.1f} MB" for k in manifest["files"]))
+    if a.data_only:
+        from tokenizers import Tokenizer
+        record_path = os.path.join(a.out, "make_target.json")
+        with open(record_path) as f:
+            record = json.load(f)
+        if record["corpus"]["sha256"] != manifest["sha256"]:
+            raise SystemExit(f"make-target: --source {source} is not the corpus {a.out} was made from "
+                             f"(sha256 {manifest['sha256'][:12]} vs {record['corpus']['sha256'][:12]})")
+        record["data"] = write_data(Tokenizer.from_file(os.path.join(a.out, "tokenizer.json")), parts, a, lo, hi)
+        record["data_made_by"] = "bin/make-target " + " ".join(argv)
+        with open(record_path, "w") as f:
+            json.dump(record, f, indent=1)
+        say(f"make-target: {a.out}/data written again ({time.time() - t0:.0f} s)")
+        return 0
     tok = tokenizer.train((t for _, t in parts["train"]), p["vocab"])
     ids = {k: tokenizer.encode_documents(tok, [t for _, t in v]) for k, v in parts.items()}
     manifest["tokens"] = {k: sum(len(d) for d in v) for k, v in ids.items()}
@@ -78,12 +108,7 @@ def main(argv):
 
     train.export(model, a.out, torch.bfloat16)
     tokenizer.save(tok, a.out, p["seq"])
-    data = {}
-    for part, name, count, seed in (("prompts", "prompts.jsonl", a.prompts, a.seed),
-                                    ("eval", "eval.jsonl", a.eval_prompts, a.seed + 1)):
-        path = os.path.join(a.out, "data", name)
-        prompts.write(path, prompts.make(tok, parts[part], count, lo, hi, seed))
-        data[name] = {"part": part, "prompts": count, "tokens": f"{lo}..{hi}"}
+    data = write_data(tok, parts, a, lo, hi)
     record = {"made_by": "bin/make-target " + " ".join(argv), "corpus": manifest, "training": result,
               "data": data, "mask_token_id": tokenizer.MASK_ID, "eos_token_id": tokenizer.EOS_ID}
     with open(os.path.join(a.out, "make_target.json"), "w") as f:
