@@ -74,6 +74,15 @@ def main():
                 ids = x["input_ids"]
                 check(16 <= len(ids) <= 40 and all(0 <= i < vocab for i in ids), f"{name}: a prompt of {len(ids)} tokens")
                 check(rec["mask_token_id"] not in ids, f"{name}: the mask token in a prompt")
+        # --data-only: more prompts from the same files with the model's own tokenizer; the first ones
+        # are the ones it wrote before (same seed), the model is untouched.
+        before = open(os.path.join(out, "data", "prompts.jsonl")).read()
+        weights = open(os.path.join(out, "model.safetensors"), "rb").read()
+        r = make(out, src, "--data-only", "--prompts", "45")
+        check(r.returncode == 0, f"--data-only exited {r.returncode}: {r.stderr[-2000:]}")
+        after = open(os.path.join(out, "data", "prompts.jsonl")).read()
+        check(after.startswith(before) and after.count("\n") == 45, "--data-only: 45 prompts, the first 30 as before")
+        check(open(os.path.join(out, "model.safetensors"), "rb").read() == weights, "--data-only changed the model")
         # Reproducible: the same seed, the same weights (CPU).
         again = os.path.join(tmp, "again")
         r = make(again, src)
