@@ -70,6 +70,7 @@ def main(argv):
             ap.error(f"--data-only: {a.out} is not a model dir made by bin/make-target (no make_target.json)")
     elif os.path.exists(a.out) and not a.force:
         ap.error(f"{a.out} exists (give --force to overwrite it)")
+    os.makedirs(a.out, exist_ok=True)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     work = os.path.join(root, "runs", "make-target")
     os.makedirs(work, exist_ok=True)
