@@ -53,14 +53,12 @@ fi
 
 if [[ $sections == *g* ]]; then
   say "== hsring data generate: the target's answers (config/real-pycode.toml [generate])"
-  sed 's|^path = .*|path = "../models/pycode-25m/data/prompts.jsonl"|; s|^eval_path = .*|eval_path = "../models/pycode-25m/data/eval.jsonl"|' config/real-pycode.toml > config/real-pycode-gen.toml
   for part in prompts:answers eval:eval; do
     t0=$SECONDS
-    "$hs" data generate config/real-pycode-gen.toml --prompts "$model/data/${part%%:*}.jsonl" ${GEN_SAMPLES:+--samples $GEN_SAMPLES} \
+    "$hs" data generate config/real-pycode.toml --prompts "$model/data/${part%%:*}.jsonl" ${GEN_SAMPLES:+--samples $GEN_SAMPLES} \
       --out "runs/real-pycode-${part##*:}.jsonl" --device cuda > "$work/gen_${part##*:}.txt" 2>&1
     say "   ${part%%:*}: exit $? in $((SECONDS - t0)) s: $(tail -n 1 "$work/gen_${part##*:}.txt")"
   done
-  rm -f config/real-pycode-gen.toml
 fi
 
 if [[ $sections == *p* ]]; then
