@@ -59,6 +59,7 @@ def main():
         check(t["val_ppl"] < t["unigram_val_ppl"],
               f"validation perplexity {t['val_ppl']:.1f} should beat the unigram baseline {t['unigram_val_ppl']:.1f}")
         check(rec["corpus"]["files"]["train"] > 0 and rec["corpus"]["files"]["eval"] > 0, rec["corpus"]["files"])
+        check(rec["corpus"]["split"] == {"train": 85, "val": 3, "prompts": 9, "eval": 3}, rec["corpus"]["split"])
         # An ordinary HF dir: transformers loads model (every tensor) and tokenizer.
         model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
         check(not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info)
@@ -92,6 +93,9 @@ def main():
         # Bad input: one message naming the flag.
         r = make(os.path.join(tmp, "bad"), os.path.join(tmp, "nowhere"))
         check(r.returncode != 0 and "--source" in r.stderr and "no such directory" in r.stderr, r.stderr[-500:])
+        r = make(os.path.join(tmp, "bad"), src, "--split", "90,3,9,3")
+        check(r.returncode != 0 and "--split 90,3,9,3" in r.stderr and "adding up to 100" in r.stderr, r.stderr[-500:])
+        check(not os.path.exists(os.path.join(tmp, "bad")), "a refused run left its OUT behind")
         # The checked-in demo target is what the script made.
         demo = os.path.join(ROOT, "models", "pycode-1m")
         rec = json.load(open(os.path.join(demo, "make_target.json")))

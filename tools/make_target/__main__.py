@@ -15,6 +15,7 @@
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -49,6 +50,9 @@ def main(argv):
     ap.add_argument("--prompts", type=int, default=600, help="drafter training prompts (data/prompts.jsonl)")
     ap.add_argument("--eval-prompts", type=int, default=60, help="held-out prompts (data/eval.jsonl)")
     ap.add_argument("--prompt-len", default="32:96", help="MIN:MAX tokens per prompt")
+    ap.add_argument("--split", default="85,3,9,3",
+                    help="percent of the corpus's files for TRAIN,VAL,PROMPTS,EVAL (by a hash of each path; the "
+                         "target trains on TRAIN only; --data-only keeps the model's own split)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     ap.add_argument("--force", action="store_true", help="overwrite OUT")
     ap.add_argument("--data-only", action="store_true",
@@ -70,7 +74,6 @@ def main(argv):
             ap.error(f"--data-only: {a.out} is not a model dir made by bin/make-target (no make_target.json)")
     elif os.path.exists(a.out) and not a.force:
         ap.error(f"{a.out} exists (give --force to overwrite it)")
-    os.makedirs(a.out, exist_ok=True)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     work = os.path.join(root, "runs", "make-target")
     os.makedirs(work, exist_ok=True)
@@ -78,7 +81,13 @@ def main(argv):
     say = lambda s: print(s, flush=True)  # noqa: E731
 
     t0 = time.time()
-    parts, manifest = corpus.collect(source)
+    split = corpus.parse_split(a.split)
+    if a.data_only:  # the model's own split: its prompts must come from files it never trained on
+        with open(os.path.join(a.out, "make_target.json")) as f:
+            made = json.load(f)["corpus"]
+        split = tuple(made["split"][n] for n in corpus.PART_NAMES) if isinstance(made.get("split"), dict) \
+            else corpus.DEFAULT_SPLIT
+    parts, manifest = corpus.collect(source, split)
     say(f"make-target: corpus {manifest['what']} ({manifest['licence'].split(' ')[0]}): "
         + ", ".join(f"{k} {manifest['files'][k]} files / {manifest['bytes'][k] / 1e6:.1f} MB" for k in manifest["files"]))
     if a.data_only:
@@ -101,6 +110,25 @@ def main(argv):
     say(f"make-target: BPE tokenizer of {p['vocab']} ids; tokens: "
         + ", ".join(f"{k} {n:,}" for k, n in manifest["tokens"].items()) + f" ({time.time() - t0:.0f} s)")
 
+    # Everything is written into OUT.partial-PID and renamed to OUT at the end: a failed or
+    # interrupted run leaves no half-made model dir.
+    final_out, a.out = a.out, f"{a.out.rstrip('/')}.partial-{os.getpid()}"
+    os.makedirs(a.out)
+    try:
+        made = make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say)
+    except BaseException:
+        shutil.rmtree(a.out, ignore_errors=True)
+        raise
+    if os.path.exists(final_out):
+        shutil.rmtree(final_out)
+    os.rename(a.out, final_out)
+    say(f"make-target: {final_out} ready ({time.time() - t0:.0f} s): HF model dir + data/prompts.jsonl, data/eval.jsonl")
+    return made
+
+
+def make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say):
+    """Trains, exports and writes the data into a.out; 0."""
+    import torch
     say(f"make-target: training the {a.preset} preset on {device} ({p['steps'] if not a.steps else a.steps} steps "
         f"of {p['batch']} x {p['seq']} tokens)")
     model, result = train.train(ids, a.preset, a.out, device, a.seed, a.steps, log=say)
@@ -117,7 +145,6 @@ def main(argv):
     sample = model.to(torch.float32).generate(torch.tensor([ids["eval"][0][:24]]), max_new_tokens=40, do_sample=False)
     say("make-target: a greedy continuation of a held-out file:\n"
         + tok.decode(sample[0].tolist()).replace("\n", "\n    | "))
-    say(f"make-target: {a.out} ready ({time.time() - t0:.0f} s): HF model dir + data/prompts.jsonl, data/eval.jsonl")
     return 0
 
 

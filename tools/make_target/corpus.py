@@ -17,17 +17,30 @@ MAX_FILE_BYTES = 400_000  # a few generated tables (unicode data) would dominate
 
 # Each file goes to one part by a hash of its path inside the package (stable across machines):
 # the target never sees val, prompts or eval; the drafter's prompts and its held-out (tau)
-# prompts come from files of their own.
-PARTS = [("train", 85), ("val", 3), ("prompts", 9), ("eval", 3)]
+# prompts come from files of their own. The shares (percent) are --split's.
+PART_NAMES = ("train", "val", "prompts", "eval")
+DEFAULT_SPLIT = (85, 3, 9, 3)
 
 
-def part_of(relpath):
+def parse_split(text):
+    """'85,3,9,3' -> (85, 3, 9, 3): train, val, prompts, eval percentages adding up to 100."""
+    try:
+        shares = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        shares = ()
+    if len(shares) != 4 or sum(shares) != 100 or min(shares) < 1:
+        raise SystemExit(f"make-target: --split {text}: give four whole percentages TRAIN,VAL,PROMPTS,EVAL, each "
+                         "at least 1, adding up to 100 (default 85,3,9,3)")
+    return shares
+
+
+def part_of(relpath, split):
     bucket = int(hashlib.sha1(relpath.encode()).hexdigest()[:8], 16) % 100
-    for name, share in PARTS:
+    for name, share in zip(PART_NAMES, split):
         if bucket < share:
             return name
         bucket -= share
-    raise AssertionError("PARTS must add up to 100")
+    raise AssertionError("the split must add up to 100")
 
 
 def fetch_debs(dest):
@@ -60,18 +73,18 @@ def _extract(source, work):
     return root, packages
 
 
-def collect(source):
+def collect(source, split=DEFAULT_SPLIT):
     """The corpus's documents by part: {part: [(relpath, text)]} sorted by path, and a manifest."""
     if not os.path.isdir(source):
         raise SystemExit(f"make-target: --source {source}: no such directory")
     work = tempfile.mkdtemp(prefix="make-target-")
     try:
-        return _collect(source, work)
+        return _collect(source, work, split)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _collect(source, work):
+def _collect(source, work, split):
     root, packages = _extract(source, work)
     files = []
     for d, _, names in os.walk(root):
@@ -79,7 +92,7 @@ def _collect(source, work):
             if n.endswith(".py") and not os.path.islink(os.path.join(d, n)):  # a link points outside the package
                 files.append(os.path.relpath(os.path.join(d, n), root))
     files.sort()
-    parts = {name: [] for name, _ in PARTS}
+    parts = {name: [] for name in PART_NAMES}
     skipped = 0
     digest = hashlib.sha256()
     for rel in files:
@@ -94,7 +107,7 @@ def _collect(source, work):
             skipped += 1
             continue
         digest.update(rel.encode() + b"\0" + raw)
-        parts[part_of(rel)].append((rel, text))
+        parts[part_of(rel, split)].append((rel, text))
     if not parts["train"] or not parts["eval"] or not parts["prompts"]:
         raise SystemExit(f"make-target: {source} holds too few .py files for a corpus ({len(files)} found)")
     manifest = {
@@ -106,6 +119,7 @@ def _collect(source, work):
         "bytes": {p: sum(len(t) for _, t in v) for p, v in parts.items()},
         "skipped_files": skipped,
         "sha256": digest.hexdigest(),
-        "split": "by sha1(path) % 100: " + ", ".join(f"{n} {s}%" for n, s in PARTS),
+        "split": dict(zip(PART_NAMES, split)),
+        "split_rule": "sha1(path inside the package) % 100, parts in the order train, val, prompts, eval",
     }
     return parts, manifest
