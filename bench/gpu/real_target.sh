@@ -10,7 +10,7 @@
 #      tau of checkpoints during training and of the export; ledger verify; metrics -> OUT
 #   s  `hsring model spec-decode` of the export at batch 1: bf16 (tau, tokens/s both ways, speedup)
 #      and fp32 against the public DFlash loop (bench/gpu/spec_reference.py)
-# PIPELINE_LIMIT_S (420) bounds the run; GEN_SAMPLES answers only the first N prompts; SPEC_MAX_NEW
+# PIPELINE_LIMIT_S (420) bounds the run; EPOCHS overrides the config's; GEN_SAMPLES answers only the first N prompts; SPEC_MAX_NEW
 # (128) new tokens per prompt; FP32_BEFORE_S skips the fp32 and reference runs after that second.
 set -uo pipefail
 build=${1:?usage: $0 BUILD_DIR OUT_DIR}
@@ -62,11 +62,16 @@ if [[ $sections == *g* ]]; then
 fi
 
 if [[ $sections == *p* ]]; then
-  say "== hsring run config/real-pycode.toml"
+  cfg=config/real-pycode.toml
+  if [ -n "${EPOCHS:-}" ]; then  # a copy beside it: its relative paths stay valid
+    cfg=config/real-pycode-epochs.toml
+    sed "s/^epochs = .*/epochs = $EPOCHS/" config/real-pycode.toml > "$cfg"
+  fi
+  say "== hsring run $cfg ${EPOCHS:+(epochs = $EPOCHS)}"
   run_dir=runs/real-pycode
   rm -rf "$run_dir"
   t0=$SECONDS
-  "$hs" run config/real-pycode.toml --fresh > "$work/run.log" 2>&1 &
+  "$hs" run "$cfg" --fresh > "$work/run.log" 2>&1 &
   sup=$!
   while kill -0 $sup 2>/dev/null; do
     sleep 5
