@@ -3,7 +3,7 @@ Python files (this interpreter's own standard library) to an ordinary HF model d
 transformers loads (model and tokenizer), whose validation perplexity beats the unigram baseline,
 plus hsring prompt files cut from held-out files; a second run with the same seed writes the same
 weights (made reproducibly); a bad --source is one clear message. And the checked-in demo target
-(models/pycode-1m) is what the script records it to be.
+(models/pycode-small) is what the script records it to be.
 
 Skips (77) when transformers / tokenizers cannot be imported."""
 import json
@@ -97,13 +97,13 @@ def main():
         check(r.returncode != 0 and "--split 90,3,9,3" in r.stderr and "adding up to 100" in r.stderr, r.stderr[-500:])
         check(not os.path.exists(os.path.join(tmp, "bad")), "a refused run left its OUT behind")
         # The checked-in demo target is what the script made.
-        demo = os.path.join(ROOT, "models", "pycode-1m")
+        demo = os.path.join(ROOT, "models", "pycode-small")
         rec = json.load(open(os.path.join(demo, "make_target.json")))
         check(rec["training"]["val_ppl"] < rec["training"]["unigram_val_ppl"] / 4, rec["training"])
         cfg = json.load(open(os.path.join(demo, "config.json")))
         check(cfg["model_type"] == "qwen3" and cfg["vocab_size"] == rec["training"]["shape"]["vocab"], cfg)
         print(f"make-target test preset: val perplexity {t['val_ppl']:.1f} < unigram {t['unigram_val_ppl']:.1f}; "
-              f"models/pycode-1m: {rec['training']['val_ppl']:.2f} < {rec['training']['unigram_val_ppl']:.1f}")
+              f"models/pycode-small: {rec['training']['val_ppl']:.2f} < {rec['training']['unigram_val_ppl']:.1f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -103,9 +103,9 @@ def test_spec_decode_equals_the_public_dflash_loop():
 
 
 def test_spec_decode_equals_the_public_dflash_loop_on_the_real_target():
-    """models/pycode-1m (bin/make-target: trained on real Python code, eos = <|endoftext|>, so
+    """models/pycode-small (bin/make-target: trained on real Python code, eos = <|endoftext|>, so
     stop tokens take part). 150 prompts are too few for a good drafter: this checks equality."""
-    real = os.path.join(SOURCE, "models", "pycode-1m")
+    real = os.path.join(SOURCE, "models", "pycode-small")
     check_against_the_loop("sprr", lambda tmp: real, os.path.join(real, "data", "prompts.jsonl"),
                            os.path.join(real, "data", "eval.jsonl"), 1,
                            "[generate]\nmax_new_tokens = 48\nbatch = 32\n", data_extra="max_seq_len = 256")

@@ -235,14 +235,14 @@ TEST_CASE("Qwen3-MoE written by hsring (save_hf_model_dir) loads in transformers
     check_target(s);
 }
 
-TEST_CASE("the real target models/pycode-1m (bin/make-target: bf16, tied embeddings, rope_parameters) equals transformers") {
+TEST_CASE("the real target models/pycode-small (bin/make-target: bf16, tied embeddings, rope_parameters) equals transformers") {
     TempDir dir;
     const std::filesystem::path real =
-        std::filesystem::path(hsring::test::env_or("HSRING_SOURCE_ROOT", ".")) / "models" / "pycode-1m";
+        std::filesystem::path(hsring::test::env_or("HSRING_SOURCE_ROOT", ".")) / "models" / "pycode-small";
     std::filesystem::copy(real, dir.path() / "model", std::filesystem::copy_options::recursive);
     const ModelShape s = resolve_model_shape((dir.path() / "model").string());
     CHECK(s.tie_word_embeddings);
-    CHECK(s.vocab_size == 2048);
+    CHECK(s.vocab_size == 1024);
     check_model_dir(dir, s);
 }
 

@@ -18,6 +18,9 @@ PRESETS = {
     # ~1M parameters, trained on 2 CPU cores (bin/demo's target, checked in under models/)
     "cpu": dict(hidden=128, layers=4, heads=4, kv=2, head_dim=32, inter=384, vocab=2048,
                 seq=256, batch=16, steps=3000, lr=3e-3, warmup=100, eval_every=500),
+    # ~0.2M parameters, minutes on 2 CPU cores: the smaller real target of the tau test
+    "small": dict(hidden=64, layers=2, heads=2, kv=1, head_dim=32, inter=192, vocab=1024,
+                  seq=256, batch=16, steps=2000, lr=5e-3, warmup=100, eval_every=500),
     # seconds: what bin/test runs to show the script works end to end
     "test": dict(hidden=64, layers=2, heads=2, kv=1, head_dim=32, inter=128, vocab=384,
                  seq=64, batch=16, steps=150, lr=3e-3, warmup=10, eval_every=50),
