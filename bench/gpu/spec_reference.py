@@ -12,7 +12,7 @@ import sys
 
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(root, "tests", "model"))
-from dflash_reference_loop import dflash_generate_greedy, load_drafter  # noqa: E402
+from dflash_reference_loop import dflash_generate_greedy, load_drafter, stop_tokens_of  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -28,9 +28,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 target = AutoModelForCausalLM.from_pretrained(a.target, dtype=torch.float32, attn_implementation="eager").eval().to(a.device)
 drafter, dcfg = load_drafter(a.export, a.device)
-# The target's stop tokens, as `hsring model spec-decode` takes them (generation_config.json's eos ids).
-eos = target.generation_config.eos_token_id
-stops = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
+stops = stop_tokens_of(target)
 mine = json.load(open(a.hsring_json))
 same_lengths = same_tokens = 0
 total = steps = 0

@@ -19,7 +19,7 @@ from train_harness import SOURCE, TrainRun, tiny_qwen3_dir  # noqa: E402
 from harness import HSRING, check, main  # noqa: E402  (tests/supervisor, on the path through train_harness)
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "model"))
-from dflash_reference_loop import dflash_generate_greedy, load_drafter  # noqa: E402  (exits 77 without transformers)
+from dflash_reference_loop import dflash_generate_greedy, load_drafter, stop_tokens_of  # noqa: E402  (exits 77 without transformers)
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -70,8 +70,7 @@ def check_against_the_loop(tag, model_of, prompts_src, heldout_src, mask, tail, 
         check(got["lossless"], "greedy speculative decoding gives the target's greedy tokens")
 
         target = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, attn_implementation="eager").eval()
-        eos = target.generation_config.eos_token_id
-        stops = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        stops = stop_tokens_of(target)
         drafter, dcfg = load_drafter(export)
         with open(heldout) as f:
             samples = [json.loads(line) for line in f]

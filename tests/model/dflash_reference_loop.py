@@ -21,6 +21,12 @@ def load_drafter(export, device="cpu"):
     return drafter.float().eval().to(device), cfg.dflash_config
 
 
+def stop_tokens_of(target):
+    """The target's eos ids (generation_config), as `hsring model spec-decode` takes them."""
+    eos = target.generation_config.eos_token_id
+    return tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+
 @torch.no_grad()
 def dflash_generate_greedy(target, drafter, dcfg, prompt, max_new, stop_tokens=()):
     """z-lab's stopping rule: prefill; then, while the last accepted token's position is below
