@@ -1,7 +1,7 @@
 """bin/make-target — make a real (trained, not random) target for hsring, reproducibly.
 
-  bin/make-target --preset gpu --out models/pycode-25m            # on the GPU machine: minutes
-  bin/make-target --preset cpu --out models/pycode-1m --device cpu # 2 CPU cores (bin/demo's target)
+  bin/make-target --preset gpu --out models/pycode-25m             # one H200: about 2 minutes
+  bin/make-target --preset small --out models/pycode-small --device cpu  # 2 CPU cores: bin/demo's target
 
 1. corpus: real Python code that Debian ships (the CPython 3.11 standard library and test suite,
    PSF-2.0; corpus.py), split by file into train / val / prompts / eval;
@@ -37,6 +37,34 @@ def write_data(tok, parts, a, lo, hi):
     return data
 
 
+def say_corpus(manifest, say):
+    say(f"make-target: corpus {manifest['what']} ({manifest['licence'].split(' ')[0]}): "
+        + ", ".join(f"{k} {manifest['files'][k]} files / {manifest['bytes'][k] / 1e6:.1f} MB" for k in manifest["files"]))
+
+
+def rewrite_data(a, argv, source, lo, hi, say):
+    """--data-only: OUT's data/ again from the corpus OUT was made from, split as it was (its prompts
+    must come from files it never trained on), cut with OUT's own tokenizer."""
+    from tokenizers import Tokenizer
+    record_path = os.path.join(a.out, "make_target.json")
+    with open(record_path) as f:
+        record = json.load(f)
+    seq = record["training"]["shape"]["seq"]
+    if hi + 16 > seq:
+        raise SystemExit(f"make-target: --prompt-len {lo}:{hi} leaves no room for answers in {a.out}'s {seq} positions")
+    made = record["corpus"].get("split")
+    split = tuple(made[n] for n in corpus.PART_NAMES) if isinstance(made, dict) else corpus.DEFAULT_SPLIT
+    parts, manifest = corpus.collect(source, split)
+    say_corpus(manifest, say)
+    if record["corpus"]["sha256"] != manifest["sha256"]:
+        raise SystemExit(f"make-target: --source {source} is not the corpus {a.out} was made from "
+                         f"(sha256 {manifest['sha256'][:12]} vs {record['corpus']['sha256'][:12]})")
+    record["data"] = write_data(Tokenizer.from_file(os.path.join(a.out, "tokenizer.json")), parts, a, lo, hi)
+    record["data_made_by"] = "bin/make-target " + " ".join(argv)
+    with open(record_path, "w") as f:
+        json.dump(record, f, indent=1)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="bin/make-target", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +95,7 @@ def main(argv):
                           ("cpu" if a.device == "auto" else a.device))
     lo, hi = (int(x) for x in a.prompt_len.split(":"))
     p = train.PRESETS[a.preset]
-    if hi + 16 > p["seq"]:
+    if not a.data_only and hi + 16 > p["seq"]:
         ap.error(f"--prompt-len {a.prompt_len}: prompts must leave room for answers in the preset's {p['seq']} positions")
     if a.data_only:
         if not os.path.isfile(os.path.join(a.out, "make_target.json")):
@@ -81,29 +109,12 @@ def main(argv):
     say = lambda s: print(s, flush=True)  # noqa: E731
 
     t0 = time.time()
-    split = corpus.parse_split(a.split)
-    if a.data_only:  # the model's own split: its prompts must come from files it never trained on
-        with open(os.path.join(a.out, "make_target.json")) as f:
-            made = json.load(f)["corpus"]
-        split = tuple(made["split"][n] for n in corpus.PART_NAMES) if isinstance(made.get("split"), dict) \
-            else corpus.DEFAULT_SPLIT
-    parts, manifest = corpus.collect(source, split)
-    say(f"make-target: corpus {manifest['what']} ({manifest['licence'].split(' ')[0]}): "
-        + ", ".join(f"{k} {manifest['files'][k]} files / {manifest['bytes'][k] / 1e6:.1f} MB" for k in manifest["files"]))
     if a.data_only:
-        from tokenizers import Tokenizer
-        record_path = os.path.join(a.out, "make_target.json")
-        with open(record_path) as f:
-            record = json.load(f)
-        if record["corpus"]["sha256"] != manifest["sha256"]:
-            raise SystemExit(f"make-target: --source {source} is not the corpus {a.out} was made from "
-                             f"(sha256 {manifest['sha256'][:12]} vs {record['corpus']['sha256'][:12]})")
-        record["data"] = write_data(Tokenizer.from_file(os.path.join(a.out, "tokenizer.json")), parts, a, lo, hi)
-        record["data_made_by"] = "bin/make-target " + " ".join(argv)
-        with open(record_path, "w") as f:
-            json.dump(record, f, indent=1)
+        rewrite_data(a, argv, source, lo, hi, say)
         say(f"make-target: {a.out}/data written again ({time.time() - t0:.0f} s)")
         return 0
+    parts, manifest = corpus.collect(source, corpus.parse_split(a.split))
+    say_corpus(manifest, say)
     tok = tokenizer.train((t for _, t in parts["train"]), p["vocab"])
     ids = {k: tokenizer.encode_documents(tok, [t for _, t in v]) for k, v in parts.items()}
     manifest["tokens"] = {k: sum(len(d) for d in v) for k, v in ids.items()}
@@ -115,7 +126,7 @@ def main(argv):
     final_out, a.out = a.out, f"{a.out.rstrip('/')}.partial-{os.getpid()}"
     os.makedirs(a.out)
     try:
-        made = make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say)
+        make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say)
     except BaseException:
         shutil.rmtree(a.out, ignore_errors=True)
         raise
@@ -123,11 +134,11 @@ def main(argv):
         shutil.rmtree(final_out)
     os.rename(a.out, final_out)
     say(f"make-target: {final_out} ready ({time.time() - t0:.0f} s): HF model dir + data/prompts.jsonl, data/eval.jsonl")
-    return made
+    return 0
 
 
 def make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say):
-    """Trains, exports and writes the data into a.out; 0."""
+    """Trains, exports and writes the data into a.out."""
     import torch
     say(f"make-target: training the {a.preset} preset on {device} ({p['steps'] if not a.steps else a.steps} steps "
         f"of {p['batch']} x {p['seq']} tokens)")
@@ -145,7 +156,6 @@ def make_model(a, argv, p, device, ids, parts, tok, manifest, lo, hi, say):
     sample = model.to(torch.float32).generate(torch.tensor([ids["eval"][0][:24]]), max_new_tokens=40, do_sample=False)
     say("make-target: a greedy continuation of a held-out file:\n"
         + tok.decode(sample[0].tolist()).replace("\n", "\n    | "))
-    return 0
 
 
 if __name__ == "__main__":
