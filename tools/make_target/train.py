@@ -37,11 +37,16 @@ def qwen3_config(p, eos_id):
                        use_sliding_window=False, bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
 
 
+def stream(docs):
+    """The documents' ids joined into one int64 array (each already ends in EOS)."""
+    return np.concatenate([np.asarray(d, dtype=np.int64) for d in docs])
+
+
 class Windows:
     """Random windows of seq + 1 tokens from one stream (documents joined, each ending in EOS)."""
 
     def __init__(self, docs, seq, seed):
-        self.stream = np.concatenate([np.asarray(d, dtype=np.int64) for d in docs])
+        self.stream = stream(docs)
         self.seq = seq
         self.rng = np.random.default_rng(seed)
 
@@ -53,9 +58,9 @@ class Windows:
 @torch.no_grad()
 def evaluate(model, docs, seq, device, max_tokens):
     """Mean next-token loss over consecutive windows of the stream (at most max_tokens predicted)."""
-    stream = np.concatenate([np.asarray(d, dtype=np.int64) for d in docs])
-    n = min((len(stream) - 1) // seq, max(1, max_tokens // seq))
-    x = torch.from_numpy(stream[:n * seq + 1].copy())
+    tokens = stream(docs)
+    n = min((len(tokens) - 1) // seq, max(1, max_tokens // seq))
+    x = torch.from_numpy(tokens[:n * seq + 1].copy())
     total, count = 0.0, 0
     model.eval()
     for i in range(0, n, 16):
@@ -73,9 +78,9 @@ def evaluate(model, docs, seq, device, max_tokens):
 def unigram_loss(train_docs, val_docs, vocab):
     """The loss of the training part's token frequencies on val (add-one): what a model that learned
     nothing about context would score."""
-    counts = np.bincount(np.concatenate([np.asarray(d) for d in train_docs]), minlength=vocab) + 1.0
+    counts = np.bincount(stream(train_docs), minlength=vocab) + 1.0
     logp = np.log(counts / counts.sum())
-    v = np.concatenate([np.asarray(d) for d in val_docs])
+    v = stream(val_docs)
     return float(-logp[v].mean())
 
 
@@ -88,8 +93,8 @@ def train(parts_ids, preset, out_dir, device, seed, steps=None, log=print):
     model = Qwen3ForCausalLM(qwen3_config(p, eos_id=0)).to(device)
     model.train()
     params = sum(t.numel() for t in model.parameters())
-    decay = [t for n, t in model.named_parameters() if t.dim() >= 2]
-    no_decay = [t for n, t in model.named_parameters() if t.dim() < 2]
+    decay = [t for t in model.parameters() if t.dim() >= 2]
+    no_decay = [t for t in model.parameters() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=p["lr"], betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     windows = Windows(parts_ids["train"], p["seq"], seed)
