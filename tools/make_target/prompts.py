@@ -24,12 +24,27 @@ def make(tok, docs, count, min_len, max_len, seed):
         if not starts:
             continue
         first = starts[int(rng.integers(len(starts)))]
-        ids = tok.encode("\n".join(lines[first:])).ids
         want = int(rng.integers(min_len, max_len + 1))
+        ids = _first_ids("\n".join(lines[first:]), tok, want)
         if len(ids) < want:
             continue
-        out.append(ids[:want])
+        out.append(ids)
     return out
+
+
+def _first_ids(text, tok, want):
+    """The first `want` ids of tok.encode(text) (fewer if it has fewer), encoding a prefix only:
+    files reach megabytes, and encoding each one whole per prompt took minutes for 40,000
+    prompts. A token that ends before the prefix's last line is the whole text's token too
+    (pre-tokens never reach back over a complete line), so only those are kept."""
+    cut = text.rfind("\n", 0, 16 * want)
+    if len(text) > 16 * want and cut > 0:
+        last_line = text.rfind("\n", 0, cut) + 1
+        enc = tok.encode(text[:cut])
+        safe = [i for i, (_, end) in zip(enc.ids, enc.offsets) if end <= last_line]
+        if len(safe) >= want:
+            return safe[:want]
+    return tok.encode(text).ids[:want]
 
 
 def write(path, prompts):
