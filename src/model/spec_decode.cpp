@@ -26,33 +26,54 @@ std::vector<std::int64_t> host_longs(const at::Tensor& t) {
 // target's token at that index uses.
 constexpr std::uint64_t kDraftStream = 0xD2AF7C0FFEE5EEDull;
 
-// One prompt's decode state: the target's cache row, the drafter's cached context.
-struct Sequence {
+// One prompt's decode state: its row of the target's cache and of the drafter's decode state.
+struct Row {
+    const GenerateRequest* request = nullptr;
+    SpecDecodeOutput* out = nullptr;
+    std::int64_t n = 0;      // prompt tokens
+    std::int64_t start = 0;  // position of `last`, the last accepted token (not yet run by the target)
+    std::int64_t last = 0;
+    std::uint64_t draft_seed = 0;
+    bool stopped = false;
+};
+
+// Up to options.batch prompts decoded together: each step drafts every row's block in one drafter
+// call and verifies them in one target forward; each row accepts its own drafts and keeps its own
+// length, and leaves the batch when its loop ends.
+struct Batch {
     TargetModel& target;
     DFlashDrafter& drafter;
     const SpecDecodeOptions& options;
-    const GenerateRequest& request;
-    DFlashDecodeState& draft_state;  // shared by the prompts (its weights cast once), emptied per prompt
-    SpecDecodeOutput& out;
+    DFlashDecodeState& draft_state;  // shared by the batches (its weights cast once)
     SpecDecodeStats& st;
+    std::vector<Row> rows;
 
-    // Tokens for logits [r, vocab] whose row j is new token `first + j` of the sequence: greedy, or
-    // sampled with uniform number first + j of `seed`'s stream (generate's i-th draw for token i).
-    at::Tensor pick(const at::Tensor& logits, std::uint64_t seed, std::int64_t first) const {
+    bool sampled() const { return options.sampling.temperature > 0; }
+
+    // The tokens of logits [T, vocab] (on the host): greedy, or sampled, where logits row
+    // i * stride + j is new token firsts[i] + j of the sequence with seeds[i], drawn with uniform
+    // number firsts[i] + j of its stream (generate's draw for that token); other rows are padding.
+    std::vector<std::int64_t> pick(const at::Tensor& logits, const std::vector<std::uint64_t>& seeds,
+                                   const std::vector<std::int64_t>& firsts, std::int64_t stride) const {
         std::vector<double> u;
-        if (options.sampling.temperature > 0)
-            for (std::int64_t j = 0; j < logits.size(0); ++j)
-                u.push_back(SequenceRng::uniform_at(seed, static_cast<std::uint64_t>(first + j)));
-        return sample_tokens(logits, options.sampling, u);
+        if (sampled()) {
+            u.assign(static_cast<std::size_t>(logits.size(0)), 0.5);
+            for (std::size_t i = 0; i < seeds.size(); ++i)
+                for (std::int64_t j = 0; j < stride && static_cast<std::int64_t>(i) * stride + j < logits.size(0); ++j)
+                    u[i * static_cast<std::size_t>(stride) + static_cast<std::size_t>(j)] =
+                        SequenceRng::uniform_at(seeds[i], static_cast<std::uint64_t>(firsts[i] + j));
+        }
+        return host_longs(sample_tokens(logits, options.sampling, u));
     }
 
-    // Records token t unless max_new_tokens exist already (the last step's surplus is dropped, as the
-    // reference loop drops it); a stop token ends the output after it.
-    void emit(std::int64_t t) {
+    // Records token t of row `row` unless max_new_tokens exist already (the last step's surplus is
+    // dropped, as the reference loop drops it); a stop token ends the output after it.
+    void emit(Row& row, std::int64_t t) {
+        SpecDecodeOutput& out = *row.out;
         const auto count = static_cast<std::int64_t>(out.tokens.size());
-        if (stopped || count >= options.max_new_tokens) return;
-        if (static_cast<std::int64_t>(request.prompt.size()) + count >= target.shape().max_position_embeddings) {
-            stopped = true;  // no position left for this token
+        if (row.stopped || count >= options.max_new_tokens) return;
+        if (row.n + count >= target.shape().max_position_embeddings) {
+            row.stopped = true;  // no position left for this token
             return;
         }
         out.tokens.push_back(t);
@@ -60,82 +81,138 @@ struct Sequence {
         const auto& stops = options.stop_tokens;
         if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
             out.finish = FinishReason::Stop;
-            stopped = true;
+            row.stopped = true;
         }
     }
-    bool stopped = false;
 
     void run() {
         const ModelShape& shape = target.shape();
         const DFlashConfig& c = drafter->config();
-        const std::vector<std::int64_t>& prompt = request.prompt;
-        const std::int64_t b = c.block_size, n = static_cast<std::int64_t>(prompt.size());
-        out.finish = FinishReason::Length;
+        const std::int64_t b = c.block_size;
         const std::vector<int>& ids = c.target_layer_ids;
         const at::Device dev = target.device();
         const at::ScalarType dt = target.dtype();
         const TargetHead head = target.head();
-        const std::uint64_t draft_seed = data::detail::mix64(request.seed ^ kDraftStream);
-        const std::int64_t capacity = std::min(n + options.max_new_tokens + b, shape.max_position_embeddings);
-        KVCache cache(shape, 1, capacity, dev, dt);
-        draft_state.crop(0);
+        std::int64_t capacity = 1;
+        std::vector<std::int64_t> prompt, counts;
+        for (Row& row : rows) {
+            row.n = static_cast<std::int64_t>(row.request->prompt.size());
+            row.start = row.n;
+            row.draft_seed = data::detail::mix64(row.request->seed ^ kDraftStream);
+            row.out->finish = FinishReason::Length;
+            capacity = std::max(capacity, row.n + options.max_new_tokens + b);
+            prompt.insert(prompt.end(), row.request->prompt.begin(), row.request->prompt.end());
+            counts.push_back(row.n);
+        }
+        capacity = std::min(capacity, shape.max_position_embeddings);
+        KVCache cache(shape, static_cast<std::int64_t>(rows.size()), capacity, dev, dt);
+        draft_state.reset(static_cast<std::int64_t>(rows.size()));
         std::vector<at::Tensor> captured(ids.size());
         auto capture = [&](std::size_t i, const at::Tensor& h) { captured[i] = h; };
-        // The drafter's context grows by the captured layers of the first `rows` tokens just run.
-        auto keep_context = [&](std::int64_t rows) {
-            std::vector<at::Tensor> layers;
-            for (const at::Tensor& h : captured) layers.push_back(h.narrow(0, 0, rows));
-            draft_state.extend(at::stack(layers));
-        };
 
         auto t0 = Clock::now();
-        at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), {n}, cache, false, ids, capture);
-        keep_context(n);
-        std::int64_t last = pick(logits, request.seed, 0).item<std::int64_t>();
-        st.prompt_tokens += n;
+        const at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), counts, cache, false, ids, capture);
+        draft_state.extend(at::stack(captured), counts);
+        std::vector<std::uint64_t> seeds;
+        for (const Row& row : rows) seeds.push_back(row.request->seed);
+        const std::vector<std::int64_t> first = pick(logits, seeds, std::vector<std::int64_t>(rows.size(), 0), 1);
         st.prefill_seconds += seconds_since(t0);
-        emit(last);
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            st.prompt_tokens += rows[i].n;
+            rows[i].last = first[i];
+            emit(rows[i], first[i]);
+        }
 
-        // z-lab's dflash_generate (dflash/model.py): `start` is the position of the last accepted
-        // token; a step runs while start < prompt + max_new_tokens, so one more step runs when
-        // exactly max_new_tokens exist (its tokens past the limit are dropped, its acceptance length
-        // counts), and a stop token ends the loop after the step that produced it. Every block is B
-        // slots. hsring alone also stops where the model has no position left for a block.
-        const std::int64_t max_length = n + options.max_new_tokens;
-        const auto longs = at::TensorOptions().device(dev).dtype(at::kLong);
-        std::int64_t start = n;
-        while (start < max_length && !stopped && start + 1 < capacity) {
-            HSRING_ASSERT(cache.length(0) == start, "spec_decode: cache {} at position {}", cache.length(0), start);
-            // `last` is the token at `start`, not yet run through the target; draft j of the block
-            // proposes the token at start + j, the target's verify row j gives the token at start + j + 1.
-            // Uniform number i of the seed's stream draws new token i (generate's i-th draw).
-            const std::int64_t m = start + 1 - n;
-            t0 = Clock::now();
-            const std::int64_t k = std::min(b, capacity - start);
-            at::Tensor block = at::full({1}, last, longs);
-            if (k > 1) {
-                const at::Tensor rows = draft_state.draft(last, k).narrow(0, 1, k - 1);
-                block = at::cat({block, pick(at::matmul(rows, head.lm_head.t()), draft_seed, m)});
+        // z-lab's dflash_generate (dflash/model.py), per row: `start` is the position of the last
+        // accepted token; a step runs while start < prompt + max_new_tokens, so one more step runs
+        // when exactly max_new_tokens exist (its tokens past the limit are dropped, its acceptance
+        // length counts), and a stop token ends the loop after the step that produced it. Every
+        // block is B slots. hsring alone also stops where the model has no position left for a block.
+        for (;;) {
+            std::vector<std::int64_t> keep;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const Row& row = rows[i];
+                if (row.start < row.n + options.max_new_tokens && !row.stopped && row.start + 1 < capacity)
+                    keep.push_back(static_cast<std::int64_t>(i));
             }
-            const std::vector<std::int64_t> draft = host_longs(block);
+            if (keep.empty()) break;
+            if (keep.size() != rows.size()) {
+                cache.keep_rows(keep);
+                draft_state.keep_rows(keep);
+                std::vector<Row> kept;
+                for (std::int64_t i : keep) kept.push_back(rows[static_cast<std::size_t>(i)]);
+                rows = std::move(kept);
+            }
+            // `last` is the token at `start`, not yet run through the target; draft j of a block
+            // proposes the token at start + j, the target's verify row j gives the token at
+            // start + j + 1. Uniform number i of the seed's stream draws new token i (generate's).
+            t0 = Clock::now();
+            std::vector<std::int64_t> lasts, ks, firsts;
+            std::vector<std::uint64_t> draft_seeds;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const Row& row = rows[i];
+                HSRING_ASSERT(cache.length(static_cast<std::int64_t>(i)) == row.start, "spec_decode: cache {} at position {}",
+                              cache.length(static_cast<std::int64_t>(i)), row.start);
+                lasts.push_back(row.last);
+                ks.push_back(std::min(b, capacity - row.start));
+                draft_seeds.push_back(row.draft_seed);
+                firsts.push_back(row.start + 1 - row.n);
+            }
+            const at::Tensor hidden = draft_state.draft(lasts, ks);  // [rows, bmax, H]
+            const std::int64_t bmax = hidden.size(1);
+            const std::vector<std::int64_t> drafted =
+                pick(at::matmul(hidden.narrow(1, 1, bmax - 1), head.lm_head.t()).flatten(0, 1), draft_seeds, firsts, bmax - 1);
+            std::vector<std::int64_t> block;  // row after row: last, drafts
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                block.push_back(rows[i].last);
+                for (std::int64_t j = 0; j + 1 < ks[i]; ++j) block.push_back(drafted[i * static_cast<std::size_t>(bmax - 1) + static_cast<std::size_t>(j)]);
+            }
             st.draft_seconds += seconds_since(t0);
 
             t0 = Clock::now();
-            at::Tensor verify = target.forward_cached(block, {k}, cache, true, ids, capture);
-            const std::vector<std::int64_t> want = host_longs(pick(verify, request.seed, m));
-            std::int64_t accepted = 0;  // drafts equal to the target's token after the tokens before them
-            while (accepted + 1 < k && draft[static_cast<std::size_t>(accepted + 1)] == want[static_cast<std::size_t>(accepted)])
-                ++accepted;
-            keep_context(accepted + 1);
-            cache.crop(0, start + accepted + 1);
-            ++st.verify_steps;
+            const at::Tensor verify = target.forward_cached(at::tensor(block, at::kLong).to(dev), ks, cache, true, ids, capture);
+            // The target's token after each slot, per row's segment (sampled draws its own uniforms).
+            std::vector<std::int64_t> want;
+            if (!sampled()) {
+                want = pick(verify, {}, {}, 0);
+            } else {
+                std::int64_t off = 0;
+                for (std::size_t i = 0; i < rows.size(); ++i) {
+                    const auto w = pick(verify.narrow(0, off, ks[i]), {rows[i].request->seed}, {firsts[i]}, ks[i]);
+                    want.insert(want.end(), w.begin(), w.end());
+                    off += ks[i];
+                }
+            }
+            std::vector<std::int64_t> context_index, context_counts;
+            std::vector<std::int64_t> accepted(rows.size());
+            std::int64_t off = 0;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(off + j); };
+                std::int64_t a = 0;  // drafts equal to the target's token after the tokens before them
+                while (a + 1 < ks[i] && block[at(a + 1)] == want[at(a)]) ++a;
+                accepted[i] = a;
+                for (std::int64_t j = 0; j <= a; ++j) context_index.push_back(off + j);
+                context_counts.push_back(a + 1);
+                off += ks[i];
+            }
+            // The drafter's context grows by the captured layers of each row's verified tokens.
+            draft_state.extend(at::stack(captured).index_select(1, at::tensor(context_index, at::kLong).to(dev)),
+                               context_counts);
+            off = 0;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                Row& row = rows[i];
+                const std::int64_t a = accepted[i];
+                cache.crop(static_cast<std::int64_t>(i), row.start + a + 1);
+                row.last = want[static_cast<std::size_t>(off + a)];
+                for (std::int64_t j = 1; j <= a; ++j) emit(row, block[static_cast<std::size_t>(off + j)]);
+                emit(row, row.last);
+                row.out->acceptance_lengths.push_back(a + 1);
+                st.accepted_tokens += a + 1;
+                ++st.verify_steps;
+                row.start += a + 1;
+                off += ks[i];
+            }
             st.verify_seconds += seconds_since(t0);
-            last = want[static_cast<std::size_t>(accepted)];
-            for (std::int64_t j = 1; j <= accepted; ++j) emit(draft[static_cast<std::size_t>(j)]);
-            emit(last);
-            out.acceptance_lengths.push_back(accepted + 1);
-            st.accepted_tokens += accepted + 1;
-            start += accepted + 1;
         }
     }
 };
@@ -200,15 +277,21 @@ SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const 
     SpecDecodeResult res;
     res.outputs.resize(prompts.size());
     if (options.max_new_tokens == 0) return res;
-    // One drafter decode state for every prompt: room for the longest one's context.
+    if (options.batch < 1) fail("speculative decoding: batch must be >= 1 prompts, got {}", options.batch);
+    // One drafter decode state for every batch: room for the longest prompt's context.
     std::int64_t capacity = 1;
     for (const auto& p : prompts)
         capacity = std::max(capacity, static_cast<std::int64_t>(p.prompt.size()) + options.max_new_tokens +
                                           drafter->config().block_size);
     capacity = std::min(capacity, s.max_position_embeddings);
-    DFlashDecodeState draft_state(drafter, target.head(), capacity, target.device(), target.dtype());
-    for (std::size_t i = 0; i < prompts.size(); ++i)
-        Sequence{target, drafter, options, prompts[i], draft_state, res.outputs[i], res.stats}.run();
+    const std::int64_t batch = std::min<std::int64_t>(options.batch, static_cast<std::int64_t>(prompts.size()));
+    DFlashDecodeState draft_state(drafter, target.head(), batch, capacity, target.device(), target.dtype());
+    for (std::size_t i = 0; i < prompts.size(); i += static_cast<std::size_t>(batch)) {
+        Batch run{target, drafter, options, draft_state, res.stats, {}};
+        for (std::size_t j = i; j < std::min(prompts.size(), i + static_cast<std::size_t>(batch)); ++j)
+            run.rows.push_back(Row{&prompts[j], &res.outputs[j]});
+        run.run();
+    }
     return res;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// DFlash speculative decoding with the frozen target, one prompt at a time (batch 1): the loop of
-// z-lab's `dflash_generate` (dflash/model.py), greedy or sampled.
+// DFlash speculative decoding with the frozen target: the loop of z-lab's `dflash_generate`
+// (dflash/model.py), greedy or sampled, one prompt at a time (batch 1) or several as rows of one
+// batch (SpecDecodeOptions::batch), each row following the loop below on its own.
 //
 //   prefill:  the target runs the prompt (KV cache), capturing the drafter's layers; its token
 //             (argmax, or sampled) is the first new token.
@@ -43,6 +44,11 @@ struct SpecDecodeOptions {
     std::int64_t max_new_tokens = 128;
     SamplingParams sampling;  // temperature 0 = greedy; the seed is each request's
     std::vector<std::int64_t> stop_tokens;  // generation ends after one of these (kept in the output)
+    // Prompts decoded at once: each step drafts their blocks in one drafter call and verifies them
+    // in one target forward (tau during training); 1 = one prompt at a time (the batch-1 speedup).
+    // Each prompt's tokens and acceptance lengths are the same at any batch (up to float noise
+    // between batched and single kernels).
+    std::int64_t batch = 1;
 };
 
 struct SpecDecodeOutput {
@@ -54,6 +60,7 @@ struct SpecDecodeOutput {
 };
 
 struct SpecDecodeStats {
+    // verify_steps: one per prompt per step (a batched step that verifies r rows counts r).
     std::int64_t prompt_tokens = 0, new_tokens = 0, verify_steps = 0;
     std::int64_t accepted_tokens = 0;  // sum of the acceptance lengths
     double prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;

@@ -584,6 +584,24 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
     CHECK(spec.stats.verify_steps == steps);
     CHECK(spec.stats.new_tokens == 39);
     CHECK(spec.stats.tau() >= 1.0);
+    // Decoded as rows of one batch (prompts of 5, 17 and 1 tokens; the 1-token one alone in the
+    // second batch of two): every prompt's tokens and acceptance lengths are the same.
+    auto same_as_alone = [&](const SpecDecodeResult& batched, const SpecDecodeResult& alone) {
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+            INFO("prompt " << i);
+            CHECK(batched.outputs[i].tokens == alone.outputs[i].tokens);
+            CHECK(batched.outputs[i].acceptance_lengths == alone.outputs[i].acceptance_lengths);
+            CHECK(batched.outputs[i].finish == alone.outputs[i].finish);
+        }
+        CHECK(batched.stats.verify_steps == alone.stats.verify_steps);
+        CHECK(batched.stats.new_tokens == alone.stats.new_tokens);
+    };
+    for (std::int64_t batch : {2, 3, 8}) {
+        INFO("batch " << batch);
+        SpecDecodeOptions bo = so;
+        bo.batch = batch;
+        same_as_alone(spec_decode(m, d, reqs, bo), spec);
+    }
     // A stop token and max positions end it as they end generate.
     ModelShape s = preset_shape("tiny");
     s.max_position_embeddings = 24;
@@ -603,6 +621,14 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
             CHECK(sum - spec2.outputs[i].acceptance_lengths.back() < size);
     }
     if (spec2.outputs[1].finish == FinishReason::Length) CHECK(spec2.outputs[1].tokens.size() == 7);  // 24 positions
+    {  // rows that stop or run out of positions (short last blocks) leave the batch; the others go on
+        SpecDecodeOptions bo = so;
+        bo.batch = 3;
+        same_as_alone(spec_decode(short_m, d, reqs, bo), spec2);
+    }
+    so.batch = 0;
+    CHECK(test::error_of([&] { spec_decode(m, d, reqs, so); }).find("batch must be >= 1") != std::string::npos);
+    so.batch = 1;
 
     // A drafter for another target.
     ModelShape wide = preset_shape("tiny");
@@ -645,27 +671,55 @@ TEST_CASE("the drafter's decode state (cached context keys/values) drafts what d
     const auto seq = iota_tokens(24, 11, 5);
     const at::Tensor ctx = captured_layers(m, seq, cfg.target_layer_ids);  // [3, 24, H]
     at::NoGradGuard ng;
-    DFlashDecodeState state(d, m.head(), 24, at::kCPU, at::kFloat);
+    DFlashDecodeState state(d, m.head(), 1, 24, at::kCPU, at::kFloat);
     auto check_at = [&](std::int64_t start, std::int64_t b) {
         INFO("anchor " << start << ", block " << b);
-        REQUIRE(state.length() == start);
+        REQUIRE(state.length(0) == start);
         const at::Tensor want = draft_hidden(d, m.head(), ctx, seq[static_cast<std::size_t>(start)], start, at::kFloat, b);
-        const at::Tensor got = state.draft(seq[static_cast<std::size_t>(start)], b);
+        const at::Tensor got = state.draft({seq[static_cast<std::size_t>(start)]}, {b})[0];
         CHECK(got.sizes() == want.sizes());
         CHECK(at::allclose(got, want, kRtol, kAtol));
     };
-    state.extend(ctx.narrow(1, 0, 5));  // the prompt
+    state.extend(ctx.narrow(1, 0, 5), {5});  // the prompt
     check_at(5, 4);
-    state.extend(ctx.narrow(1, 5, 3));  // a step accepting 2 drafts + the target's token
+    state.extend(ctx.narrow(1, 5, 3), {3});  // a step accepting 2 drafts + the target's token
     check_at(8, 4);
-    state.extend(ctx.narrow(1, 8, 4));
-    state.crop(10);                     // back to 10 rows
+    state.extend(ctx.narrow(1, 8, 4), {4});
+    state.crop(0, 10);                       // back to 10 rows
     check_at(10, 4);
-    state.extend(ctx.narrow(1, 10, 9));
-    check_at(19, 3);                    // a short last block
-    CHECK(test::error_of([&] { state.crop(20); }).find("crop only shortens") != std::string::npos);
-    CHECK(test::error_of([&] { state.extend(ctx.narrow(1, 0, 6)); }).find("do not fit") != std::string::npos);
-    CHECK(test::error_of([&] { state.draft(1, 5); }).find("2..4 allowed") != std::string::npos);
+    state.extend(ctx.narrow(1, 10, 9), {9});
+    check_at(19, 3);                         // a short last block
+    CHECK(test::error_of([&] { state.crop(0, 20); }).find("crop only shortens") != std::string::npos);
+    CHECK(test::error_of([&] { state.extend(ctx.narrow(1, 0, 6), {6}); }).find("do not fit") != std::string::npos);
+    CHECK(test::error_of([&] { state.extend(ctx.narrow(1, 0, 2), {3}); }).find("add up to 3") != std::string::npos);
+    CHECK(test::error_of([&] { state.draft({1}, {5}); }).find("2..4 allowed") != std::string::npos);
+
+    // Three sequences as rows of one state, of other lengths and block sizes: each row drafts what
+    // it drafts alone (the padding of shorter contexts and blocks is masked), through a packed
+    // extend, a crop, and dropping a row.
+    const auto seq2 = iota_tokens(24, 40, 7);
+    const at::Tensor ctx2 = captured_layers(m, seq2, cfg.target_layer_ids);
+    DFlashDecodeState rows(d, m.head(), 3, 24, at::kCPU, at::kFloat);
+    rows.extend(at::cat({ctx.narrow(1, 0, 6), ctx2.narrow(1, 0, 11), ctx.narrow(1, 0, 3)}, 1), {6, 11, 3});
+    auto check_rows = [&](const std::vector<const std::vector<std::int64_t>*>& seqs, const std::vector<const at::Tensor*>& ctxs,
+                          const std::vector<std::int64_t>& blocks) {
+        std::vector<std::int64_t> lasts;
+        for (std::size_t r = 0; r < seqs.size(); ++r) lasts.push_back((*seqs[r])[static_cast<std::size_t>(rows.length(static_cast<std::int64_t>(r)))]);
+        const at::Tensor got = rows.draft(lasts, blocks);
+        for (std::size_t r = 0; r < seqs.size(); ++r) {
+            const std::int64_t start = rows.length(static_cast<std::int64_t>(r)), b = blocks[r];
+            INFO("row " << r << " at " << start << ", block " << b);
+            const at::Tensor want = draft_hidden(d, m.head(), *ctxs[r], lasts[r], start, at::kFloat, b);
+            CHECK(at::allclose(got[static_cast<std::int64_t>(r)].narrow(0, 0, b), want, kRtol, kAtol));
+        }
+    };
+    check_rows({&seq, &seq2, &seq}, {&ctx, &ctx2, &ctx}, {4, 3, 4});
+    rows.extend(at::cat({ctx.narrow(1, 6, 2), ctx.narrow(1, 3, 4)}, 1), {2, 0, 4});
+    rows.crop(1, 9);
+    check_rows({&seq, &seq2, &seq}, {&ctx, &ctx2, &ctx}, {4, 4, 2});
+    rows.keep_rows({2, 1});
+    check_rows({&seq, &seq2}, {&ctx, &ctx2}, {3, 4});
+    CHECK(rows.length(0) == 7);
 }
 
 TEST_CASE("sampled spec_decode emits generate's sampled tokens for the same seeds; other seeds differ") {
@@ -693,6 +747,15 @@ TEST_CASE("sampled spec_decode emits generate's sampled tokens for the same seed
         for (std::int64_t a : spec.outputs[i].acceptance_lengths) sum += a;
         CHECK(sum > 20);
         CHECK(sum - spec.outputs[i].acceptance_lengths.back() <= 20);
+    }
+    {  // the same draws in a batch: each row samples with its own seed's numbers
+        SpecDecodeOptions bo = so;
+        bo.batch = 3;
+        const auto batched = spec_decode(m, d, reqs, bo);
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+            CHECK(batched.outputs[i].tokens == spec.outputs[i].tokens);
+            CHECK(batched.outputs[i].acceptance_lengths == spec.outputs[i].acceptance_lengths);
+        }
     }
     // Sampled, not greedy: the greedy output and other seeds' outputs differ.
     SpecDecodeOptions greedy = so;
