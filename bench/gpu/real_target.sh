@@ -3,7 +3,7 @@
 # SECTIONS (default "bcmgps"), each after the ones it needs:
 #   b  build hsring's programs into BUILD_DIR (meson + ninja, as bin/gpu-build; carry ".carry")
 #   c  bin/make-target --preset cpu (-> OUT/pycode-1m.tgz: bin/demo's target, models/pycode-1m)
-#   m  bin/make-target --preset gpu (models/pycode-25m, PROMPTS (8,000) + 64 prompts, --split SPLIT)
+#   m  bin/make-target --preset gpu (models/pycode-25m, PROMPTS (40,000) + 64 prompts, --split SPLIT (70,3,24,3))
 #      both from the corpus .debs in .carry/debs (bin/make-target downloads them where apt works)
 #   g  `hsring data generate`: the target's greedy answers to the prompts and the held-out prompts
 #   p  `hsring run config/real-pycode.toml`: the drafter trains on the target's hidden states,
@@ -46,7 +46,7 @@ if [[ $sections == *m* ]]; then
   say "== bin/make-target --preset gpu"
   rm -rf "$model"
   HSRING_PYTHON=$py bin/make-target --preset gpu --out "$model" --source .carry/debs --device cuda \
-    --split "${SPLIT:-85,3,9,3}" --prompts "${PROMPTS:-8000}" --eval-prompts 64 --prompt-len 64:192 2>&1 | tee "$work/make_gpu.txt" | grep -vE "Writing|^\s*$" | tee -a "$out/summary.txt"
+    --split "${SPLIT:-70,3,24,3}" --prompts "${PROMPTS:-40000}" --eval-prompts 64 --prompt-len 64:192 2>&1 | tee "$work/make_gpu.txt" | grep -vE "Writing|^\s*$" | tee -a "$out/summary.txt"
   cp "$model/make_target.json" "$out/pycode-25m.make_target.json"
   cp "$model/train_log.jsonl" "$out/pycode-25m.train_log.jsonl"
 fi

@@ -23,13 +23,13 @@ namespace {
 
 // On a GPU that a drafter shares (allow_shared_gpus), every second target.0 spends decoding is
 // taken from the drafter's steps (time-sliced contexts). The probe decodes at most this share of
-// the wall clock there: after a prompt of d seconds the next waits d * (1 / share - 1), so the
+// the wall clock there: after a measurement of d seconds the next waits d * (1 / share - 1), so the
 // drafter's cost is at most the share times its slowdown while decoding (BENCHMARKS.md: tau
 // during training). On a GPU of its own the target decodes whenever the ring lets it.
 constexpr double kSharedGpuShare = 0.05;
 
 // A tau row: tau = the mean acceptance length (accepted drafts + 1 per verify step).
-// `windows`: when target.0 was decoding ([begin, end] wall-clock seconds, one per prompt), so the
+// `windows`: when target.0 was decoding ([begin, end] wall-clock seconds), so the
 // drafter steps that shared the GPU with it can be told apart (bench/gpu/target_speaks.sh).
 nlohmann::json spec_row(std::uint64_t step, const std::vector<std::int64_t>& lengths, std::uint32_t block,
                         std::size_t prompts, std::int64_t new_tokens, double seconds,
@@ -61,16 +61,11 @@ struct SpecProbe::Impl {
     double share = 1.0;  // of the wall clock this probe may decode (kSharedGpuShare on a shared GPU)
     std::chrono::steady_clock::time_point not_before{};
 
-    // The measurement under way.
+    // The measurement due: the checkpoint's drafter, loaded at one slot and decoded at a later one.
     struct Run {
         std::uint64_t step = 0;
         model::DFlashDrafter drafter{nullptr};
         std::uint32_t block = 0;
-        std::size_t next = 0;  // next prompt
-        std::vector<std::int64_t> lengths;
-        std::int64_t new_tokens = 0;
-        double seconds = 0;
-        std::vector<std::array<double, 2>> windows;
     };
     std::optional<Run> run;
 
@@ -81,6 +76,7 @@ struct SpecProbe::Impl {
         if (e.spec_samples > 0 && e.spec_samples < prompts.size()) prompts.resize(e.spec_samples);
         options.max_new_tokens = static_cast<std::int64_t>(e.spec_max_new_tokens);
         options.stop_tokens = model_stop_tokens(c.derived.target);  // as served (and as spec-decode measures)
+        options.batch = static_cast<std::int64_t>(std::max<std::size_t>(prompts.size(), 1));
         const std::uint64_t latest = CheckpointStore::read_latest(c.env.run_dir / "checkpoints");
         next_due = (latest / e.spec_every + 1) * e.spec_every;  // a restarted target skips what was measured
         const Place here = c.cfg.topology.targets.at(c.env.rank);
@@ -117,26 +113,26 @@ struct SpecProbe::Impl {
         }
     }
 
+    // Every prompt as a row of one batched spec-decode: one measurement costs about one prompt's
+    // decoding time (each row's own acceptance lengths, as decoded alone).
     void step() {
         auto unix_now = [] {
             return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         };
         const double begin = unix_now();
         const auto t0 = std::chrono::steady_clock::now();
-        const auto res = model::spec_decode(target, run->drafter, {prompts[run->next]}, options);
+        const auto res = model::spec_decode(target, run->drafter, prompts, options);
         const auto t1 = std::chrono::steady_clock::now();
-        run->seconds += std::chrono::duration<double>(t1 - t0).count();
+        const double seconds = std::chrono::duration<double>(t1 - t0).count();
         not_before = t1 + std::chrono::duration_cast<std::chrono::steady_clock::duration>((t1 - t0) * (1.0 / share - 1.0));
-        run->windows.push_back({begin, unix_now()});
-        const auto& a = res.outputs.front().acceptance_lengths;
-        run->lengths.insert(run->lengths.end(), a.begin(), a.end());
-        run->new_tokens += res.stats.new_tokens;
-        if (++run->next < prompts.size()) return;
-        const auto row = spec_row(run->step, run->lengths, run->block, prompts.size(), run->new_tokens, run->seconds,
-                                  run->windows);
+        std::vector<std::int64_t> lengths;
+        for (const auto& out : res.outputs)
+            lengths.insert(lengths.end(), out.acceptance_lengths.begin(), out.acceptance_lengths.end());
+        const auto row = spec_row(run->step, lengths, run->block, prompts.size(), res.stats.new_tokens, seconds,
+                                  {{begin, unix_now()}});
         metrics.append(row);
-        log::info("tau {:.3f} at step {} ({} prompts, {} verify steps, {:.1f} s of decoding)",
-                  row["spec"]["tau"].get<double>(), run->step, prompts.size(), run->lengths.size(), run->seconds);
+        log::info("tau {:.3f} at step {} ({} prompts in one batch, {} verify steps, {:.1f} s of decoding)",
+                  row["spec"]["tau"].get<double>(), run->step, prompts.size(), lengths.size(), seconds);
         run.reset();
     }
 };

@@ -1,13 +1,14 @@
 #pragma once
 // The real acceptance length tau during training ([eval] spec_prompts, spec_every): target.0 of
 // machine 0 runs speculative decoding (model::spec_decode, greedy) of the latest committed drafter
-// weights (RUN_DIR/checkpoints/step-N/drafter) with the target model it already holds, one prompt
-// at a time, only while the ring is full or half of it READY (target_loop.cpp). So a measurement
-// adds no model to any device but the drafter's weights on the target's, never touches the
-// drafter's device, and never makes the drafter wait: the READY slots cover one prompt's
-// decoding (a target slower than its drafter measures only when it gets ahead).
+// weights (RUN_DIR/checkpoints/step-N/drafter) with the target model it already holds, every
+// prompt as a row of one batch (one draft and one verify per step for all of them: a measurement
+// takes about one prompt's time), only while the ring is full or half of it READY
+// (target_loop.cpp). So a measurement adds no model to any device but the drafter's weights on the
+// target's, never touches the drafter's device, and never makes the drafter wait: the READY slots
+// cover the decoding (a target slower than its drafter measures only when it gets ahead).
 //
-//   checkpoint of step N >= next due  ->  load its drafter  ->  prompt 1 | slot | prompt 2 | slot ...
+//   checkpoint of step N >= next due  ->  load its drafter  |  slot  |  decode all prompts at once
 //   ->  metrics.jsonl {"step": N, "spec": {"tau", "acceptance_per_position", "step", "prompts", ..}}
 //       (and TensorBoard, RUN_DIR/tensorboard/spec)  ->  next due = N + spec_every
 //
@@ -32,8 +33,8 @@ public:
     SpecProbe(Context& ctx, model::TargetModel& target);
     ~SpecProbe();
     bool active() const { return impl_ != nullptr; }
-    // One unit of work, if any: starts a measurement when a committed checkpoint is due, or
-    // decodes the next prompt of the one under way (and writes its row after the last).
+    // One unit of work, if any: loads the drafter of a committed checkpoint that is due, or decodes
+    // every prompt with the one loaded (and writes its row).
     void work();
 
 private:
