@@ -101,7 +101,7 @@ for r in rows:
     if "spec" in r:
         s = r["spec"]
         print(f"   tau at step {r['step']}: {s['tau']:.3f} ({s['prompts']} prompts{', the export' if s.get('final') else ''}; "
-              f"{s['verify_steps']} verify steps in {s['seconds']:.2f} s)")
+              f"{s['verify_steps']} verify steps in {s.get('seconds', r.get('seconds', 0)):.2f} s)")
     if "eval" in r:
         print(f"   held-out after step {r['step']}: loss {r['eval']['loss']:.3f}, acceptance estimate {r['eval']['accept_len']:.3f}")
 PY
