@@ -10,7 +10,8 @@
 # Each is summarised by summarize_run.py (checkpoint pauses from metrics.jsonl's
 # checkpoint_pause_ms, write times from the drafter's log) and its ledger verified.
 # One GPU: target and drafter share GPU 0 (allow_shared_gpus); two or more: drafter on GPU 1.
-# SAMPLES (240) x 3,072 tokens; PIPELINE_LIMIT_S (200) per run.
+# SAMPLES (240) x 3,072 tokens; PIPELINE_LIMIT_S (200) per run; MODES ("sync bg") the runs to make
+# (issue 35's measurement: MODES=bg SAMPLES=300 CKPT_EVERY=6).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -19,7 +20,7 @@ drafter=1
 [ "$gpus" -ge 2 ] || drafter=0
 [ -f runs/long.jsonl ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-240}" --length 3072
 every=${CKPT_EVERY:-3}
-for mode in sync bg; do
+for mode in ${MODES:-sync bg}; do
   bg=false
   [ $mode = bg ] && bg=true
   kill=""; [ $mode = bg ] && kill=drafter.0   # the restart loads a checkpoint written from host copies

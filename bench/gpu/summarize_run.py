@@ -45,6 +45,9 @@ def main() -> int:
     written = re.findall(r"checkpoint step (\d+) (?:committed \(written in|written and committed in) ([\d.]+) ms", text)
     if written:
         print("   checkpoint writes: " + ", ".join(f"step {s} {float(ms) / 1000:.1f} s" for s, ms in written))
+    delayed = re.findall(r"checkpoint of step (\d+) delayed: ([^;(]+)", text)
+    if delayed:
+        print(f"   checkpoints delayed {len(delayed)}x (not waited for): " + "; ".join(f"step {s}: {why.strip()}" for s, why in delayed))
     tgt = re.findall(r"\[(target\.\d+)\].*produced (\d+) slots, (\d+) samples, (\d+) tokens in ([\d.]+) s of compute "
                      r"\((\d+) tokens/s\)", text)
     total_tokens = sum(int(t[3]) for t in tgt)

@@ -1,44 +1,65 @@
 #pragma once
-// Writes one checkpoint at a time on a thread of its own, so that training goes on while the
-// state (tens of GB for a large drafter) reaches the disk. The drafter loop owns the order that
-// exactly-once relies on (DESIGN.md invariant 4): train logs synced before the snapshot; the
-// commit (fsync + rename, here on the writer thread); only then, back on the loop thread, the
-// train log's K record and the ledger's durable marks (Drafter::finish_checkpoint).
+// Writes checkpoints on a thread of its own, one after another in the order they were started,
+// so that training goes on while the state (tens of GB for a large drafter) reaches the disk.
+// Up to kMaxInFlight writes may be queued or running: a snapshot is staged into the host buffer
+// that no write holds (double buffering), so a write still running never blocks the next one.
+// The drafter loop owns the order that exactly-once relies on (DESIGN.md invariant 4): train
+// logs synced before the snapshot; the commit (fsync + rename, here on the writer thread, in
+// step order); only then, back on the loop thread, the train log's K record and the ledger's
+// durable marks (CheckpointProtocol::finish).
 //
-// Thread-safety: start/done/wait/step are called from the loop thread only; the job runs on the
-// writer thread and touches nothing but what it captured.
-#include <atomic>
+// Thread-safety: start/in_flight/collect/wait are called from the loop thread only; jobs run on
+// the writer thread and touch nothing but what they captured. A job's captures (its host
+// buffer) are released before it counts as done.
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace hsring::worker {
 
 class CheckpointWriter {
 public:
+    static constexpr std::size_t kMaxInFlight = 2;
+
     CheckpointWriter() = default;
     CheckpointWriter(const CheckpointWriter&) = delete;
     CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-    // Joins a write still running (its result is dropped: the process is ending anyway, and an
-    // uncommitted checkpoint is only a stale temporary directory for the next start to remove).
+    // Finishes the job running and drops the queued ones (their results are dropped: the process
+    // is ending anyway, and an uncommitted checkpoint is only a stale temporary directory for the
+    // next start to remove).
     ~CheckpointWriter();
 
-    // Runs `job` (write + commit the checkpoint of `step`) on the writer thread. At most one at a
-    // time: wait() for the previous one first.
+    // Queues `job` (write + commit the checkpoint of `step`, steps increasing). At most
+    // kMaxInFlight started and not yet collected.
     void start(std::uint64_t step, std::function<void()> job);
-    // The step of the write in flight or finished but not yet collected by wait(); 0 if none.
-    std::uint64_t step() const { return step_; }
-    // The job returned (or threw); wait() then does not block.
-    bool done() const { return done_.load(std::memory_order_acquire); }
-    // Blocks until the job returned; rethrows what it threw. Returns its step (0 if none).
+    // Writes started and not yet collected (queued, running, or done).
+    std::size_t in_flight() const { return jobs_.size(); }
+    // The step of the newest write that has finished, collecting every finished one (they finish
+    // in order); 0 if the oldest is not done. Rethrows what a job threw.
+    std::uint64_t collect();
+    // Blocks until every started write has finished; collects them and returns the newest step
+    // (0 if none). Rethrows what a job threw.
     std::uint64_t wait();
 
 private:
-    std::thread thread_;
-    std::uint64_t step_ = 0;
-    std::exception_ptr error_;       // written by the writer thread before done_ (release)
-    std::atomic<bool> done_{false};
+    struct Job {
+        std::uint64_t step = 0;
+        std::function<void()> run;
+        bool done = false;             // under mu_
+        std::exception_ptr error;      // under mu_
+    };
+    std::mutex mu_;
+    std::condition_variable cv_;       // a job was queued / finished, or stopping
+    std::deque<Job> jobs_;             // oldest first; the loop thread pops only done ones
+    bool stopping_ = false;
+    std::thread thread_;               // started with the first job
+
+    void loop();
+    std::uint64_t pop_done(std::unique_lock<std::mutex>& lock);
 };
 
 } // namespace hsring::worker

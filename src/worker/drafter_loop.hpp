@@ -110,6 +110,10 @@ public:
     // on another thread while training goes on (CheckpointWriter). Throws NonFiniteState when a
     // value is not finite (nothing non-finite is ever checkpointed).
     virtual std::unique_ptr<StateSnapshot> snapshot() = 0;
+    // Master: whether snapshot() would copy into a host buffer that is ready now (background
+    // checkpoints stage into buffers allocated after the first step and held by writes in
+    // flight); false: a background checkpoint is delayed instead of waiting for one.
+    virtual bool snapshot_ready() { return true; }
     // The trained drafter in the format users load (HF directory; master only). Throws
     // NonFiniteState when a value is not finite (nothing non-finite is ever exported).
     virtual void export_model(const std::filesystem::path& dir) = 0;

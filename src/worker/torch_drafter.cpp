@@ -25,6 +25,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -120,12 +121,15 @@ struct TorchDrafter::Impl {
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
     std::unique_ptr<model::FusedAdamW> fused_step;
-    std::shared_ptr<HostState> host_state;  // the last snapshot's buffers
-    // The first snapshot's pinned buffers, allocated on a thread of their own once the first step
-    // is done (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause if done at the
-    // checkpoint; and while it runs the driver holds up this process's other CUDA calls, so not
-    // at start either, where it stretched the first step after a restart).
-    std::future<std::shared_ptr<HostState>> host_state_ready;
+    // Two snapshot buffers (double buffering): a snapshot is copied into the one that no
+    // background write holds (CheckpointWriter keeps at most two writes in flight).
+    std::array<std::shared_ptr<HostState>, 2> host_states;
+    // Their pinned memory, allocated on a thread of its own once the first step is done, the
+    // first buffer then the second (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause
+    // if done at the checkpoint; and while it runs the driver holds up this process's other CUDA
+    // calls, so not at start either, where it stretched the first step after a restart).
+    std::array<std::future<std::shared_ptr<HostState>>, 2> host_state_ready;
+    std::future<void> host_state_thread;
     std::vector<std::vector<std::int64_t>> host_state_shapes;  // set at restore: allocate after the first step
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
@@ -182,17 +186,59 @@ struct TorchDrafter::Impl {
     // with room between them let the steps go on.
     void allocate_host_state() {
         if (host_state_shapes.empty()) return;
-        host_state_ready = std::async(std::launch::async, [shapes = std::move(host_state_shapes)] {
-            auto h = std::make_shared<HostState>();
-            const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
-            for (const auto& s : shapes)
-                for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
-                    v->push_back(at::empty(s, opts));
-                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto promises = std::make_shared<std::array<std::promise<std::shared_ptr<HostState>>, 2>>();
+        for (std::size_t i = 0; i < 2; ++i) host_state_ready[i] = (*promises)[i].get_future();
+        host_state_thread = std::async(std::launch::async, [promises, shapes = std::move(host_state_shapes)] {
+            for (auto& promise : *promises) {
+                try {
+                    auto h = std::make_shared<HostState>();
+                    const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
+                    for (const auto& s : shapes)
+                        for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
+                            v->push_back(at::empty(s, opts));
+                            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                        }
+                    promise.set_value(std::move(h));
+                } catch (...) {
+                    promise.set_exception(std::current_exception());
                 }
-            return h;
+            }
         });
         host_state_shapes.clear();
+    }
+
+    // Takes the buffers whose allocation has finished.
+    void collect_host_states() {
+        for (std::size_t i = 0; i < 2; ++i)
+            if (host_state_ready[i].valid() &&
+                host_state_ready[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+                host_states[i] = host_state_ready[i].get();  // rethrows a failed allocation
+    }
+
+    // A pinned buffer is ready and no write holds it (or buffers are not pinned: they are
+    // allocated by the copies, in the step).
+    bool host_state_ready_now() {
+        if (!device.is_cuda() || !ctx.cfg.train.checkpoint_background) return true;
+        collect_host_states();
+        for (const auto& h : host_states)
+            if (h && h.use_count() == 1) return true;
+        return false;
+    }
+
+    // The snapshot buffer no background write holds: an allocated one first, then one still being
+    // allocated (waiting for it: only a checkpoint in the step, or a run whose buffers were never
+    // asked for, gets here without one ready).
+    std::shared_ptr<HostState>& free_host_state() {
+        collect_host_states();
+        for (auto& h : host_states)
+            if (h && h.use_count() == 1) return h;
+        for (std::size_t i = 0; i < 2; ++i)
+            if (host_state_ready[i].valid()) return host_states[i] = host_state_ready[i].get();
+        for (auto& h : host_states)
+            if (!h) return h = std::make_shared<HostState>();  // unpinned runs: allocated by the copies
+        // Both held: the protocol never takes a third snapshot; a fresh buffer rather than a wait.
+        log::warn("checkpoint: both snapshot buffers are held by writes: copying into a new one");
+        return host_states[0] = std::make_shared<HostState>();
     }
 
     // The loop never stages more than inflight_slots: one is free.
@@ -528,12 +574,16 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     return r;
 }
 
+bool TorchDrafter::snapshot_ready() {
+    impl_->allocate_host_state();  // normally after the first step; a checkpoint before it asks now
+    return impl_->host_state_ready_now();
+}
+
 std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     Impl& m = *impl_;
     torch::NoGradGuard no_grad;
-    if (m.host_state_ready.valid()) m.host_state = m.host_state_ready.get();
-    if (!m.host_state || m.host_state.use_count() > 1) m.host_state = std::make_shared<HostState>();
-    HostState& h = *m.host_state;
+    std::shared_ptr<HostState>& buffer = m.free_host_state();
+    HostState& h = *buffer;
     // Pinned only for background writes (kept for the run, allocated at start); a checkpoint
     // written in the step copies to pageable memory and pins nothing for good.
     const bool pinned = m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background;
@@ -584,7 +634,7 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     if (pinned) c10::cuda::getCurrentCUDAStream(m.device.index()).synchronize();
 #endif
     const auto& options = static_cast<const torch::optim::AdamWOptions&>(m.optimizer->param_groups().front().options());
-    return std::make_unique<TorchSnapshot>(m.host_state, m.dcfg, options);
+    return std::make_unique<TorchSnapshot>(buffer, m.dcfg, options);
 }
 
 void TorchDrafter::export_model(const std::filesystem::path& dir) {

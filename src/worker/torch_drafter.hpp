@@ -36,6 +36,7 @@ public:
     StepResult optimizer_step(double lr, double weight_sum) override;
     void discard_grads() override;
     std::unique_ptr<StateSnapshot> snapshot() override;
+    bool snapshot_ready() override;
     void export_model(const std::filesystem::path& dir) override;
 
 private:

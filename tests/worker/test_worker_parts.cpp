@@ -2,6 +2,7 @@
 // crashes at every instant of a commit.
 #include "hsring/error.hpp"
 #include "worker/checkpoint_store.hpp"
+#include "worker/checkpoint_writer.hpp"
 #include "worker/lr_schedule.hpp"
 #include "hsring/metrics_file.hpp"
 #include "worker/packer.hpp"
@@ -15,7 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -59,6 +66,46 @@ TEST_CASE("expected acceptance length from per-position accuracy") {
     CHECK(hsring::expected_accept_length(half, 2) == doctest::Approx(1.75));
     double none[2] = {0, 1};
     CHECK(hsring::expected_accept_length(none, 2) == doctest::Approx(1));
+}
+
+TEST_CASE("the checkpoint writer: two writes in flight, run in order, collected in order; captures released before done; errors rethrown") {
+    CheckpointWriter w;
+    CHECK(w.collect() == 0);
+    CHECK(w.wait() == 0);
+    std::promise<void> release5;
+    std::shared_future<void> go5 = release5.get_future().share();
+    std::vector<std::uint64_t> order;
+    std::mutex order_mu;
+    auto buffer = std::make_shared<int>(5);  // a host buffer the job holds
+    w.start(5, [&, go5, buf = buffer] {
+        go5.wait();
+        std::lock_guard lock(order_mu);
+        order.push_back(5);
+    });
+    w.start(10, [&] {
+        std::lock_guard lock(order_mu);
+        order.push_back(10);
+    });
+    CHECK(w.in_flight() == 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(w.collect() == 0);           // 10 waits behind 5 (writes commit in step order)
+    CHECK(buffer.use_count() == 2);    // held by the write of 5
+    release5.set_value();
+    CHECK(w.wait() == 10);             // both done: the newest step
+    CHECK(w.in_flight() == 0);
+    CHECK(buffer.use_count() == 1);    // released with the job
+    CHECK(order == std::vector<std::uint64_t>{5, 10});
+    // collect() returns the newest of the finished ones, without blocking.
+    w.start(15, [] {});
+    w.start(20, [] {});
+    for (int i = 0; i < 200 && w.collect() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(w.in_flight() <= 1);
+    w.wait();
+    // A failed write is rethrown when collected; the next one runs.
+    w.start(25, [] { throw std::runtime_error("disk full"); });
+    CHECK_THROWS_WITH(w.wait(), "disk full");
+    w.start(30, [] {});
+    CHECK(w.wait() == 30);
 }
 
 TEST_CASE("checkpoints commit atomically, `latest` follows, old ones are pruned") {

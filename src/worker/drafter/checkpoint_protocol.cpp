@@ -42,23 +42,46 @@ void CheckpointProtocol::barrier() {
 }
 
 void CheckpointProtocol::take(std::uint64_t step, const json& state, bool wait) {
-    const auto t0 = Clock::now();  // the pause includes waiting for a write still in flight
-    drain();                       // one write at a time: the one in flight is committed first
-    if (step == checkpointed_) return;
+    const auto t0 = Clock::now();
+    const bool background = ctx_.cfg.train.checkpoint_background && !wait;
+    if (!background) drain();  // in place: every write in flight is committed first
+    if (step == checkpointed_ || (!pending_.empty() && pending_.back() == step)) return;
+    if (background && pending_.size() >= CheckpointWriter::kMaxInFlight) {
+        // Both host buffers are held by writes: waiting would stall training for a disk write.
+        if (!delayed_)
+            log::warn("checkpoint of step {} delayed: the writes of steps {} and {} are still in flight (the disk "
+                      "writes slower than [train] checkpoint_every steps take); taken after the first step that "
+                      "finds a buffer free", step, pending_.front(), pending_.back());
+        delayed_ = true;
+        return;
+    }
     // Exactly once (DESIGN.md invariant 4): every rank's train records of steps <= step are on
     // disk before the checkpoint exists; samples turn durable only after it exists.
     log_.sync();
-    barrier();
-    const bool background = ctx_.cfg.train.checkpoint_background && !wait;
+    // The barrier also tells every rank whether the master has a host buffer ready (its pinned
+    // buffers are allocated after the first step, and a write may hold one): if not, every rank
+    // delays the checkpoint alike.
+    double ready = gang_.place().is_master() && background ? (compute_.snapshot_ready() ? 1.0 : 0.0) : 0.0;
+    gang_.allreduce_sum({&ready, 1});
+    if (background && ready == 0) {
+        if (!delayed_)
+            log::warn("checkpoint of step {} delayed: no host buffer is ready yet (pinned buffers are allocated "
+                      "after the first step); taken after the first step that finds one", step);
+        delayed_ = true;
+        return;
+    }
+    delayed_ = false;
     if (gang_.place().is_master()) {
-        // The state is copied out now; the job only touches that copy and the store (the loop
-        // thread uses the store on the master only here and at resume).
+        // The state is copied out now (into a host buffer no write holds); the job only touches
+        // that copy and the store (the loop thread uses the store on the master only here and at
+        // resume).
         std::shared_ptr<StateSnapshot> snap = compute_.snapshot();
         require_room(step, snap->bytes());
-        auto job = [this, step, snap, text = state.dump() + "\n"] {
+        auto job = [this, step, snap = std::move(snap), text = state.dump() + "\n"]() mutable {
             const auto w0 = Clock::now();
             const auto tmp = store_.begin(step);
             snap->write(tmp);
+            snap.reset();  // the host buffer is free for the next snapshot
             store_.write_file(tmp, "state.json", text);
             fault::point("checkpoint");  // written, not committed
             store_.commit(step, tmp);
@@ -69,10 +92,10 @@ void CheckpointProtocol::take(std::uint64_t step, const json& state, bool wait) 
     }
     if (background) {
         // Every rank: the commit is reported by a later round (RoundStats::committed) or drained.
-        pending_ = step;
+        pending_.push_back(step);
         pause_ms_ = ms_since(t0);
-        log::info("checkpoint step {}: state copied in {:.0f} ms, written in the background while training goes on",
-                  step, pause_ms_);
+        log::info("checkpoint step {}: state copied in {:.0f} ms, written in the background while training goes on{}",
+                  step, pause_ms_, pending_.size() > 1 ? fmt::format(" (after step {}'s write)", pending_.front()) : "");
         return;
     }
     barrier();
@@ -82,16 +105,16 @@ void CheckpointProtocol::take(std::uint64_t step, const json& state, bool wait) 
 }
 
 void CheckpointProtocol::drain() {
-    if (pending_ <= checkpointed_) return;
-    // Collective, like take(): every rank knows pending_ (they all took that checkpoint).
+    if (pending_.empty()) return;
+    // Collective, like take(): every rank knows pending_ (they all took those checkpoints).
     if (gang_.place().is_master()) writer_.wait();  // rethrows a failed write
     barrier();
-    finish(pending_);
+    finish(pending_.back());
 }
 
 std::uint64_t CheckpointProtocol::written() {
-    if (!gang_.place().is_master() || !writer_.step() || !writer_.done()) return 0;
-    return writer_.wait();
+    if (!gang_.place().is_master() || !writer_.in_flight()) return 0;
+    return writer_.collect();
 }
 
 void CheckpointProtocol::finish(std::uint64_t step) {
@@ -108,12 +131,15 @@ void CheckpointProtocol::finish(std::uint64_t step) {
     checkpointed_ = step;
     log_.checkpoint(ctx_.env.incarnation, step);
     const std::uint64_t n = ctx_.ledger.make_durable(ctx_.env.rank, step);
-    if (pending_ == step)
+    const bool background = !pending_.empty() && pending_.front() <= step;
+    // Writes commit in step order: the ones before `step` are committed too (a later K record and
+    // durable marks cover them).
+    while (!pending_.empty() && pending_.front() <= step) pending_.pop_front();
+    if (background)
         log::info("checkpoint step {} committed (written in {:.0f} ms in the background; {} samples durable)", step,
                   written_ms_.load(), n);
     else
         log::info("checkpoint step {} committed ({} samples durable)", step, n);
-    pending_ = 0;
 }
 
 } // namespace hsring::worker

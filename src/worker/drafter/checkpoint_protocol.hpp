@@ -9,8 +9,12 @@
 //                the background commit): other machines write their marker, each rank writes its
 //                train log's K record and makes its samples of steps <= step durable
 //
-// At most one background write is in flight: the next take() (or drain()) waits for it first.
-// Thread-safety: the loop thread only; the write job touches only what it captured.
+// Up to two background writes are in flight (CheckpointWriter::kMaxInFlight, each with its own
+// host buffer): take() pauses training only for the barrier and the device -> host copy, never
+// for a write still running. With two in flight a checkpoint due is delayed (said in the log,
+// tried again after every step: delayed()) rather than waited for. Every rank knows the writes in
+// flight (it took them, and finishes them in the same round), so every rank decides alike.
+// Thread-safety: the loop thread only; the write jobs touch only what they captured.
 #include "distributed/gang.hpp"
 #include "hsring/train_log.hpp"
 #include "worker/checkpoint_store.hpp"
@@ -22,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 
 namespace hsring::worker {
 
@@ -38,12 +43,15 @@ public:
     // Collective: checkpoints the weights after `step`, with `state` as its state.json (the
     // master's). wait: committed before it returns, also with checkpoint_background.
     void take(std::uint64_t step, const nlohmann::json& state, bool wait);
-    // Collective: a background write still in flight is committed and finished.
+    // Collective: every background write still in flight is committed and finished.
     void drain();
+    // A background checkpoint was due but not taken (two writes in flight): take one after the
+    // next step.
+    bool delayed() const { return delayed_; }
     // Collective: the master's commit of `step` is known to every rank (see the top).
     void finish(std::uint64_t step);
-    // Master, once per round: the step of a background write that has finished since (0: none);
-    // rethrows a failed write (the master exits; the gang restarts from the last commit).
+    // Master, once per round: the step of the newest background write that has finished since
+    // (0: none); rethrows a failed write (the master exits; the gang restarts from the last commit).
     std::uint64_t written();
     // How long the last checkpoint paused training in ms, reported once (then -1).
     double take_pause_ms() { return std::exchange(pause_ms_, -1.0); }
@@ -56,7 +64,8 @@ private:
     CheckpointStore store_;
     CheckpointWriter writer_;             // the master's background writes
     std::uint64_t checkpointed_ = 0;      // step of the last committed checkpoint
-    std::uint64_t pending_ = 0;           // step of a checkpoint written in the background (> checkpointed_ while so)
+    std::deque<std::uint64_t> pending_;   // steps written in the background, not yet finished (oldest first)
+    bool delayed_ = false;                // a checkpoint was due with two writes in flight
     std::atomic<double> written_ms_{0};   // how long the last background write took (writer thread)
     double pause_ms_ = -1;                // how long the last checkpoint paused training; -1: reported
 

@@ -160,7 +160,7 @@ void Drafter::apply_step(const RoundStats& g, const RoundStats& local, double st
     if (step % ctx_.cfg.train.log_every == 0 || skipped) write_metrics(g, local, r, lr, stats_ms, skipped);
     step_start_ = Clock::now();
     if (nonfinite_run_ >= ctx_.cfg.train.max_nonfinite_steps) return;  // the loop stops the run
-    const bool checkpoint_now = step % ctx_.cfg.train.checkpoint_every == 0;
+    const bool checkpoint_now = step % ctx_.cfg.train.checkpoint_every == 0 || checkpoints_.delayed();
     ctx_.publish(stats_, checkpoint_now);  // before a checkpoint that may wait: status shows its step
     if (checkpoint_now) checkpoints_.take(step, checkpoint_state(false), /*wait=*/false);
     const std::uint64_t every = ctx_.cfg.train.eval_every;
