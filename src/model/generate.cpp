@@ -1,12 +1,14 @@
 #include "model/generate.hpp"
 
 #include "hsring/error.hpp"
+#include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace hsring::model {
 
@@ -98,6 +100,10 @@ GenerateResult generate(TargetModel& model, const std::vector<GenerateRequest>& 
 
     at::NoGradGuard no_grad;
     KVCache cache(shape, 0, capacity, model.device(), model.dtype());
+    DecodeGraphs engine(model, options.decode_graphs);
+    // One request at a time: every request's row in the same storage, so the decode engine's
+    // graphs (which write into it) serve them all.
+    std::optional<KVCache> spare;
     Batch batch{model, requests, options, res.outputs, {}};
     GenerateStats& st = res.stats;
     std::size_t next = 0;
@@ -116,7 +122,12 @@ GenerateResult generate(TargetModel& model, const std::vector<GenerateRequest>& 
                 admitted.push_back({i, SequenceRng(requests[i].seed), 0});
             }
             next += k;
-            KVCache fresh(shape, static_cast<std::int64_t>(k), capacity, model.device(), model.dtype());
+            KVCache fresh = [&] {
+                if (k != 1 || cache.rows() != 0) return KVCache(shape, static_cast<std::int64_t>(k), capacity, model.device(), model.dtype());
+                if (!spare) spare.emplace(shape, 1, capacity, model.device(), model.dtype());
+                spare->crop(0, 0);
+                return *spare;  // shares its storage
+            }();
             at::Tensor logits = model.forward_cached(at::tensor(flat, at::kLong), counts, fresh);
             const std::vector<bool> running = batch.emit(logits, admitted);
             std::vector<std::int64_t> keep;
@@ -138,8 +149,12 @@ GenerateResult generate(TargetModel& model, const std::vector<GenerateRequest>& 
         const auto t0 = Clock::now();
         std::vector<std::int64_t> last;
         for (const Row& r : batch.rows) last.push_back(r.next_token);
-        at::Tensor logits = model.forward_cached(at::tensor(last, at::kLong),
-                                                 std::vector<std::int64_t>(last.size(), 1), cache);
+        // The decode engine at batch 1 (the latency case): with several rows the cache's storage
+        // moves whenever a row leaves, and every move would capture new graphs.
+        at::Tensor logits = options.decode_graphs && options.batch == 1
+                                ? engine.step(last, 1, cache)
+                                : model.forward_cached(at::tensor(last, at::kLong),
+                                                       std::vector<std::int64_t>(last.size(), 1), cache);
         const std::vector<bool> running = batch.emit(logits, batch.rows);
         std::vector<std::int64_t> keep;
         std::vector<Row> kept;

@@ -22,6 +22,9 @@ struct GenerateOptions {
     SamplingParams sampling;                // temperature 0 = greedy
     std::vector<std::int64_t> stop_tokens;  // generation ends after one of these (kept in the output)
     std::int64_t batch = 16;                // requests in flight at once
+    // At batch 1, decode steps through the decode engine's fixed shapes (decode_graphs.hpp: CUDA
+    // graphs on a GPU); false, or a larger batch: forward_cached, launched op by op.
+    bool decode_graphs = true;
 };
 
 struct GenerateRequest {

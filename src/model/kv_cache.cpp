@@ -39,6 +39,13 @@ void KVCache::crop(std::int64_t row, std::int64_t length) {
     lengths_[static_cast<std::size_t>(row)] = length;
 }
 
+void KVCache::grow(std::int64_t row, std::int64_t n) {
+    const std::int64_t have = this->length(row);
+    if (n < 0 || have + n > capacity_)
+        fail("KV cache: row {} holds {} positions, {} more do not fit its capacity {}", row, have, n, capacity_);
+    lengths_[static_cast<std::size_t>(row)] = have + n;
+}
+
 void KVCache::keep_rows(const std::vector<std::int64_t>& rows) {
     for (std::int64_t r : rows) (void)length(r);  // range check
     std::vector<std::int64_t> lengths;

@@ -46,6 +46,9 @@ public:
     // Forgets the positions >= `length` of `row` (length <= length(row)): speculative decoding
     // keeps the accepted prefix of a verified block. O(1): later tokens overwrite the stale ones.
     void crop(std::int64_t row, std::int64_t length);
+    // Counts n more positions of `row` as held (their keys/values written by a forward that does
+    // not commit lengths itself: TargetModel::forward_static).
+    void grow(std::int64_t row, std::int64_t n);
     // Keeps only the given rows, in that order (drops finished sequences): one copy of them.
     void keep_rows(const std::vector<std::int64_t>& rows);
     // Appends the rows of `other` (same model, capacity, device and dtype) after this cache's.

@@ -1,6 +1,7 @@
 #include "model/spec_decode.hpp"
 
 #include "hsring/error.hpp"
+#include "model/decode_graphs.hpp"
 #include "model/dflash_decode.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampling.hpp"
@@ -45,6 +46,8 @@ struct Batch {
     DFlashDrafter& drafter;
     const SpecDecodeOptions& options;
     DFlashDecodeState& draft_state;  // shared by the batches (its weights cast once)
+    DecodeGraphs& engine;            // shared too: its graphs outlive a batch
+    KVCache& cache;                  // shared too while the batches' rows and capacity match (graphs stay valid)
     SpecDecodeStats& st;
     std::vector<Row> rows;
 
@@ -105,7 +108,14 @@ struct Batch {
             counts.push_back(row.n);
         }
         capacity = std::min(capacity, shape.max_position_embeddings);
-        KVCache cache(shape, static_cast<std::int64_t>(rows.size()), capacity, dev, dt);
+        // The spec_decode call's cache when it fits (the same storage: the engine's graphs stay
+        // valid from prompt to prompt), else a new one.
+        if (cache.rows() == static_cast<std::int64_t>(rows.size()) && cache.capacity() >= capacity) {
+            for (std::int64_t r = 0; r < cache.rows(); ++r) cache.crop(r, 0);
+            capacity = cache.capacity();
+        } else {
+            cache = KVCache(shape, static_cast<std::int64_t>(rows.size()), capacity, dev, dt);
+        }
         draft_state.reset(static_cast<std::int64_t>(rows.size()));
         std::vector<at::Tensor> captured(ids.size());
         auto capture = [&](std::size_t i, const at::Tensor& h) { captured[i] = h; };
@@ -170,7 +180,12 @@ struct Batch {
             st.draft_seconds += seconds_since(t0);
 
             t0 = Clock::now();
-            const at::Tensor verify = target.forward_cached(at::tensor(block, at::kLong).to(dev), ks, cache, true, ids, capture);
+            const bool whole = std::all_of(ks.begin(), ks.end(), [&](std::int64_t k) { return k == ks[0]; });
+            // The decode engine for one row (the latency case): with several, the cache's storage
+            // moves whenever a row leaves, and every move would capture new graphs.
+            const at::Tensor verify = options.decode_graphs && whole && rows.size() == 1
+                                          ? engine.step(block, ks[0], cache, ids, capture)
+                                          : target.forward_cached(at::tensor(block, at::kLong).to(dev), ks, cache, true, ids, capture);
             // The target's token after each slot, per row's segment (sampled draws its own uniforms).
             std::vector<std::int64_t> want;
             if (!sampled()) {
@@ -286,8 +301,10 @@ SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const 
     capacity = std::min(capacity, s.max_position_embeddings);
     const std::int64_t batch = std::min<std::int64_t>(options.batch, static_cast<std::int64_t>(prompts.size()));
     DFlashDecodeState draft_state(drafter, target.head(), batch, capacity, target.device(), target.dtype());
+    DecodeGraphs engine(target, options.decode_graphs);
+    KVCache cache(s, batch, capacity, target.device(), target.dtype());
     for (std::size_t i = 0; i < prompts.size(); i += static_cast<std::size_t>(batch)) {
-        Batch run{target, drafter, options, draft_state, res.stats, {}};
+        Batch run{target, drafter, options, draft_state, engine, cache, res.stats, {}};
         for (std::size_t j = i; j < std::min(prompts.size(), i + static_cast<std::size_t>(batch)); ++j)
             run.rows.push_back(Row{&prompts[j], &res.outputs[j]});
         run.run();

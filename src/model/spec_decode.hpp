@@ -49,6 +49,9 @@ struct SpecDecodeOptions {
     // Each prompt's tokens and acceptance lengths are the same at any batch (up to float noise
     // between batched and single kernels).
     std::int64_t batch = 1;
+    // At one prompt at a time, verify steps through the decode engine's fixed shapes
+    // (decode_graphs.hpp: CUDA graphs on a GPU); false, or several rows: forward_cached.
+    bool decode_graphs = true;
 };
 
 struct SpecDecodeOutput {

@@ -88,6 +88,20 @@ public:
                               bool all_logits = false, const std::vector<int>& layer_ids = {},
                               const LayerCallback& on_layer = {});
 
+    // The decode engine's step (decode_graphs.hpp): every row of `cache` runs n new tokens, ids
+    // [2, rows * n] int64 on the model's device holding the tokens (row after row) and their
+    // positions, attending to keys 0 .. window-1 of its row (those after a token's position are
+    // masked). Device work only, of shapes fixed by (rows, n, window): no host synchronisation and
+    // no allocation that depends on values, so a CUDA graph can capture it. Writes the keys/values
+    // at the positions but does not change the cache's lengths (the caller grows them). The
+    // caller guarantees positions < window <= capacity. Returns logits [rows * n, vocab]; on_layer
+    // as forward_cached's. Only for graphable() models.
+    at::Tensor forward_static(const at::Tensor& ids, std::int64_t n, std::int64_t window, KVCache& cache,
+                              const std::vector<int>& layer_ids = {}, const LayerCallback& on_layer = {});
+    // Dense attention without sinks and bf16/fp32 weights: forward_static applies (MoE routing and
+    // FP8 activation scaling are not captured yet).
+    bool graphable() const;
+
     const ModelShape& shape() const { return shape_; }
     at::Device device() const { return device_; }
     at::ScalarType dtype() const { return dtype_; }

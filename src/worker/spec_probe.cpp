@@ -77,6 +77,7 @@ struct SpecProbe::Impl {
         options.max_new_tokens = static_cast<std::int64_t>(e.spec_max_new_tokens);
         options.stop_tokens = model_stop_tokens(c.derived.target);  // as served (and as spec-decode measures)
         options.batch = static_cast<std::int64_t>(std::max<std::size_t>(prompts.size(), 1));
+        options.decode_graphs = false;  // a batch: its last row alone would capture graphs each time
         const std::uint64_t latest = CheckpointStore::read_latest(c.env.run_dir / "checkpoints");
         next_due = (latest / e.spec_every + 1) * e.spec_every;  // a restarted target skips what was measured
         const Place here = c.cfg.topology.targets.at(c.env.rank);

@@ -9,6 +9,11 @@
 #include "dflash_fixture.hpp"
 #include "model/attention.hpp"
 #include "model/chunked_ce.hpp"
+#include "model/decode_graphs.hpp"
+#include "model/dflash_drafter.hpp"
+#include "model/generate.hpp"
+#include "model/kv_cache.hpp"
+#include "model/spec_decode.hpp"
 #include "model/expert_dispatch.hpp"
 #include "model/fp8_linear.hpp"
 #include "model/fp8_weights.hpp"
@@ -610,6 +615,64 @@ TEST_CASE("block attention plan on the GPU: the same masks, key gather and row p
                 CHECK(at::equal(gpu.groups[i].bias.cpu(), cpu.groups[i].bias));
             }
         }
+}
+
+} // TEST_SUITE
+
+TEST_SUITE("gpu") {
+
+TEST_CASE("decode engine on the GPU: steps captured as CUDA graphs equal forward_cached; spec-decode and generate through them are lossless") {
+    test::require_gpu_or_skip();
+    auto m = TargetModel::load(preset_shape("tiny"), kCuda, at::kFloat, 12);
+    const std::int64_t cap = 300;
+    KVCache a(m.shape(), 1, cap, kCuda, at::kFloat), b(m.shape(), 1, cap, kCuda, at::kFloat);
+    std::vector<std::int64_t> prompt;
+    for (std::int64_t i = 0; i < 250; ++i) prompt.push_back((i * 37 + 5) % m.shape().vocab_size);
+    m.forward_cached(at::tensor(prompt, at::kLong), {250}, a);
+    m.forward_cached(at::tensor(prompt, at::kLong), {250}, b);
+    DecodeGraphs engine(m, true, 256);
+    REQUIRE(engine.captured());
+    const std::vector<int> ids{1, 4};
+    std::int64_t next = 9;
+    // Windows 256 then 300 (= capacity) as the row grows past 256: two graphs per shape.
+    for (int s = 0; s < 6; ++s)
+        for (std::int64_t n : {1, 4}) {
+            INFO("step " << s << ", n " << n << ", length " << a.length(0));
+            std::vector<std::int64_t> tokens;
+            for (std::int64_t i = 0; i < n; ++i) tokens.push_back(next++ % m.shape().vocab_size);
+            std::vector<at::Tensor> want_l(2), got_l(2);
+            const at::Tensor want = m.forward_cached(at::tensor(tokens, at::kLong), {n}, a, true, ids,
+                                                     [&](std::size_t i, const at::Tensor& h) { want_l[i] = h.clone(); });
+            const at::Tensor got = engine.step(tokens, n, b, ids, [&](std::size_t i, const at::Tensor& h) { got_l[i] = h.clone(); });
+            CHECK(rel_err(got, want) < 1e-4);
+            for (int i = 0; i < 2; ++i) CHECK(rel_err(got_l[i], want_l[i]) < 1e-4);
+            CHECK(a.lengths() == b.lengths());
+        }
+    CHECK(engine.captured());  // nothing fell back
+    CHECK(engine.graphs() == 4);
+
+    // Greedy spec-decode and generate at batch 1 with graphs = without (fp32), and lossless.
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, kCuda);
+    d->eval();
+    const std::vector<GenerateRequest> reqs{{std::vector<std::int64_t>(prompt.begin(), prompt.begin() + 40), 0},
+                                            {{7, 8, 9}, 0}};
+    GenerateOptions go;
+    go.max_new_tokens = 30;
+    go.batch = 1;
+    SpecDecodeOptions so;
+    so.max_new_tokens = 30;
+    GenerateOptions ge = go;
+    ge.decode_graphs = false;
+    SpecDecodeOptions se = so;
+    se.decode_graphs = false;
+    const auto g1 = generate(m, reqs, go), g0 = generate(m, reqs, ge);
+    const auto s1 = spec_decode(m, d, reqs, so), s0 = spec_decode(m, d, reqs, se);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        CHECK(g1.outputs[i].tokens == g0.outputs[i].tokens);
+        CHECK(s1.outputs[i].tokens == s0.outputs[i].tokens);
+        CHECK(s1.outputs[i].acceptance_lengths == s0.outputs[i].acceptance_lengths);
+        CHECK(s1.outputs[i].tokens == g1.outputs[i].tokens);
+    }
 }
 
 } // TEST_SUITE

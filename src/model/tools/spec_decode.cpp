@@ -36,7 +36,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
-    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--json]";
+    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
 
 struct Options {
     fs::path dir;
@@ -53,6 +53,7 @@ struct Options {
     std::string trace;                 // a Kineto trace of a short extra run (both loops)
     std::uint64_t preset_seed = 1234;  // [run] seed's default: the same random preset as a default run
     bool json = false;
+    bool eager = false;                // decode and verify steps op by op, not through the decode engine's graphs
 };
 
 Options parse(int argc, char** argv) {
@@ -76,6 +77,7 @@ Options parse(int argc, char** argv) {
         else if (a == "--trace") o.trace = value();
         else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--json") o.json = true;
+        else if (a == "--eager") o.eager = true;
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kUsage));
         else if (o.dir.empty()) o.dir = a;
         else throw UsageError(fmt::format("spec-decode: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
@@ -135,6 +137,7 @@ int spec_decode(int argc, char** argv) {
     gopts.sampling = sopts.sampling;
     gopts.stop_tokens = sopts.stop_tokens;
     gopts.batch = 1;  // as the speculative loop: one prompt at a time
+    sopts.decode_graphs = gopts.decode_graphs = !o.eager;
 
     {  // Warm-up (allocator, kernels), not timed.
         SpecDecodeOptions w = sopts;
@@ -208,6 +211,7 @@ int spec_decode(int argc, char** argv) {
             {"spec_tokens_per_s", spec_tps},
             {"target_tokens_per_s", plain_tps},
             {"speedup", speedup},
+            {"decode_graphs", !o.eager},
         };
         fmt::print("{}\n", j.dump());
         return 0;
