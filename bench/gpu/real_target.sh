@@ -8,7 +8,8 @@
 #   g  `hsring data generate`: the target's greedy answers to the prompts and the held-out prompts
 #   p  `hsring run config/real-pycode.toml`: the drafter trains on the target's hidden states,
 #      tau of checkpoints during training and of the export; ledger verify; metrics -> OUT
-#   s  `hsring model spec-decode` of the export at batch 1: bf16 (tau, tokens/s both ways, speedup)
+#   s  `hsring model spec-decode` of the export at batch 1: bf16 (tau, tokens/s both ways, speedup),
+#      bf16 --eager (the same without the decode engine's CUDA graphs)
 #      and fp32 against the public DFlash loop (bench/gpu/spec_reference.py)
 # PIPELINE_LIMIT_S (420) bounds the run; EPOCHS overrides the config's; GEN_SAMPLES answers only the first N prompts; SPEC_MAX_NEW
 # (128) new tokens per prompt; FP32_BEFORE_S skips the fp32 and reference runs after that second.
@@ -110,13 +111,16 @@ fi
 if [[ $sections == *s* ]] && [ -f runs/real-pycode/drafter/config.json ]; then
   export_dir=runs/real-pycode/drafter
   max_new=${SPEC_MAX_NEW:-128}
-  for dtype in bf16 fp32; do
+  for mode in bf16 bf16-eager fp32; do
+    dtype=${mode%-eager}
+    flag=()
+    [ $mode = bf16-eager ] && flag=(--eager)   # the same, decode and verify steps op by op (no CUDA graphs)
     [ $dtype = fp32 ] && [ $SECONDS -gt "${FP32_BEFORE_S:-100000}" ] && { say "   fp32 and the reference loop skipped: no time left"; break; }
-    say "== hsring model spec-decode ($dtype, batch 1, $max_new new tokens, $model/data/eval.jsonl)"
-    "$hs" model spec-decode "$export_dir" --target "$model" --device cuda --dtype $dtype \
-      --prompts "$model/data/eval.jsonl" --max-new-tokens "$max_new" --json > "$out/spec_$dtype.json" 2> "$work/spec_$dtype.err"
-    say "   exit $?: $(tail -n 2 "$work/spec_$dtype.err" | tr '\n' ' ')"
-    "$py" - "$out/spec_$dtype.json" <<'PY' | tee -a "$out/summary.txt"
+    say "== hsring model spec-decode ($mode, batch 1, $max_new new tokens, $model/data/eval.jsonl)"
+    "$hs" model spec-decode "$export_dir" --target "$model" --device cuda --dtype $dtype "${flag[@]}" \
+      --prompts "$model/data/eval.jsonl" --max-new-tokens "$max_new" --json > "$out/spec_$mode.json" 2> "$work/spec_$mode.err"
+    say "   exit $?: $(tail -n 2 "$work/spec_$mode.err" | tr '\n' ' ')"
+    "$py" - "$out/spec_$mode.json" <<'PY' | tee -a "$out/summary.txt"
 import json, sys
 j = json.load(open(sys.argv[1]))
 lossless = sum(p["lossless"] for p in j["prompts"])

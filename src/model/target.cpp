@@ -582,6 +582,27 @@ at::Tensor TargetModel::forward_cached(const at::Tensor& tokens_in, const std::v
     return dense(model_norm(shape_, h, final_norm_), lm_head_);
 }
 
+std::uint64_t TargetModel::decode_bytes() const {
+    std::uint64_t n = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) n += static_cast<std::uint64_t>(t.nbytes());
+    };
+    for (const Layer& l : layers_) {
+        for (const at::Tensor* t : {&l.input_norm, &l.qkv, &l.q_norm, &l.k_norm, &l.o, &l.post_norm, &l.gate_up, &l.down,
+                                    &l.qkv_bias, &l.o_bias, &l.sinks, &l.moe.router, &l.moe.gate_up, &l.moe.down,
+                                    &l.oss_moe.router, &l.oss_moe.router_bias, &l.oss_moe.gate_up,
+                                    &l.oss_moe.gate_up_bias, &l.oss_moe.down, &l.oss_moe.down_bias})
+            add(*t);
+        for (const Fp8Weight* w : {&l.qkv8, &l.o8, &l.gate_up8, &l.down8}) {
+            add(w->data);
+            add(w->scale);
+        }
+    }
+    add(final_norm_);
+    add(lm_head_);
+    return n;
+}
+
 bool TargetModel::graphable() const {
     if (shape_.num_experts > 0 || shape_.attention_sinks()) return false;
     for (const Layer& l : layers_)

@@ -101,6 +101,10 @@ public:
     // Dense attention without sinks and bf16/fp32 weights: forward_static applies (MoE routing and
     // FP8 activation scaling are not captured yet).
     bool graphable() const;
+    // Bytes of weights one decode step reads at least (every layer's, the final norm and the LM
+    // head; one embedding row is left out): a dense model's batch-1 step is bound below by
+    // reading them once. For MoE every expert counts (an overestimate of one token's reads).
+    std::uint64_t decode_bytes() const;
 
     const ModelShape& shape() const { return shape_; }
     at::Device device() const { return device_; }

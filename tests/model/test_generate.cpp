@@ -835,6 +835,23 @@ TEST_CASE("hsring-model spec-decode --json: acceptance lengths, tau, lossless, t
         steps += static_cast<std::int64_t>(j["prompts"][i]["acceptance_lengths"].size());
     }
     CHECK(j["verify_steps"] == steps);
+    // The step costs beside each other (the decode engine's bench reads them), the weights a
+    // plain step reads, and the engine's switch; the same tokens op by op (--eager).
+    CHECK(j["decode_graphs"] == true);
+    CHECK(j["plain_ms_per_token"].get<double>() > 0);
+    CHECK(j["verify_ms_per_step"].get<double>() > 0);
+    CHECK(j["weight_bytes"].get<std::uint64_t>() == m.decode_bytes());
+    CHECK(m.decode_bytes() > static_cast<std::uint64_t>(shape.vocab_size * shape.hidden_size * 4));  // the LM head and more
+    REQUIRE(run_cli(cmd + " --max-new-tokens 9 --samples 2 --preset-seed 3 --eager --json", out, log) == 0);
+    const auto e = nlohmann::json::parse(slurp(out));
+    CHECK(e["decode_graphs"] == false);
+    for (std::size_t i = 0; i < 2; ++i) CHECK(e["prompts"][i]["output_ids"] == j["prompts"][i]["output_ids"]);
+    // random:L: a fresh drafter for timing (tau 1 on a random target), still lossless.
+    REQUIRE(run_cli("spec-decode random:1 --target preset:tiny --prompts " + q(prompts) + " --max-new-tokens 6 --json", out,
+                    log) == 0);
+    CHECK(nlohmann::json::parse(slurp(out))["lossless"] == true);
+    CHECK(run_cli("spec-decode random:0 --target preset:tiny --prompts " + q(prompts), out, log) == 1);
+    CHECK(slurp(log).find("random:LAYERS needs at least 1 layer") != std::string::npos);
     REQUIRE(run_cli(cmd + " --max-new-tokens 4", out, log) == 0);
     CHECK(slurp(out).find("lossless: yes") != std::string::npos);
 

@@ -6,11 +6,18 @@
 //
 // Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
 //
+// DRAFTER_DIR `random:L` is a fresh random drafter of L layers (block 16) for the target: tau ~1,
+// for timing a verify step against a plain one (the decode engine's bench).
+// On a GPU it also reports the memory-bound limit of a plain step: the weights a step reads
+// (TargetModel::decode_bytes) over the device's copy bandwidth measured in the same run.
+//
 // Prompts are read as `generate` reads them (the part of a line before its first loss_mask 1).
 // Both loops run once on the first prompt for a few tokens before they are timed (warm-up).
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
 #include "hsring/stop_tokens.hpp"
+#include "model/dflash_config.hpp"
+#include "model/dflash_drafter.hpp"
 #include "model/dflash_export.hpp"
 #include "model/generate.hpp"
 #include "model/kineto_trace.hpp"
@@ -24,7 +31,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -35,7 +44,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
+    "usage: hsring-model spec-decode DRAFTER_DIR|random:LAYERS --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
     "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
 
 struct Options {
@@ -98,6 +107,32 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
+// A fresh drafter of `layers` layers (block 16) at the target's dims, for timing only.
+std::pair<DFlashDrafter, DFlashConfig> random_drafter(const ModelShape& shape, int layers, at::Device device) {
+    if (layers < 1) fail("spec-decode: random:LAYERS needs at least 1 layer, got {}", layers);
+    const DFlashConfig cfg = dflash_config_for(shape, layers, 16, -1, {});
+    DFlashDrafter d(cfg, 1, device);
+    return {d, cfg};
+}
+
+// Bytes per second of a device-to-device copy of 2 GiB (read + write), the best of 5: what a
+// step that reads its weights once can approach.
+double copy_bandwidth(at::Device device) {
+    const at::Tensor src = at::empty({std::int64_t{1} << 31}, at::TensorOptions().dtype(at::kByte).device(device));
+    at::Tensor dst = at::empty_like(src);
+    dst.copy_(src);
+    torch::cuda::synchronize();
+    double best = 0;
+    for (int i = 0; i < 5; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        dst.copy_(src);
+        torch::cuda::synchronize();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * static_cast<double>(src.nbytes()) / s);
+    }
+    return best;
+}
+
 // The first token where two outputs differ (their common length when one is a prefix of the other).
 std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
     std::size_t i = 0;
@@ -111,8 +146,11 @@ int spec_decode(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const ModelShape shape = resolve_model_shape(o.target);
     const at::Device device = parse_device("spec-decode", o.device);
-    auto [drafter, cfg] = import_dflash(o.dir, device);
-    check_drafter_fits(o.dir, cfg, o.target, shape);
+    const std::string dir = o.dir.string();
+    auto [drafter, cfg] = dir.rfind("random:", 0) == 0
+                              ? random_drafter(shape, number<int>("spec-decode", "random:LAYERS", dir.substr(7)), device)
+                              : import_dflash(o.dir, device);
+    if (dir.rfind("random:", 0) != 0) check_drafter_fits(o.dir, cfg, o.target, shape);
     if (cfg.mask_token_id >= shape.vocab_size)
         fail("{}: the drafter's mask_token_id {} is outside the vocabulary of {} ({} tokens): pass the --target the "
              "drafter was trained for",
@@ -212,7 +250,16 @@ int spec_decode(int argc, char** argv) {
             {"target_tokens_per_s", plain_tps},
             {"speedup", speedup},
             {"decode_graphs", !o.eager},
+            {"plain_ms_per_token", plain_tps > 0 ? 1000.0 / plain_tps : 0.0},
+            {"verify_ms_per_step", st.verify_steps > 0 ? 1000.0 * st.verify_seconds / double(st.verify_steps) : 0.0},
+            {"draft_ms_per_step", st.verify_steps > 0 ? 1000.0 * st.draft_seconds / double(st.verify_steps) : 0.0},
+            {"weight_bytes", target.decode_bytes()},
         };
+        if (device.is_cuda()) {
+            const double bw = copy_bandwidth(device);
+            j["copy_bytes_per_s"] = bw;
+            j["memory_bound_ms_per_token"] = 1000.0 * double(target.decode_bytes()) / bw;
+        }
         fmt::print("{}\n", j.dump());
         return 0;
     }
