@@ -11,7 +11,7 @@
 # checkpoint_pause_ms, write times from the drafter's log) and its ledger verified.
 # One GPU: target and drafter share GPU 0 (allow_shared_gpus); two or more: drafter on GPU 1.
 # SAMPLES (240) x 3,072 tokens; PIPELINE_LIMIT_S (200) per run; MODES ("sync bg") the runs to make
-# (issue 35's measurement: MODES=bg SAMPLES=300 CKPT_EVERY=6).
+# EPOCHS (1) of them (issue 35's measurement: MODES=bg SAMPLES=300 CKPT_EVERY=6 EPOCHS=4: 60 steps).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -26,7 +26,7 @@ for mode in ${MODES:-sync bg}; do
   kill=""; [ $mode = bg ] && kill=drafter.0   # the restart loads a checkpoint written from host copies
   pipeline "ck_$mode" config/qwen3-8b-3t1d-squeezed.toml "$kill" "${KILL_AFTER_S:-60}" \
     "s/^targets = .*/targets = [0]/" "s/^drafters = .*/drafters = [$drafter]/" \
-    "s/^checkpoint_every = .*/checkpoint_every = $every\ncheckpoint_background = $bg/"
+    "s/^checkpoint_every = .*/checkpoint_every = $every\ncheckpoint_background = $bg/" "s/^epochs = .*/epochs = ${EPOCHS:-1}/"
 done
 tar -czf "$out/checkpoint.tar.gz" -C "$out" work
 rm -rf "$work"

@@ -5,6 +5,8 @@ and seed), and nothing non-finite is ever trained, checkpointed or exported.
 
 - one slot per step: drafter SIGKILL, then supervisor SIGKILL (the orphaned drafter checkpoints and
   exits), then a second `hsring run`;
+- a drafter SIGKILLed with two background checkpoint writes in flight (one held mid-write, one
+  queued behind it, the next checkpoint delayed): it resumes from the last commit;
 - three slots per step: a graceful `hsring stop` mid-step, `hsring run` again, `hsring stop --now`,
   `hsring run` again (a stop never makes a short step);
 - an FP8 target ([target] weights = "fp8", emulated on the CPU) SIGKILLed mid-run, then the FP8
@@ -109,6 +111,30 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
               "metrics.jsonl marks each resume")
         check_same(ref, r, "drafter SIGKILL + supervisor SIGKILL")
         check_tensorboard(r, ref[1])
+    finally:
+        r.cleanup()
+
+
+def test_a_kill_with_two_background_writes_in_flight_resumes_from_the_last_commit():
+    """Double-buffered checkpoints: the drafter's second write (step 14) is held mid-write by
+    HSRING_FAULT, the third (step 21) is copied into the other host buffer and queued behind it, the
+    fourth (28) is delayed, and training goes on past them. SIGKILLed then, the drafter restarts
+    from the last commit (step 7): every sample exactly once, and the export and every step's loss
+    equal the unkilled run's."""
+    ref = reference("w2r")
+    r = TrainRun("w2k", env={"HSRING_FAULT": "drafter.0:checkpoint:2:hold"})
+    try:
+        r.start()
+        r.wait_running(timeout=60)
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 31, "training past two writes in flight", timeout=200)
+        with open(os.path.join(r.run_dir, "checkpoints", "latest")) as f:
+            check(int(f.read()) == 7, "the held write (step 14) and the one behind it (21) are not committed")
+        log = open(os.path.join(r.run_dir, "logs", "drafter.0.log")).read()
+        check("checkpoint of step 28 delayed: the writes of steps 14 and 21 are still in flight" in log, log[-2000:])
+        r.cli("kill", "drafter.0")
+        r.expect_exit(0, timeout=300)
+        r.verify()
+        check_same(ref, r, "drafter SIGKILL with two background writes in flight")
     finally:
         r.cleanup()
 
@@ -242,6 +268,7 @@ def test_nan_gradient_steps_change_nothing_and_three_in_a_row_stop_the_run():
 
 if __name__ == "__main__":
     main([test_one_slot_per_step_drafter_and_supervisor_killed,
+          test_a_kill_with_two_background_writes_in_flight_resumes_from_the_last_commit,
           test_an_fp8_target_and_fp8_drafter_killed_mid_run_give_the_unkilled_runs_weights,
           test_three_slots_per_step_graceful_stop_and_stop_now,
           test_two_rank_gang_rank_and_supervisor_killed,
