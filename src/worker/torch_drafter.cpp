@@ -16,6 +16,7 @@
 #include "model/target.hpp"
 #include "distributed/error_text.hpp"
 #include "distributed/gradient_sync.hpp"
+#include "worker/snapshot_buffers.hpp"
 #include "worker/torch_util.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -25,7 +26,6 @@
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -50,15 +50,6 @@ void require_finite(const std::vector<std::pair<std::string, at::Tensor>>& named
                                          "good checkpoint is kept", what, name));
     }
 }
-
-// The drafter's fp32 parameters and AdamW state in host memory (pinned on a GPU, so the device
-// copies run at PCIe speed). The next snapshot reuses the buffers once no writer holds them.
-struct HostState {
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params;  // in parameter order: the optimizer archive's keys
-    std::vector<at::Tensor> exp_avg, exp_avg_sq, max_exp_avg_sq;  // exp_avg undefined: no AdamW state yet
-    std::vector<std::int64_t> steps;
-};
 
 // A checkpoint of the drafter as of one step: drafter/ (the export format, fp32) and
 // optimizer.safetensors (AdamW's moments and step per parameter name), written from the host
@@ -121,16 +112,7 @@ struct TorchDrafter::Impl {
     model::DFlashDrafter drafter{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
     std::unique_ptr<model::FusedAdamW> fused_step;
-    // Two snapshot buffers (double buffering): a snapshot is copied into the one that no
-    // background write holds (CheckpointWriter keeps at most two writes in flight).
-    std::array<std::shared_ptr<HostState>, 2> host_states;
-    // Their pinned memory, allocated on a thread of its own once the first step is done, the
-    // first buffer then the second (cudaHostAlloc of ~12 GB took 7-9 s on an H200 host: a pause
-    // if done at the checkpoint; and while it runs the driver holds up this process's other CUDA
-    // calls, so not at start either, where it stretched the first step after a restart).
-    std::array<std::future<std::shared_ptr<HostState>>, 2> host_state_ready;
-    std::future<void> host_state_thread;
-    std::vector<std::vector<std::int64_t>> host_state_shapes;  // set at restore: allocate after the first step
+    SnapshotBuffers snapshots;  // the checkpoint snapshots' host buffers (two: double buffering)
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
     bool synced = false;               // the last train_one(true) summed the gradients
@@ -178,67 +160,6 @@ struct TorchDrafter::Impl {
         reader_ready = std::async(std::launch::async, [&ring = c.ring, opts = transport::options_for(c.cfg, device.is_cuda())] {
             return transport::make_slot_reader(ring, opts);
         });
-    }
-
-    // The pinned host buffers of the first snapshot, on a thread (see host_state_ready), one tensor
-    // at a time with a pause after each: a cudaHostAlloc holds up this process's other CUDA calls
-    // while it runs (all 12 GB in one go stretched a step by ~5 s on an H200), so many short ones
-    // with room between them let the steps go on.
-    void allocate_host_state() {
-        if (host_state_shapes.empty()) return;
-        auto promises = std::make_shared<std::array<std::promise<std::shared_ptr<HostState>>, 2>>();
-        for (std::size_t i = 0; i < 2; ++i) host_state_ready[i] = (*promises)[i].get_future();
-        host_state_thread = std::async(std::launch::async, [promises, shapes = std::move(host_state_shapes)] {
-            for (auto& promise : *promises) {
-                try {
-                    auto h = std::make_shared<HostState>();
-                    const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
-                    for (const auto& s : shapes)
-                        for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
-                            v->push_back(at::empty(s, opts));
-                            std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                        }
-                    promise.set_value(std::move(h));
-                } catch (...) {
-                    promise.set_exception(std::current_exception());
-                }
-            }
-        });
-        host_state_shapes.clear();
-    }
-
-    // Takes the buffers whose allocation has finished.
-    void collect_host_states() {
-        for (std::size_t i = 0; i < 2; ++i)
-            if (host_state_ready[i].valid() &&
-                host_state_ready[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready)
-                host_states[i] = host_state_ready[i].get();  // rethrows a failed allocation
-    }
-
-    // A pinned buffer is ready and no write holds it (or buffers are not pinned: they are
-    // allocated by the copies, in the step).
-    bool host_state_ready_now() {
-        if (!device.is_cuda() || !ctx.cfg.train.checkpoint_background) return true;
-        collect_host_states();
-        for (const auto& h : host_states)
-            if (h && h.use_count() == 1) return true;
-        return false;
-    }
-
-    // The snapshot buffer no background write holds: an allocated one first, then one still being
-    // allocated (waiting for it: only a checkpoint in the step, or a run whose buffers were never
-    // asked for, gets here without one ready).
-    std::shared_ptr<HostState>& free_host_state() {
-        collect_host_states();
-        for (auto& h : host_states)
-            if (h && h.use_count() == 1) return h;
-        for (std::size_t i = 0; i < 2; ++i)
-            if (host_state_ready[i].valid()) return host_states[i] = host_state_ready[i].get();
-        for (auto& h : host_states)
-            if (!h) return h = std::make_shared<HostState>();  // unpinned runs: allocated by the copies
-        // Both held: the protocol never takes a third snapshot; a fresh buffer rather than a wait.
-        log::warn("checkpoint: both snapshot buffers are held by writes: copying into a new one");
-        return host_states[0] = std::make_shared<HostState>();
     }
 
     // The loop never stages more than inflight_slots: one is free.
@@ -335,8 +256,10 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
     m.describe();
     if (m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background) {
         // Master only (restore): pinned host buffers for the weights and both AdamW moments.
-        // (allocated after the first step: Impl::allocate_host_state)
-        for (const auto& p : m.drafter->parameters()) m.host_state_shapes.push_back(p.sizes().vec());
+        // (allocated after the first step: SnapshotBuffers::allocate)
+        std::vector<std::vector<std::int64_t>> shapes;
+        for (const auto& p : m.drafter->parameters()) shapes.push_back(p.sizes().vec());
+        m.snapshots.plan_pinned(std::move(shapes));
     }
     m.slot_reader();  // registered meanwhile; a failure is the start's (a user error), not a crash later
 }
@@ -570,19 +493,19 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     m.optimizer->zero_grad();
     m.step_weight = 0;
     r.device_peak_bytes = device_peak_bytes(m.device);
-    m.allocate_host_state();  // once: after the first step
+    m.snapshots.allocate();  // once: after the first step
     return r;
 }
 
 bool TorchDrafter::snapshot_ready() {
-    impl_->allocate_host_state();  // normally after the first step; a checkpoint before it asks now
-    return impl_->host_state_ready_now();
+    impl_->snapshots.allocate();  // normally after the first step; a checkpoint before it asks now
+    return impl_->snapshots.ready_now();
 }
 
 std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     Impl& m = *impl_;
     torch::NoGradGuard no_grad;
-    std::shared_ptr<HostState>& buffer = m.free_host_state();
+    std::shared_ptr<HostState>& buffer = m.snapshots.acquire();
     HostState& h = *buffer;
     // Pinned only for background writes (kept for the run, allocated at start); a checkpoint
     // written in the step copies to pageable memory and pins nothing for good.
