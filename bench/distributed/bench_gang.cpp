@@ -19,9 +19,9 @@
 #include "distributed/c10d_gang.hpp"
 #include "distributed/gradient_sync.hpp"
 #include "hsring/model_shape.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_loss.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/ops/tensor_init.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -5,7 +5,7 @@
 #      (bench/gpu/trace_summary.py): GEMM, attention forward/backward, elementwise, ...
 #   2. hsring-bench drafter at the recipe shape (Qwen3-8B dims, 5 layers, 2 x 3,072 tokens, 512
 #      anchors, block 16) for each attention layout in LAYOUTS ("kernel:group_blocks:key_pad",
-#      see src/model/attention.hpp), no eager baseline, each with the GEMM ratio of its own run
+#      see src/model/ops/attention.hpp), no eager baseline, each with the GEMM ratio of its own run
 #   3. a trace of the fastest layout
 # OUT_DIR/attention/: summary.txt (a line per run + the trace summaries), runs.jsonl (each run's
 # JSON result line), logs.tar.gz. About 3 minutes. ITERS (default 5) and WARMUP (default 2) tune

@@ -92,7 +92,7 @@ def main():
             p = r["phases_ms"]
             md.append(f"| {name} | {p['sample_blocks']:.1f} | {p['forward_no_grad']:.1f} | "
                       f"{p['forward_chunked_ce']:.1f} | {p['backward']:.1f} | {p['adamw']:.1f} |")
-    md += ["", "FLOPs per step by part (TFLOP; src/model/dflash_flops.hpp says how they are counted):", "",
+    md += ["", "FLOPs per step by part (TFLOP; src/model/drafter/dflash/flops.hpp says how they are counted):", "",
            "| run | layers | context k/v | attention | fc | LM head | total | attention over padded keys (not in total) |",
            "|---|---|---|---|---|---|---|---|"]
     for name, _ in RUNS:

@@ -14,14 +14,14 @@
 #include "bench_common.hpp"
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
-#include "model/kineto_trace.hpp"
+#include "model/ops/kineto_trace.hpp"
 #include "markov_batches.hpp"
 #include "hsring/model_shape.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_flops.hpp"
-#include "model/dflash_loss.hpp"
-#include "model/fused_adamw.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/flops.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/ops/fused_adamw.hpp"
+#include "model/ops/tensor_init.hpp"
 #include "plan/workload.hpp"
 
 #include <fmt/ranges.h>
@@ -230,7 +230,7 @@ std::pair<bool, bool> compare_fp8_option(const std::string& v) {
     return {v != "lm-head", v != "layers"};
 }
 
-// "fused" (model/fused_adamw.hpp, the worker's step) or "torch" (clip_grad_norm_ + AdamW::step).
+// "fused" (model/ops/fused_adamw.hpp, the worker's step) or "torch" (clip_grad_norm_ + AdamW::step).
 bool adamw_option(const std::string& v) {
     if (v != "fused" && v != "torch") hsring::fail("--adamw must be fused or torch, got '{}'", v);
     return v == "fused";
@@ -396,12 +396,12 @@ int main(int argc, char** argv) {
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
                          "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
-                         "Prints the step's useful matmul FLOPs (src/model/dflash_flops.hpp; attention computed over\n"
+                         "Prints the step's useful matmul FLOPs (src/model/drafter/dflash/flops.hpp; attention computed over\n"
                          "padded or masked keys apart, not counted), the TFLOP/s reached and the\n"
                          "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
                          "--recompute layers: activation checkpointing per drafter layer ([train] recompute).\n"
                          "--group N --key-pad N --attention-kernel auto|efficient|cudnn: how the block attention\n"
-                         "is cut into SDPA calls and which kernel runs them (src/model/attention.hpp).\n"
+                         "is cut into SDPA calls and which kernel runs them (src/model/ops/attention.hpp).\n"
                          "--trace FILE: a Kineto (Chrome) trace of 2 more steps; bench/gpu/trace_summary.py sums it.\n"
                          "--matmul fp8: the drafter layers' matmuls in FP8 ([train] matmul; bf16 = the compute dtype).\n"
                          "--lm-head fp8: the LM head's two products in the loss in FP8 ([train] lm_head).\n"
@@ -462,7 +462,7 @@ int main(int argc, char** argv) {
         DFlashDrafter drafter(cfg, seed, dev);
         torch::optim::AdamW adam(drafter->parameters(), torch::optim::AdamWOptions(o.real("lr")).weight_decay(0.0));
         // The worker's optimizer step: clip to norm 1 ([train] grad_clip's default), AdamW; fused
-        // (model/fused_adamw.hpp) or, --adamw torch, clip_grad_norm_ + torch::optim::AdamW::step.
+        // (model/ops/fused_adamw.hpp) or, --adamw torch, clip_grad_norm_ + torch::optim::AdamW::step.
         FusedAdamW fused_adam(adam);
         const bool fused = adamw_option(o.str("adamw"));
         auto optimizer_step = [&] {

@@ -9,8 +9,8 @@
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "hsring/model_shape.hpp"
-#include "model/kineto_trace.hpp"
-#include "model/target.hpp"
+#include "model/ops/kineto_trace.hpp"
+#include "model/target/target.hpp"
 
 namespace {
 

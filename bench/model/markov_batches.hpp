@@ -6,8 +6,8 @@
 // The block must continue the chain from its anchor token: the loss falls over a few hundred
 // steps towards the chain's entropy (it never reaches 0). Batch i is a function of (seed, i), so
 // two drafters see the same sequence of batches.
-#include "model/dflash_loss.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/ops/tensor_init.hpp"
 
 #include <ATen/ATen.h>
 

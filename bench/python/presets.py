@@ -1,4 +1,4 @@
-"""Model presets, as src/model/shape.cpp defines them (keep in sync)."""
+"""Model presets, as src/model/shape/shape.cpp defines them (keep in sync)."""
 
 PRESETS = {
     "tiny": dict(hidden=64, layers=8, heads=4, kv_heads=2, head_dim=16, intermediate=192, vocab=512,

@@ -1,5 +1,5 @@
 #pragma once
-// The drafter's block attention in groups, shared by the drafter (src/model/attention.hpp) and the
+// The drafter's block attention in groups, shared by the drafter (src/model/ops/attention.hpp) and the
 // planner (src/plan/workload.cpp), which must count the same shapes.
 //
 // How many keys one drafter attention call computes for a group whose context prefix and block
@@ -7,7 +7,7 @@
 // power of two at or below `keys` when that is larger. Every new key length is a new kernel shape
 // (cuDNN builds a plan per shape), so the count of distinct lengths must stay small however long
 // the samples are: at most ~8 per doubling of the length, for at most 1/8 of padding. Shared by
-// the drafter (src/model/attention.cpp) and the planner (src/plan/workload.cpp).
+// the drafter (src/model/ops/attention.cpp) and the planner (src/plan/workload.cpp).
 #include <bit>
 #include <cstdint>
 

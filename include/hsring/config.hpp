@@ -24,7 +24,7 @@ enum class RunMode { Train, Synthetic };
 // Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
 enum class Recompute { None, Layers };
 // Precision of the drafter's decoder-layer matmuls (and, [train] lm_head, of the frozen LM head's):
-// the compute dtype (bf16 on a GPU, fp32 on the CPU), or FP8 with row scales (src/model/fp8_linear.hpp,
+// the compute dtype (bf16 on a GPU, fp32 on the CPU), or FP8 with row scales (src/model/ops/fp8_linear.hpp,
 // fp8_weights.hpp).
 enum class Matmul { BF16, FP8 };
 // The frozen target's linear layers: in the compute dtype, or FP8 e4m3 with one scale per output

@@ -1,6 +1,6 @@
 #pragma once
 // The block attention's additive masks, every group's in one launch
-// (src/kernels/block_attention_bias.cu; the layout is model/attention.hpp's BlockAttention).
+// (src/kernels/block_attention_bias.cu; the layout is model/ops/attention.hpp's BlockAttention).
 //
 // Group g's bias is a contiguous [rows_g, key_len_g] matrix at out + offset_g. Its row r is mask
 // row mask_row_g + r, which sees key columns [0, ctx_end) and [own_begin, own_begin + block):

@@ -11,7 +11,7 @@
 //           or, with grad_fp8, the same fp32 values quantised to e4m3 per row into grad_fp8 (the
 //           logits left as they are): amax = max(exp(M' - M) / S, S' / S) with M' the largest
 //           logit other than the label's, known after read 1, so no third read; scale = amax / 448
-//           and the bytes as model/fp8_weights.cpp rounds them ([train] lm_head = "fp8": the
+//           and the bytes as model/ops/fp8_weights.cpp rounds them ([train] lm_head = "fp8": the
 //           gradient's product with the head takes these bytes; the bf16 g and its two quantising
 //           reads are gone)
 //

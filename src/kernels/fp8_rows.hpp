@@ -12,12 +12,12 @@
 //
 //   None     y_j = x_j, or x_j * col_scale[j] (fp32 product) when col_scale is given
 //   RmsNorm  y_j = T(x_j * rstd * w_j), rstd = 1 / sqrt(mean_j x_j^2 + eps) in fp32 (a third read
-//            first): model/ops.hpp rms_norm as at::rms_norm computes it on the GPU (one fused
+//            first): model/ops/ops.hpp rms_norm as at::rms_norm computes it on the GPU (one fused
 //            kernel, one rounding to T = the rows' dtype; its CPU composition rounds x_j * rstd first)
 //   SwiGlu   the input row is [gate | up], 2 * cols wide: y_j = T(T(silu(g_j)) * u_j), silu(g) =
-//            g / (1 + exp(-g)) in fp32: model/ops.hpp swiglu, as at::silu and the product round
+//            g / (1 + exp(-g)) in fp32: model/ops/ops.hpp swiglu, as at::silu and the product round
 //
-// With None the arithmetic is model/fp8_weights.cpp's ATen composition (a norm, a reciprocal, a
+// With None the arithmetic is model/ops/fp8_weights.cpp's ATen composition (a norm, a reciprocal, a
 // multiply cast on the store, a divide: four kernels and a temporary), bit for bit; the
 // prologues round where ATen's kernels do, their reductions (the norm's mean) in another order.
 // Plain CUDA C++: no torch types cross this header.

@@ -68,7 +68,7 @@ std::uint64_t HostMemory::total() const {
 
 std::uint64_t target_params(const ModelShape& s) {
     const Dims m(s);
-    // tensor_specs() in src/model/target.cpp: per layer q/k/v/o, two norms (+ q/k norms for
+    // tensor_specs() in src/model/target/target.cpp: per layer q/k/v/o, two norms (+ q/k norms for
     // Qwen3), the MLP: gate/up/down, or on a sparse layer (Qwen3-MoE, gpt-oss) the router [E, H]
     // and every expert's gate/up/down (all are loaded, whatever a token uses); gpt-oss adds
     // q/k/v/o, router and expert biases and one sink per head; embedding, final norm, LM head
@@ -86,7 +86,7 @@ std::uint64_t target_params(const ModelShape& s) {
 
 std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uint64_t context_layers) {
     const Dims m(s);
-    // DFlashDrafterImpl (src/model/dflash_drafter.cpp): Qwen3 layers (always q/k norms), fc
+    // DFlashDrafterImpl (src/model/drafter/dflash/drafter.cpp): Qwen3 layers (always q/k norms), fc
     // [H, L*H], hidden_norm, norm.
     const u64 layer = m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + 2 * m.d;
     return layers * layer + context_layers * m.h * m.h + 2 * m.h;
@@ -241,7 +241,7 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
     // Saved for backward per layer and block row: layer input and its norm (2H); q projection,
     // its copy for the grouped SDPA, SDPA out, concatenated out (4Q); k projection before k_norm
     // (K); MLP input and its norm (2H); gate, up, product (3I) on a GPU, where silu(gate) * up is
-    // one kernel (model/fused_swiglu.cpp: silu(gate) is never kept), + silu(gate) (4I) on the CPU.
+    // one kernel (model/ops/fused_swiglu.cpp: silu(gate) is never kept), + silu(gate) (4I) on the CPU.
     const u64 mlp_rows = place.is_cpu() ? 4 : 3;
     x.row = 4 * m.h + 4 * m.q + m.k + mlp_rows * m.i;
     // Per layer besides: each group's concatenated keys and values [context prefix | block rows]
@@ -285,7 +285,7 @@ DrafterBatch drafter_batch(const Config& cfg, const Derived& d, Place place, con
         return x;
     }
 
-    // recompute = "layers": each layer is one RecomputeFunction (src/model/recompute.cpp). Its
+    // recompute = "layers": each layer is one RecomputeFunction (src/model/ops/recompute.cpp). Its
     // forward runs without grad and saves only its inputs: the block rows entering the layer
     // (rows x H), the fused context (shared) and the fp32 master weights (no new memory), so the
     // layers' bf16 weight casts are freed at once; fc's and the two norms' casts stay saved.

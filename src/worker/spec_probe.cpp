@@ -5,9 +5,9 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/stop_tokens.hpp"
-#include "model/dflash_export.hpp"
-#include "model/prompts.hpp"
-#include "model/spec_decode.hpp"
+#include "model/drafter/dflash/export.hpp"
+#include "model/decode/prompts.hpp"
+#include "model/decode/spec_decode.hpp"
 #include "worker/checkpoint_store.hpp"
 #include "hsring/metrics_file.hpp"
 

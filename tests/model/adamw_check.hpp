@@ -2,7 +2,7 @@
 // FusedAdamW against what the drafter ran before it: gradients divided by the step's weight,
 // torch::nn::utils::clip_grad_norm_, torch::optim::AdamW::step. Shared by the CPU suite
 // (test_adamw.cpp) and the GPU suite (test_gpu.cpp).
-#include "model/fused_adamw.hpp"
+#include "model/ops/fused_adamw.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/nn/utils/clip_grad.h>

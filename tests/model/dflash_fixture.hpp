@@ -2,11 +2,11 @@
 // A small DFlash setup shared by the drafter tests: the tiny target, its captured hidden states
 // for a packed batch of three sequences, and a drafter reading three of its layers.
 #include "hsring/model_shape.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_drafter.hpp"
-#include "model/dflash_loss.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 
 #include <ATen/ATen.h>
 

@@ -4,7 +4,7 @@
 // Llama-3 frequency scaling written out from their definitions, an explicit causal mask, a
 // sparse MLP token by token and expert by expert. Shares no code with src/model.
 #include "hsring/model_shape.hpp"
-#include "model/safetensors.hpp"
+#include "model/io/safetensors.hpp"
 
 #include <ATen/core/Tensor.h>
 

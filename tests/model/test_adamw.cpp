@@ -1,9 +1,9 @@
-// The drafter's optimizer step (model/fused_adamw.hpp) on the CPU: the same weights, moments and
+// The drafter's optimizer step (model/ops/fused_adamw.hpp) on the CPU: the same weights, moments and
 // gradient norm as dividing, clip_grad_norm_ and torch::optim::AdamW; its state survives
 // torch::save / torch::load (a checkpoint) and the resumed steps equal the uninterrupted ones; a
 // non-finite gradient changes nothing.
 #include "adamw_check.hpp"
-#include "model/fused_adamw.hpp"
+#include "model/ops/fused_adamw.hpp"
 #include "model_test_util.hpp"
 
 #include <torch/serialize.h>

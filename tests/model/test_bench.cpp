@@ -2,8 +2,8 @@
 // carries the step's FLOP count (equal to dflash_step_flops for the blocks it trained), the
 // TFLOP/s reached, the reference GEMM and the ratio, the phases and the device memory (0 here).
 #include "hsring/model_shape.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_flops.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/flops.hpp"
 #include "model_test_util.hpp"
 
 #include <nlohmann/json.hpp>

@@ -3,13 +3,13 @@
 // consistent with its --dump, the dump equal to the drafter's forward in this process); bad
 // input is one clear line and a non-zero exit.
 #include "hsring/acceptance.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_drafter.hpp"
-#include "model/dflash_export.hpp"
-#include "model/dflash_loss.hpp"
-#include "model/safetensors.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/dflash/export.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 #include "model_test_util.hpp"
 
 #include <nlohmann/json.hpp>

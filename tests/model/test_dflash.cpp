@@ -2,12 +2,12 @@
 // perturbing what a block must not see), frozen target pieces, chunked == full cross-entropy,
 // deterministic init, export -> import bit for bit, and a training step that learns.
 #include "dflash_fixture.hpp"
-#include "model/attention.hpp"
-#include "model/chunked_ce.hpp"
-#include "model/dflash_eval.hpp"
-#include "model/dflash_flops.hpp"
-#include "model/dflash_export.hpp"
-#include "model/safetensors.hpp"
+#include "model/ops/attention.hpp"
+#include "model/ops/chunked_ce.hpp"
+#include "model/drafter/dflash/eval.hpp"
+#include "model/drafter/dflash/flops.hpp"
+#include "model/drafter/dflash/export.hpp"
+#include "model/io/safetensors.hpp"
 #include "model_test_util.hpp"
 
 #include "hsring/acceptance.hpp"

@@ -1,4 +1,4 @@
-// FP8 matmuls ([train] matmul = "fp8", src/model/fp8_linear.hpp) on the CPU, where the products
+// FP8 matmuls ([train] matmul = "fp8", src/model/ops/fp8_linear.hpp) on the CPU, where the products
 // are emulated with the GPU path's quantisation: the forward and dX against an fp64 reference
 // within what e4m3 rounding allows, dW in the compute dtype, zeros stay zeros, shapes _scaled_mm
 // cannot take fall back to a plain linear, and a tiny drafter's loss and gradients with FP8 layers
@@ -11,9 +11,9 @@
 // for dX = (g sw) @ wq (limit 9%, as when g went through e5m2). dW = g^T @ x is not quantised: x's
 // dtype's rounding only (limit 1%).
 #include "dflash_fixture.hpp"
-#include "model/dflash_eval.hpp"
-#include "model/fp8_linear.hpp"
-#include "model/ops.hpp"
+#include "model/drafter/dflash/eval.hpp"
+#include "model/ops/fp8_linear.hpp"
+#include "model/ops/ops.hpp"
 #include "model_test_util.hpp"
 
 using namespace hsring;

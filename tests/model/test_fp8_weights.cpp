@@ -1,4 +1,4 @@
-// The target's linear layers in FP8 ([target] weights = "fp8", src/model/fp8_weights.hpp) on the
+// The target's linear layers in FP8 ([target] weights = "fp8", src/model/ops/fp8_weights.hpp) on the
 // CPU, where the products are emulated with the GPU path's quantisation: row scales, per-token
 // activation scales (a row's result does not depend on the other rows), block-scaled checkpoints
 // (weight_scale_inv, config.json's weight_block_size) read exactly and converted to row scales,
@@ -7,10 +7,10 @@
 // Tolerances: e4m3 keeps 3 mantissa bits (up to 2^-4 relative per element, ~2.5-3.5% RMS);
 // x @ w^T with both operands rounded ~4% (limit 6%).
 #include "hsring/error.hpp"
-#include "model/chunked_ce.hpp"
-#include "model/fp8_weights.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/ops/chunked_ce.hpp"
+#include "model/ops/fp8_weights.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 #include "ce_reference.hpp"
 #include "model_test_util.hpp"
 

@@ -6,14 +6,14 @@
 // Runs tests/model/hf_reference.py with $HSRING_PYTHON; exits 77 (skipped) only where that
 // script cannot import transformers.
 #include "dflash_fixture.hpp"
-#include "model/dflash_export.hpp"
-#include "model/gpt_oss_mlp.hpp"
-#include "model/mxfp4.hpp"
-#include "model/sink_attention.hpp"
-#include "model/yarn_rope.hpp"
-#include "model/safetensors.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/export.hpp"
+#include "model/target/gpt_oss_mlp.hpp"
+#include "model/io/mxfp4.hpp"
+#include "model/ops/sink_attention.hpp"
+#include "model/ops/yarn_rope.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 #include "model_test_util.hpp"
 
 #include <nlohmann/json.hpp>

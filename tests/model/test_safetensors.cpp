@@ -1,7 +1,7 @@
 // safetensors: round trips for every dtype, sharded directories, and a clear error (naming the
 // file and the tensor) for every kind of damage.
 #include "hsring/error.hpp"
-#include "model/safetensors.hpp"
+#include "model/io/safetensors.hpp"
 #include "model_test_util.hpp"
 
 #include <nlohmann/json.hpp>

@@ -2,9 +2,9 @@
 // packing-invariant, HF layer numbering, deterministic random presets, HF directories (tied or
 // not), clear config.json, checkpoint and input errors.
 #include "hsring/error.hpp"
-#include "model/mxfp4.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/io/mxfp4.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 #include "model_test_util.hpp"
 #include "naive_reference.hpp"
 

@@ -2,11 +2,11 @@
 // captured layers, AdamW drives the loss down and block accuracy up. A broken gradient path, a
 // mask that hides the context, or frozen pieces that leak into training show up here.
 #include "hsring/dataset.hpp"
-#include "model/dflash_config.hpp"
-#include "model/dflash_drafter.hpp"
-#include "model/dflash_loss.hpp"
-#include "model/target.hpp"
-#include "model/tensor_init.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/dflash/loss.hpp"
+#include "model/target/target.hpp"
+#include "model/ops/tensor_init.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/optim/adamw.h>

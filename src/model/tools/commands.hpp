@@ -2,9 +2,9 @@
 // Subcommands of hsring-model (reached as `hsring model SUBCOMMAND` through the hsring CLI).
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
-#include "model/dflash_config.hpp"
-#include "model/generate.hpp"
-#include "model/prompts.hpp"
+#include "model/drafter/dflash/config.hpp"
+#include "model/decode/generate.hpp"
+#include "model/decode/prompts.hpp"
 
 #include <cstdint>
 #include <filesystem>

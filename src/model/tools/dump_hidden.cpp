@@ -2,8 +2,8 @@
 // compare them with HF transformers (layer.K = hidden_states[K+1]).
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
-#include "model/safetensors.hpp"
-#include "model/target.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/target/target.hpp"
 #include "model/tools/commands.hpp"
 
 #include <ATen/ATen.h>

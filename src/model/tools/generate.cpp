@@ -11,8 +11,8 @@
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
 #include "hsring/stop_tokens.hpp"
-#include "model/dflash_drafter.hpp"
-#include "model/generate.hpp"
+#include "model/drafter/dflash/drafter.hpp"
+#include "model/decode/generate.hpp"
 #include "model/tools/cli_args.hpp"
 #include "model/tools/commands.hpp"
 

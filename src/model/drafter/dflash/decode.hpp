@@ -1,0 +1,76 @@
+#pragma once
+// The DFlash drafter at decode time (speculative decoding): the keys and values of each sequence's
+// context are cached per layer, so a step projects only the context rows accepted since the
+// previous step, not the whole context again. Several sequences decode at once as rows, each with
+// its own length (tau during training decodes all its prompts in one batch).
+//
+// Why this is exact: in every drafter layer the context rows' keys/values are k/v_proj of the fused
+// context (hidden_norm(fc(captured layers))) with k_norm and RoPE at the row's position — a function
+// of that row alone, never of the block. So the cache holds exactly the rows draft_hidden
+// (spec_decode.hpp) recomputes; the block's own rows are computed fresh each step and never cached
+// (z-lab's loop caches them and crops them off again: the same thing).
+//
+//   row r, context:  [ 0 .. length(r) )                accepted tokens' captured layers
+//          block:    [ length(r) .. length(r)+b_r )    [last_r, MASK x (b_r-1)], queries; attends
+//                                                      its row's context and its own block,
+//                                                      non-causally
+//
+// In one draft the rows' contexts are padded to the longest and blocks to the largest b_r; a key
+// mask hides the padding, so a row drafts what it drafts alone (up to float noise of the batched
+// kernels). With one row, or rows of equal lengths and blocks, there is no mask.
+//
+// The weights are cast to the compute dtype once (the drafter keeps fp32 masters): a decode step
+// must not convert a billion parameters.
+#include "model/drafter/dflash/drafter.hpp"
+#include "model/target/target.hpp"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hsring::model {
+
+class DFlashDecodeState {
+public:
+    // Room for `rows` sequences of `capacity` context rows each on `device`, compute dtype `dtype`,
+    // all empty. The drafter must outlive this state only for its configuration; the weights used
+    // are the ones at construction.
+    DFlashDecodeState(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
+                      at::Device device, at::ScalarType dtype);
+
+    // Empties the state and makes room for `rows` sequences (the weights stay cast).
+    void reset(std::int64_t rows);
+    // Appends context rows to every sequence: captured [L, T, H] (any float dtype) holds, packed
+    // sequence after sequence, counts[r] tokens of sequence r at positions length(r) onwards.
+    void extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts);
+    // Forgets sequence r's rows at positions >= length (crop only shortens).
+    void crop(std::int64_t row, std::int64_t length);
+    // Keeps only the given sequences, in that order (drops finished ones).
+    void keep_rows(const std::vector<std::int64_t>& rows);
+    std::int64_t rows() const { return static_cast<std::int64_t>(lengths_.size()); }
+    std::int64_t length(std::int64_t row) const;
+
+    // The drafter's output [rows, max b, H] (after the final norm): row r's first blocks[r] slots
+    // are its block [lasts[r], MASK x (blocks[r]-1)] at positions length(r).. (what draft_hidden
+    // computes over the same context), the rest is padding. 2 <= blocks[r] <= the block size.
+    at::Tensor draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& blocks) const;
+
+private:
+    struct Layer {
+        at::Tensor input_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down;
+    };
+    DFlashConfig config_;
+    at::Tensor embed_;           // the target's embedding (shared, frozen)
+    at::Tensor inv_freq_;
+    std::vector<at::Tensor> fc_;  // fc's column block per captured layer, [H, H] each
+    at::Tensor hidden_norm_, norm_;
+    std::vector<Layer> layers_;
+    std::vector<at::Tensor> keys_, values_;  // per layer [rows, capacity, kv heads, head_dim]
+    std::int64_t capacity_ = 0;
+    std::vector<std::int64_t> lengths_;
+    at::Device device_;
+    at::ScalarType dtype_;
+};
+
+} // namespace hsring::model
