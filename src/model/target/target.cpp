@@ -405,7 +405,9 @@ TargetModel TargetModel::build(const ModelShape& shape, const TensorGetter& get,
     }
     m.final_norm_ = take("model.norm.weight");
     m.lm_head_ = shape.tie_word_embeddings ? m.embed_ : take("lm_head.weight");
-    m.inv_freq_ = rope_inv_freq(shape.head_dim, shape.rope_theta, shape.rope_scaling);
+    // On the model's device once: a step then makes its rotary tables without a host copy (a
+    // pageable copy cannot be captured into the decode engine's CUDA graphs).
+    m.inv_freq_ = rope_inv_freq(shape.head_dim, shape.rope_theta, shape.rope_scaling).to(device);
     m.rope_attention_factor_ = rope_attention_factor(shape.rope_scaling);
     return m;
 }
