@@ -12,6 +12,9 @@
 # One GPU: target and drafter share GPU 0 (allow_shared_gpus); two or more: drafter on GPU 1.
 # SAMPLES (240) x 3,072 tokens; PIPELINE_LIMIT_S (200) per run; MODES ("sync bg") the runs to make
 # EPOCHS (1) of them (issue 35's measurement: MODES=bg SAMPLES=300 CKPT_EVERY=6 EPOCHS=4: 60 steps).
+# TOKENS (65536) sets slot_tokens and tokens_per_step: target and drafter at 65,536 need an H200's
+# memory when they share one GPU; 32,768 fits an H100 and checkpoints the same state (weights and
+# AdamW moments do not depend on the step's tokens), at twice the steps.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
@@ -26,7 +29,8 @@ for mode in ${MODES:-sync bg}; do
   kill=""; [ $mode = bg ] && kill=drafter.0   # the restart loads a checkpoint written from host copies
   pipeline "ck_$mode" config/qwen3-8b-3t1d-squeezed.toml "$kill" "${KILL_AFTER_S:-60}" \
     "s/^targets = .*/targets = [0]/" "s/^drafters = .*/drafters = [$drafter]/" \
-    "s/^checkpoint_every = .*/checkpoint_every = $every\ncheckpoint_background = $bg/" "s/^epochs = .*/epochs = ${EPOCHS:-1}/"
+    "s/^checkpoint_every = .*/checkpoint_every = $every\ncheckpoint_background = $bg/" "s/^epochs = .*/epochs = ${EPOCHS:-1}/" \
+    "s/^slot_tokens = .*/slot_tokens = ${TOKENS:-65536}/" "s/^tokens_per_step = .*/tokens_per_step = ${TOKENS:-65536}/"
 done
 tar -czf "$out/checkpoint.tar.gz" -C "$out" work
 rm -rf "$work"
