@@ -107,11 +107,14 @@ struct TargetConfig {
 };
 
 struct DrafterConfig {
+    std::string type = "dflash";      // a drafter type of src/model/drafter/registry: "dflash", "eagle3"
     std::uint32_t num_layers = 5;
     std::uint32_t block_size = 16;
     std::int64_t mask_token_id = -1;  // -1 = the model's known mask token
     std::uint32_t inflight_slots = 2;
-    std::string init;                 // optional HF DFlash directory to start from
+    std::uint32_t ttt_steps = 7;      // eagle3: training-time test steps (draft positions trained)
+    std::int64_t draft_vocab = 0;     // eagle3: draft vocabulary (0 = the target's; else its most frequent tokens)
+    std::string init;                 // optional exported drafter directory (of `type`) to start from
     std::filesystem::path export_dir; // default RUN_DIR/drafter
 };
 
@@ -164,6 +167,7 @@ struct TrainConfig {
     std::uint64_t micro_batch_tokens = 16384;  // context tokens per forward/backward (bounds activations)
     std::uint32_t num_anchors = 512;
     double loss_decay_gamma = 7.0;    // 0 = no decay weighting
+    double ttt_decay = 0.8;           // eagle3: training-time test step k's loss weighs ttt_decay^k
     std::uint32_t loss_chunk = 4096;  // block positions per cross-entropy chunk
     Recompute recompute = Recompute::None;  // layers: keep only each drafter layer's inputs, recompute in backward
     Matmul matmul = Matmul::BF16;  // fp8: the drafter layers' projections in FP8 (forward and dX)

@@ -90,4 +90,10 @@ bool is_preset_spec(std::string_view spec);
 // round(1 + i*(N-4)/(n-1)) (Python rounding), or [N/2] for a single draft layer.
 std::vector<int> dflash_layer_ids(int num_target_layers, int num_draft_layers);
 
+// EAGLE-3's captured layers for a target of `num_target_layers`: the 3 fused ones, low, middle and
+// high = layers 1, n/2 - 1, n - 4 (the public recipe's HF hidden_states 2, n/2, n - 3) or `aux`
+// when given, then the target's last layer n - 1 (whose output, through the target's final norm
+// and LM head, is what the drafter learns to predict).
+std::vector<int> eagle3_layer_ids(int num_target_layers, const std::vector<int>& aux = {});
+
 } // namespace hsring

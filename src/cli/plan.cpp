@@ -60,6 +60,10 @@ std::uint64_t count_option(const ParsedArgs& a, const std::string& name, std::ui
 int run_plan(const PlanOptions& o, bool json) {
     Config cfg = load_config(o.config);
     const Derived d = derive(cfg);
+    if (cfg.drafter.type != "dflash")
+        fail("{}: [drafter] type = \"{}\": the planner's memory model covers DFlash drafters only; size an EAGLE-3 "
+             "run with `hsring run` on a small data set (the drafter's log reports its peak GPU memory)",
+             o.config.string(), cfg.drafter.type);
     plan::SampleSource source = o.sample_tokens ? plan::SampleSource::synthetic(*o.sample_tokens)
                                                 : plan::SampleSource::from_data(cfg, d);
     plan::Capacity cap = plan::query_capacity(o.gpu_mem, o.host_mem, o.gpus);

@@ -229,10 +229,13 @@ void read_target(Config& c, const toml::table& root, const std::string& file) {
 
 void read_drafter(Config& c, const toml::table& root, const std::string& file) {
     Section s = section(root, "drafter", file);
+    s.choice("type", c.drafter.type, {{"dflash", std::string("dflash")}, {"eagle3", std::string("eagle3")}});
     s.integer("num_layers", c.drafter.num_layers, 1, 64);
     s.integer("block_size", c.drafter.block_size, 2, 256);
     s.integer("mask_token_id", c.drafter.mask_token_id, -1, std::numeric_limits<std::int32_t>::max());
     s.integer("inflight_slots", c.drafter.inflight_slots, 1, 16);
+    s.integer("ttt_steps", c.drafter.ttt_steps, 1, 64);
+    s.integer("draft_vocab", c.drafter.draft_vocab, 0, std::numeric_limits<std::int32_t>::max());
     s.string("init", c.drafter.init);
     std::string exp;
     s.string("export_dir", exp);
@@ -301,6 +304,7 @@ void read_train(Config& c, const toml::table& root, const std::string& file) {
     s.integer("micro_batch_tokens", t.micro_batch_tokens, 1, kU64Max);
     s.integer("num_anchors", t.num_anchors, 1, 1u << 20);
     s.number("loss_decay_gamma", t.loss_decay_gamma, 0.0, 1e9);
+    s.number("ttt_decay", t.ttt_decay, 0.0, 1.0);
     s.integer("loss_chunk", t.loss_chunk, 1, 1u << 24);
     s.choice("recompute", t.recompute, {{"none", Recompute::None}, {"layers", Recompute::Layers}});
     s.choice("matmul", t.matmul, {{"bf16", Matmul::BF16}, {"fp8", Matmul::FP8}});

@@ -21,10 +21,32 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
     Derived d;
     d.target = shape;
 
-    // Captured layers: explicit, or DFlash's spread for the drafter's depth.
-    d.layer_ids = cfg.target.layer_ids.empty()
-                      ? dflash_layer_ids(static_cast<int>(shape.num_layers), static_cast<int>(cfg.drafter.num_layers))
-                      : cfg.target.layer_ids;
+    // Captured layers, by drafter type. DFlash: explicit, or its spread for the drafter's depth.
+    // EAGLE-3: the 3 fused layers (explicit, or low/middle/high) and the target's last layer.
+    const bool eagle3 = cfg.drafter.type == "eagle3";
+    if (eagle3) {
+        if (cfg.drafter.num_layers != 1)
+            fail("{}: [drafter] num_layers = {}: an EAGLE-3 drafter has one decoder layer: set num_layers = 1", file,
+                 cfg.drafter.num_layers);
+        if (!cfg.target.layer_ids.empty() && cfg.target.layer_ids.size() != 3)
+            fail("{}: [target] layer_ids: an EAGLE-3 drafter fuses 3 target layers (low, middle, high), got {}; the "
+                 "target's last layer is captured as well, by itself", file, cfg.target.layer_ids.size());
+        if (cfg.target.layer_ids.empty() && shape.num_layers < 5)
+            fail("{}: {} has {} layers: EAGLE-3's default layers (1, n/2 - 1, n - 4) need at least 5; give [target] "
+                 "layer_ids = [a, b, c]", file, shape.source, shape.num_layers);
+        d.layer_ids = eagle3_layer_ids(static_cast<int>(shape.num_layers), cfg.target.layer_ids);
+        if (!cfg.eval.spec_prompts.empty())
+            fail("{}: [eval] spec_prompts: tau is measured by speculative decoding, which hsring does not run with "
+                 "EAGLE-3 drafters yet: remove spec_prompts and spec_every (the held-out [data] eval_path still "
+                 "reports the acceptance estimate)", file);
+        if (cfg.train.matmul == Matmul::FP8 || cfg.train.lm_head == Matmul::FP8 || cfg.train.recompute == Recompute::Layers)
+            fail("{}: [train] matmul / lm_head = \"fp8\" and recompute = \"layers\" are DFlash's: an EAGLE-3 drafter "
+                 "trains in the compute dtype without recomputation (set them to \"bf16\" / \"none\")", file);
+    } else {
+        d.layer_ids = cfg.target.layer_ids.empty()
+                          ? dflash_layer_ids(static_cast<int>(shape.num_layers), static_cast<int>(cfg.drafter.num_layers))
+                          : cfg.target.layer_ids;
+    }
     std::set<int> seen;
     for (int id : d.layer_ids) {
         if (id < 0 || id >= shape.num_layers)
@@ -33,8 +55,13 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
         if (!seen.insert(id).second) fail("{}: [target] layer_ids: layer {} is listed twice", file, id);
     }
 
+    if (eagle3 && cfg.drafter.draft_vocab > shape.vocab_size)
+        fail("{}: [drafter] draft_vocab {} exceeds the target's vocabulary ({})", file, cfg.drafter.draft_vocab,
+             shape.vocab_size);
     d.mask_token_id = cfg.drafter.mask_token_id >= 0 ? cfg.drafter.mask_token_id : shape.mask_token_id.value_or(-1);
-    if (d.mask_token_id < 0)
+    if (eagle3) {
+        // EAGLE-3 drafts without a mask token.
+    } else if (d.mask_token_id < 0)
         fail("{}: [drafter] mask_token_id is required for {}: give an existing, otherwise unused "
              "token id (Qwen3: 151669)", file, shape.source);
     if (d.mask_token_id >= shape.vocab_size)

@@ -5,11 +5,9 @@
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
-#include "model/drafter/dflash/config.hpp"
-#include "model/drafter/dflash/drafter.hpp"
-#include "model/drafter/dflash/eval.hpp"
-#include "model/drafter/dflash/export.hpp"
-#include "model/drafter/dflash/loss.hpp"
+#include "hsring/dataset.hpp"
+#include "model/drafter/interface/modules.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/ops/fused_adamw.hpp"
 #include "model/ops/host_copy.hpp"
 #include "model/io/safetensors.hpp"
@@ -58,12 +56,12 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 
 class TorchSnapshot final : public StateSnapshot {
 public:
-    TorchSnapshot(std::shared_ptr<HostState> state, model::DFlashConfig cfg, torch::optim::AdamWOptions options)
-        : s_(std::move(state)), cfg_(std::move(cfg)), options_(std::move(options)) {}
+    TorchSnapshot(std::shared_ptr<HostState> state, model::DrafterExporter exporter, torch::optim::AdamWOptions options)
+        : s_(std::move(state)), exporter_(std::move(exporter)), options_(std::move(options)) {}
     void write(const std::filesystem::path& dir) override {
         std::map<std::string, at::Tensor> named;
         for (std::size_t i = 0; i < s_->params.size(); ++i) named[s_->names[i]] = s_->params[i];
-        model::export_dflash(dir / "drafter", named, cfg_);
+        exporter_(dir / "drafter", named, at::kFloat);
         // AdamW's state by parameter name, as safetensors: a restart maps it and copies it to the
         // device in a second or two (torch::save's archive took ~10 s to load back at Qwen3-8B dims).
         model::TensorMap moments;
@@ -86,7 +84,7 @@ public:
 
 private:
     std::shared_ptr<HostState> s_;
-    model::DFlashConfig cfg_;
+    model::DrafterExporter exporter_;
     torch::optim::AdamWOptions options_;
 };
 } // namespace
@@ -106,17 +104,17 @@ struct TorchDrafter::Impl {
     Context& ctx;
     at::Device device;
     at::ScalarType ring_dtype;
-    model::DFlashConfig dcfg;
     model::TargetHead head;
+    model::DrafterSpec spec;       // what this run's drafter is (its type, shapes, layers)
     model::Fp8LmHead lm_head_fp8;  // [train] lm_head = "fp8": head.lm_head quantised once (loss_opts points here)
-    model::DFlashDrafter drafter{nullptr};
+    std::unique_ptr<model::TrainableDrafter> drafter;
     std::unique_ptr<torch::optim::AdamW> optimizer;  // the state (checkpoints, broadcast); stepped by:
     std::unique_ptr<model::FusedAdamW> fused_step;
     SnapshotBuffers snapshots;  // the checkpoint snapshots' host buffers (two: double buffering)
     distributed::Gang& gang;
     std::unique_ptr<distributed::GradientSync> sync;  // world > 1: gradient sums over the gang
     bool synced = false;               // the last train_one(true) summed the gradients
-    model::DFlashLossOptions loss_opts;
+    model::DrafterTrainOptions loss_opts;
     std::vector<at::Tensor> buffers;   // inflight_slots device buffers
     std::vector<bool> buffer_busy;
     std::optional<std::size_t> received;  // the buffer receive() gave the slot stage() gets next
@@ -132,17 +130,23 @@ struct TorchDrafter::Impl {
     }
 
     Impl(Context& c, distributed::Gang& gang_)
-        : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)),
-          dcfg(model::dflash_config_for(c.derived.target, static_cast<int>(c.cfg.drafter.num_layers),
-                                        static_cast<int>(c.cfg.drafter.block_size), c.derived.mask_token_id,
-                                        c.derived.layer_ids)),
-          gang(gang_) {
+        : ctx(c), device(worker_device(c.env.cuda)), ring_dtype(scalar_type(c.cfg.ring.dtype)), gang(gang_) {
         if (!device.is_cuda()) configure_cpu_threads(c.cfg);
         const at::ScalarType compute = model::default_compute_dtype(device);
         head = model::load_target_head(c.derived.target, device, compute, c.cfg.run.seed);
+        spec.type = c.cfg.drafter.type;
+        spec.target = c.derived.target;
+        spec.num_layers = static_cast<int>(c.cfg.drafter.num_layers);
+        spec.layer_ids = c.derived.layer_ids;
+        spec.block_size = static_cast<int>(c.cfg.drafter.block_size);
+        spec.mask_token_id = c.derived.mask_token_id;
+        spec.draft_vocab = c.cfg.drafter.draft_vocab;
+        spec.head = &head;
         loss_opts.num_anchors = static_cast<int>(c.cfg.train.num_anchors);
         loss_opts.gamma = c.cfg.train.loss_decay_gamma;
         loss_opts.chunk = static_cast<int>(c.cfg.train.loss_chunk);
+        loss_opts.ttt_steps = static_cast<int>(c.cfg.drafter.ttt_steps);
+        loss_opts.ttt_decay = c.cfg.train.ttt_decay;
         loss_opts.recompute_layers = c.cfg.train.recompute == Recompute::Layers;
         // FP8 on the CPU is allowed: _scaled_mm emulates it there (slowly), which lets CPU runs and
         // tests exercise the same numerics as a GPU's FP8 tensor cores.
@@ -174,25 +178,53 @@ struct TorchDrafter::Impl {
     void make_optimizer() {
         torch::optim::AdamWOptions o(ctx.cfg.train.lr);
         o.betas({ctx.cfg.train.beta1, ctx.cfg.train.beta2}).eps(ctx.cfg.train.eps).weight_decay(ctx.cfg.train.weight_decay);
-        optimizer = std::make_unique<torch::optim::AdamW>(drafter->parameters(), o);
+        optimizer = std::make_unique<torch::optim::AdamW>(drafter->module().parameters(), o);
         fused_step = std::make_unique<model::FusedAdamW>(*optimizer);
         if (auto* c10d = dynamic_cast<distributed::C10dGang*>(&gang))
-            sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->parameters());
+            sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->module().parameters());
     }
     // A staged batch is used after its copy completed (and its slot was released).
     void wait_for_copy(Staged& s) {
         s.copy->wait(current_stream(device));  // compute queued from now on runs after the copy
         s.copy_ms = s.copy->copy_ms();
     }
+    // A fresh drafter of the run's type (EAGLE-3's draft vocabulary from the data's token counts).
+    void make_fresh() {
+        if (spec.type == "eagle3" && spec.draft_vocab > 0 && spec.draft_vocab < spec.target.vocab_size &&
+            spec.token_counts.empty())
+            spec.token_counts = token_counts();
+        drafter = model::make_drafter(spec, ctx.cfg.run.seed, device);
+    }
+    // How often each target token is trained on in [data] path (every token where nothing is
+    // loss-masked, e.g. prompts the target answers).
+    std::vector<std::int64_t> token_counts() const {
+        const data::Dataset ds = data::Dataset::load(ctx.cfg.resolve(ctx.cfg.data.path),
+                                                     data::dataset_options(ctx.cfg, ctx.derived));
+        std::vector<std::int64_t> counts(static_cast<std::size_t>(spec.target.vocab_size), 0);
+        bool any_mask = false;
+        for (std::size_t i = 0; i < ds.size(); ++i) {
+            const auto t = ds.tokens(i);
+            const auto m = ds.loss_mask(i);
+            for (std::size_t j = 0; j < t.size(); ++j)
+                if (m[j]) {
+                    ++counts[static_cast<std::size_t>(t[j])];
+                    any_mask = true;
+                }
+        }
+        if (!any_mask)
+            for (std::size_t i = 0; i < ds.size(); ++i)
+                for (std::int32_t tok : ds.tokens(i)) ++counts[static_cast<std::size_t>(tok)];
+        return counts;
+    }
     void describe() const {
         std::int64_t n = 0;
-        for (const auto& p : drafter->parameters()) n += p.numel();
+        for (const auto& p : drafter->module().parameters()) n += p.numel();
         const auto precision = [&](bool fp8) {
             return fp8 ? (device.is_cuda() ? "fp8" : "fp8 (emulated on the CPU)")
                        : c10::toString(model::default_compute_dtype(device));
         };
-        log::info("drafter: {} layers, {:.1f} M trainable parameters on {}, layer matmuls in {}, LM head in {}",
-                  dcfg.num_layers, double(n) / 1e6, device.str(), precision(loss_opts.fp8_matmul),
+        log::info("drafter: {}, {:.1f} M trainable parameters on {}, layer matmuls in {}, LM head in {}",
+                  drafter->describe(), double(n) / 1e6, device.str(), precision(loss_opts.fp8_matmul),
                   precision(loss_opts.fp8_lm_head != nullptr));
     }
 };
@@ -203,13 +235,14 @@ TorchDrafter::~TorchDrafter() = default;
 void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
     Impl& m = *impl_;
     if (checkpoint) {
-        auto [d, cfg] = model::import_dflash(*checkpoint / "drafter", m.device);
-        m.drafter = d;
+        m.drafter = model::load_drafter(*checkpoint / "drafter", m.device);
+        if (const std::string why = m.drafter->mismatch(m.spec); !why.empty())
+            fail("checkpoint {}: the drafter cannot continue this run: {}", checkpoint->string(), why);
         m.make_optimizer();
         if (std::filesystem::exists(*checkpoint / kOptimizerFile)) {
             // Mapped, then copied to the parameters' device tensor by tensor.
             const model::SafetensorsFile f = model::read_safetensors(*checkpoint / kOptimizerFile);
-            for (const auto& p : m.drafter->named_parameters()) {
+            for (const auto& p : m.drafter->module().named_parameters()) {
                 const auto a = f.tensors.find("exp_avg." + p.key());
                 if (a == f.tensors.end()) continue;  // no step trained it yet
                 const auto b = f.tensors.find("exp_avg_sq." + p.key()), n = f.tensors.find("step." + p.key());
@@ -226,7 +259,7 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
             torch::load(*m.optimizer, (*checkpoint / "optimizer.pt").string());
             // The archive's tensors come back where they were saved (host memory since snapshots):
             // the state lives with its parameter.
-            for (const auto& p : m.drafter->parameters()) {
+            for (const auto& p : m.drafter->module().parameters()) {
                 auto it = m.optimizer->state().find(p.unsafeGetTensorImpl());
                 if (it == m.optimizer->state().end()) continue;
                 auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
@@ -236,21 +269,19 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
             }
         }
     } else if (!m.ctx.cfg.drafter.init.empty()) {
-        auto [d, cfg] = model::import_dflash(m.ctx.cfg.resolve(m.ctx.cfg.drafter.init), m.device);
-        if (cfg.hidden_size != m.dcfg.hidden_size || cfg.target_layer_ids != m.dcfg.target_layer_ids)
-            fail("[drafter] init {}: its hidden size / target layers do not match this run's target and [target] "
-                 "layer_ids", m.ctx.cfg.drafter.init);
-        m.drafter = d;
+        m.drafter = model::load_drafter(m.ctx.cfg.resolve(m.ctx.cfg.drafter.init), m.device);
+        if (const std::string why = m.drafter->mismatch(m.spec); !why.empty())
+            fail("[drafter] init {}: it does not fit this run: {}", m.ctx.cfg.drafter.init, why);
         m.make_optimizer();
     } else {
-        m.drafter = model::DFlashDrafter(m.dcfg, m.ctx.cfg.run.seed, m.device);
+        m.make_fresh();
         m.make_optimizer();
     }
-    m.drafter->train();
+    m.drafter->module().train();
     if (checkpoint) {
         // A checkpoint with NaN weights (written by an older hsring) is never trained on.
         std::vector<std::pair<std::string, at::Tensor>> named;
-        for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+        for (const auto& p : m.drafter->module().named_parameters()) named.emplace_back(p.key(), p.value());
         require_finite(named, fmt::format("the checkpoint {}", checkpoint->string()));
     }
     m.describe();
@@ -258,7 +289,7 @@ void TorchDrafter::restore(const std::filesystem::path* checkpoint) {
         // Master only (restore): pinned host buffers for the weights and both AdamW moments.
         // (allocated after the first step: SnapshotBuffers::allocate)
         std::vector<std::vector<std::int64_t>> shapes;
-        for (const auto& p : m.drafter->parameters()) shapes.push_back(p.sizes().vec());
+        for (const auto& p : m.drafter->module().parameters()) shapes.push_back(p.sizes().vec());
         m.snapshots.plan_pinned(std::move(shapes));
     }
     m.slot_reader();  // registered meanwhile; a failure is the start's (a user error), not a crash later
@@ -268,9 +299,9 @@ void TorchDrafter::prepare_replica() {
     Impl& m = *impl_;
     m.slot_reader();
     // Any weights do: the master's replace them (broadcast_state).
-    m.drafter = model::DFlashDrafter(m.dcfg, m.ctx.cfg.run.seed, m.device);
+    m.make_fresh();
     m.make_optimizer();
-    m.drafter->train();
+    m.drafter->module().train();
     m.describe();
 }
 
@@ -278,7 +309,7 @@ void TorchDrafter::broadcast_state() {
     Impl& m = *impl_;
     if (!m.sync) return;
     torch::NoGradGuard no_grad;
-    std::vector<at::Tensor> params = m.drafter->parameters();
+    std::vector<at::Tensor> params = m.drafter->module().parameters();
     // AdamW's state exists once the master made a step (a restored checkpoint): the others make
     // room for it, then every state tensor is sent like the weights.
     double has_state = m.optimizer->state().empty() ? 0.0 : 1.0;
@@ -353,18 +384,18 @@ BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_
     // Micro-batches as in training (no activations are kept, but the logits chunks are).
     const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
     const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
-    model::DFlashEvalSums sums;
+    model::DrafterEvalSums sums;
     for (std::size_t first = 0; first + 1 < cu.size();) {
         std::size_t last = first + 1;
         while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
         const std::int64_t begin = cu[first], len = cu[last] - cu[first];
         std::vector<std::int64_t> sub;
         for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-        model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                 s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
+        model::DrafterBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
+                                  s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
         const std::vector<std::uint64_t> ids(sample_ids.begin() + static_cast<std::ptrdiff_t>(first),
                                              sample_ids.begin() + static_cast<std::ptrdiff_t>(last));
-        sums.add(model::evaluate_dflash(m.drafter, m.head, batch, ids, m.ctx.cfg.run.seed, m.loss_opts));
+        sums.add(m.drafter->evaluate(m.head, batch, ids, m.ctx.cfg.run.seed, m.loss_opts));
         first = last;
     }
     r.loss_sum = sums.loss_sum;
@@ -402,11 +433,11 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
         const std::int64_t begin = cu[first], len = cu[last] - cu[first];
         std::vector<std::int64_t> sub;
         for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-        model::DFlashBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                 s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
+        model::DrafterBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
+                                  s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
         at::Generator gen = at::detail::createCPUGenerator(mix64(m.ctx.cfg.run.seed ^ s.batch.positions[first]));
-        model::DFlashLossResult loss = model::dflash_loss(m.drafter, m.head, batch, m.loss_opts, gen);
-        if (loss.num_blocks > 0) {
+        model::DrafterLoss loss = m.drafter->loss(m.head, batch, m.loss_opts, gen);
+        if (loss.units > 0) {
             // The step's last backward sums the accumulated gradients over the gang, bucket by
             // bucket while the rest of the backward runs.
             const bool arm = sync_grads && final_micro_batch && m.sync;
@@ -477,7 +508,7 @@ StepResult TorchDrafter::optimizer_step(double lr, double weight_sum) {
     if (weight_sum > 0) {
         // HSRING_FAULT ...:grad:N:nan: a gradient turns NaN, as from an overflow in the backward.
         if (fault::poison("grad"))
-            for (auto& p : m.drafter->parameters())
+            for (auto& p : m.drafter->module().parameters())
                 if (p.grad().defined()) {
                     p.grad().view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
                     break;
@@ -516,7 +547,7 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
             dst = at::empty(src.sizes(), at::TensorOptions().dtype(src.scalar_type()).pinned_memory(pinned));
         dst.copy_(src, /*non_blocking=*/pinned);
     };
-    const auto named = m.drafter->named_parameters();
+    const auto named = m.drafter->module().named_parameters();
     const std::size_t n = named.size();
     {
         std::vector<std::pair<std::string, at::Tensor>> check;
@@ -557,15 +588,15 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     if (pinned) c10::cuda::getCurrentCUDAStream(m.device.index()).synchronize();
 #endif
     const auto& options = static_cast<const torch::optim::AdamWOptions&>(m.optimizer->param_groups().front().options());
-    return std::make_unique<TorchSnapshot>(buffer, m.dcfg, options);
+    return std::make_unique<TorchSnapshot>(buffer, m.drafter->exporter(), options);
 }
 
 void TorchDrafter::export_model(const std::filesystem::path& dir) {
     Impl& m = *impl_;
     std::vector<std::pair<std::string, at::Tensor>> named;
-    for (const auto& p : m.drafter->named_parameters()) named.emplace_back(p.key(), p.value());
+    for (const auto& p : m.drafter->module().named_parameters()) named.emplace_back(p.key(), p.value());
     require_finite(named, fmt::format("export to {}", dir.string()));
-    model::export_dflash(dir, m.drafter, m.dcfg, m.device.is_cuda() ? at::kBFloat16 : at::kFloat);
+    m.drafter->export_to(dir, m.device.is_cuda() ? at::kBFloat16 : at::kFloat);
 }
 
 } // namespace hsring::worker

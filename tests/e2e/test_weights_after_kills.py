@@ -1,10 +1,10 @@
 """What a user observes after kills, with the real workers on the CPU (a tiny Qwen3-shaped target,
-a 1-layer DFlash drafter): the exported weights of a run that was killed anywhere and resumed are
+a 1-layer DFlash drafter, and an EAGLE-3 drafter): the exported weights of a run that was killed anywhere and resumed are
 the unkilled run's, bit for bit (DESIGN.md invariant 10: training is a function of config, data
 and seed), and nothing non-finite is ever trained, checkpointed or exported.
 
 - one slot per step: drafter SIGKILL, then supervisor SIGKILL (the orphaned drafter checkpoints and
-  exits), then a second `hsring run`;
+  exits), then a second `hsring run`; the same with an EAGLE-3 drafter;
 - a drafter SIGKILLed with two background checkpoint writes in flight (one held mid-write, one
   queued behind it, the next checkpoint delayed): it resumes from the last commit;
 - three slots per step: a graceful `hsring stop` mid-step, `hsring run` again, `hsring stop --now`,
@@ -111,6 +111,27 @@ def test_one_slot_per_step_drafter_and_supervisor_killed():
               "metrics.jsonl marks each resume")
         check_same(ref, r, "drafter SIGKILL + supervisor SIGKILL")
         check_tensorboard(r, ref[1])
+    finally:
+        r.cleanup()
+
+
+EAGLE3 = 'type = "eagle3"\nttt_steps = 3\ndraft_vocab = 200'
+
+
+def test_eagle3_drafter_and_supervisor_killed():
+    """The same kills with an EAGLE-3 drafter ([drafter] type = "eagle3", a draft vocabulary of 200
+    of the target's 512 tokens from the data's counts): the export equals the unkilled run's."""
+    ref = reference("e3r", mask=EAGLE3)
+    r = TrainRun("e3k", mask=EAGLE3)
+    try:
+        r.start()
+        r.kill_and_wait_restart("drafter.0", 10, 18)  # after the checkpoint at step 7
+        r.supervisor_kill_and_rerun()
+        r.expect_exit(0, timeout=300)
+        r.verify()
+        check_same(ref, r, "EAGLE-3: drafter SIGKILL + supervisor SIGKILL")
+        cfg = json.load(open(os.path.join(r.run_dir, "drafter", "config.json")))
+        check(cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["draft_vocab_size"] == 200, str(cfg))
     finally:
         r.cleanup()
 
@@ -268,6 +289,7 @@ def test_nan_gradient_steps_change_nothing_and_three_in_a_row_stop_the_run():
 
 if __name__ == "__main__":
     main([test_one_slot_per_step_drafter_and_supervisor_killed,
+          test_eagle3_drafter_and_supervisor_killed,
           test_a_kill_with_two_background_writes_in_flight_resumes_from_the_last_commit,
           test_an_fp8_target_and_fp8_drafter_killed_mid_run_give_the_unkilled_runs_weights,
           test_three_slots_per_step_graceful_stop_and_stop_now,

@@ -23,12 +23,17 @@ ALLOWED = {
     "io": set(),
     "ops": {"io"},
     "target": {"ops", "io"},
-    "drafter/dflash": {"target", "ops", "io"},
-    "decode": {"drafter/dflash", "target", "ops", "io"},
-    "tools": {"decode", "drafter/dflash", "target", "ops", "io"},
+    "drafter/interface": {"target", "ops", "io"},
+    "drafter/dflash": {"drafter/interface", "target", "ops", "io"},
+    "drafter/eagle3": {"drafter/interface", "target", "ops", "io"},
+    "drafter/registry": {"drafter/dflash", "drafter/eagle3", "drafter/interface", "target", "ops", "io"},
+    "decode": {"drafter/registry", "drafter/dflash", "drafter/eagle3", "drafter/interface", "target", "ops", "io"},
+    "tools": {"decode", "drafter/registry", "drafter/dflash", "drafter/eagle3", "drafter/interface", "target", "ops",
+              "io"},
     "pch": set(),
 }
-TORCH_ROOMS = {"io", "ops", "target", "drafter/dflash", "decode", "tools"}
+TORCH_ROOMS = {"io", "ops", "target", "drafter/interface", "drafter/dflash", "drafter/eagle3", "drafter/registry",
+               "decode", "tools"}
 # src/ folders that may include the torch rooms (they link torch); every other one may not.
 TORCH_USERS = {"model", "worker"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')

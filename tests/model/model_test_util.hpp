@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace hsring::test {
 
@@ -53,6 +55,23 @@ inline std::string dt(c10::ScalarType t) { return c10::toString(t); }
 inline std::string env_or(const char* name, const std::string& fallback) {
     const char* v = std::getenv(name);
     return v && *v ? v : fallback;
+}
+
+// Runs tests/model/SCRIPT ARGS with $HSRING_PYTHON (the build's .venv) where it exists, else
+// python3 from PATH; exits the test program with 77 (skipped) when the script reports that its
+// reference cannot be imported, and fails the test for any other error.
+inline void run_python_script(const std::string& script, const std::string& args) {
+    std::string py = env_or("HSRING_PYTHON", "python3");
+    if (py.find('/') != std::string::npos && ::access(py.c_str(), X_OK) != 0) py = "python3";
+    const std::string src = env_or("HSRING_SOURCE_ROOT", ".");
+    const std::string cmd = "'" + py + "' '" + src + "/tests/model/" + script + "' " + args;
+    const int rc = std::system(cmd.c_str());
+    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    if (code == 77) {
+        std::fprintf(stderr, "skipped: %s cannot import its reference with %s\n", script.c_str(), py.c_str());
+        std::exit(77);
+    }
+    REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
 }
 
 // GPU-only tests: exit 77 (meson's "skipped") without a CUDA device, unless

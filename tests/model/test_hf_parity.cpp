@@ -30,23 +30,7 @@ using hsring::test::TempDir;
 
 namespace {
 
-// Runs tests/model/SCRIPT; exits the test program with 77 when it reports a skip.
-void run_script(const std::string& script, const std::string& args) {
-    // $HSRING_PYTHON (the build's .venv) where it exists, else python3 from PATH.
-    std::string py = hsring::test::env_or("HSRING_PYTHON", "python3");
-    if (py.find('/') != std::string::npos && ::access(py.c_str(), X_OK) != 0) py = "python3";
-    const std::string src = hsring::test::env_or("HSRING_SOURCE_ROOT", ".");
-    const std::string cmd = "'" + py + "' '" + src + "/tests/model/" + script + "' " + args;
-    int rc = std::system(cmd.c_str());
-    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    if (code == 77) {
-        std::fprintf(stderr, "skipped: transformers cannot be imported by %s\n", py.c_str());
-        std::exit(77);
-    }
-    REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
-}
-
-void run_reference(const std::string& args) { run_script("hf_reference.py", args); }
+void run_reference(const std::string& args) { hsring::test::run_python_script("hf_reference.py", args); }
 
 TensorMap sharpened_weights(const ModelShape& s) {
     TensorMap w = random_target_weights(s, 31, at::kCPU, at::kFloat);
@@ -276,7 +260,7 @@ TEST_CASE("AutoModel with trust_remote_code builds DFlashDraftModel from the exp
     auto drafter = f.drafter(5);
     TempDir dir;
     export_dflash(dir.path() / "drafter", drafter, f.config);
-    run_script("hf_auto_map.py", "'" + (dir.path() / "drafter").string() + "'");
+    hsring::test::run_python_script("hf_auto_map.py", "'" + (dir.path() / "drafter").string() + "'");
 }
 
 TEST_CASE("MXFP4 experts (gpt-oss) dequantise to exactly what transformers' convert_moe_packed_tensors gives") {

@@ -373,4 +373,10 @@ std::vector<int> dflash_layer_ids(int n, int draft) {
     return ids;
 }
 
+std::vector<int> eagle3_layer_ids(int n, const std::vector<int>& aux) {
+    std::vector<int> ids = aux.empty() ? std::vector<int>{1, n / 2 - 1, n - 4} : aux;
+    ids.push_back(n - 1);
+    return ids;
+}
+
 } // namespace hsring

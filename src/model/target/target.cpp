@@ -309,11 +309,13 @@ TargetHead load_target_head(const ModelShape& shape, at::Device device, at::Scal
         auto get = random_getter(shape, seed, device, dtype);
         head.embed = get("model.embed_tokens.weight", vh);
         head.lm_head = shape.tie_word_embeddings ? head.embed : get("lm_head.weight", vh);
+        head.norm = get("model.norm.weight", {shape.hidden_size});
         return head;
     }
     auto archive = open_checkpoint(shape);
     head.embed = archive->get("model.embed_tokens.weight", vh).to(device, dtype);
     head.lm_head = shape.tie_word_embeddings ? head.embed : archive->get("lm_head.weight", vh).to(device, dtype);
+    head.norm = archive->get("model.norm.weight", {shape.hidden_size}).to(device, dtype);
     return head;
 }
 

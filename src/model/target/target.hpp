@@ -35,6 +35,7 @@ namespace hsring::model {
 struct TargetHead {
     at::Tensor embed;
     at::Tensor lm_head;  // the same tensor as embed for tied embeddings
+    at::Tensor norm;     // the final norm's weight [H] (EAGLE-3's training target: LM head of norm(last layer))
 };
 
 // The target's embedding and LM head alone (only those tensors are read from a HF directory),

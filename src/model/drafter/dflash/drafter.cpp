@@ -67,18 +67,6 @@ at::Tensor layer_forward(const at::Tensor& x, const at::Tensor& ctx, const std::
 
 } // namespace
 
-at::ScalarType default_compute_dtype(at::Device device) { return device.is_cuda() ? at::kBFloat16 : at::kFloat; }
-
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
-    weight = register_parameter("weight", at::ones({dim}));
-}
-
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
-
-ProjectionImpl::ProjectionImpl(std::int64_t in, std::int64_t out, at::Device device) {
-    weight = register_parameter("weight", at::empty({out, in}, at::TensorOptions().dtype(at::kFloat).device(device)));
-}
-
 DFlashAttentionImpl::DFlashAttentionImpl(const DFlashConfig& c, at::Device device) {
     const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
     q_proj = register_module("q_proj", Projection(c.hidden_size, q, device));

@@ -1,6 +1,5 @@
 #include "model/drafter/dflash/eval.hpp"
 
-#include "hsring/acceptance.hpp"
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
@@ -14,36 +13,6 @@ std::vector<double> host_doubles(const at::Tensor& t) {
 }
 
 } // namespace
-
-void DFlashEvalSums::add(const DFlashEvalSums& o) {
-    if (correct.empty()) {
-        correct.assign(o.correct.size(), 0.0);
-        counted.assign(o.counted.size(), 0.0);
-    }
-    if (!o.correct.empty() && o.correct.size() != correct.size())
-        fail("DFlash evaluation: adding sums of block size {} to sums of block size {}", o.correct.size() + 1,
-             correct.size() + 1);
-    loss_sum += o.loss_sum;
-    weight_sum += o.weight_sum;
-    for (std::size_t k = 0; k < o.correct.size(); ++k) {
-        correct[k] += o.correct[k];
-        counted[k] += o.counted[k];
-    }
-    num_blocks += o.num_blocks;
-}
-
-double DFlashEvalSums::loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
-
-std::vector<double> DFlashEvalSums::accuracy() const {
-    std::vector<double> a(correct.size(), 0.0);
-    for (std::size_t k = 0; k < a.size(); ++k) a[k] = counted[k] > 0 ? correct[k] / counted[k] : 0.0;
-    return a;
-}
-
-double DFlashEvalSums::accept_length() const {
-    const auto a = accuracy();
-    return expected_accept_length(a.data(), a.size());
-}
 
 DFlashEvalSums evaluate_dflash(DFlashDrafter& drafter, const TargetHead& head, const DFlashBatch& batch,
                                const DFlashBlocks& blocks, const DFlashLossOptions& options,

@@ -14,19 +14,7 @@
 
 namespace hsring::model {
 
-struct DFlashEvalSums {
-    double loss_sum = 0;          // sum w * CE
-    double weight_sum = 0;        // sum w
-    std::vector<double> correct;  // [B-1]: argmax == label at block positions 1..B-1
-    std::vector<double> counted;  // [B-1]: scored predictions at block positions 1..B-1
-    std::int64_t num_blocks = 0;
-
-    // Adds `o` (empty sums adopt its block size).
-    void add(const DFlashEvalSums& o);
-    double loss() const;                 // 0 without weight
-    std::vector<double> accuracy() const;  // 0 where nothing was counted
-    double accept_length() const;
-};
+using DFlashEvalSums = DrafterEvalSums;  // drafter/interface/trainable_drafter.hpp
 
 // Sums for the caller's blocks, no gradients, in the compute dtype (options.fp8_matmul and
 // options.fp8_lm_head are ignored: evaluation scores the drafter as inference runs it). When

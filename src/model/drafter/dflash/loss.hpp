@@ -8,6 +8,7 @@
 // Gradients reach the drafter's parameters only: the embedding and LM head are used detached.
 #include "model/drafter/dflash/blocks.hpp"
 #include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/interface/trainable_drafter.hpp"
 #include "model/target/target.hpp"
 
 #include <ATen/core/Generator.h>
@@ -19,16 +20,7 @@
 
 namespace hsring::model {
 
-struct DFlashBatch {
-    at::Tensor hidden;     // [L, T, H] captured target layers, layer-major like a ring slot
-    at::Tensor tokens;     // [T] int64
-    at::Tensor loss_mask;  // [T] (float/bool/int): which tokens are trained on
-    std::vector<std::int64_t> cu_seqlens;  // S+1 host offsets
-    // Optional: loss_mask on the host (the worker has it from the ring slot). Anchor sampling
-    // reads it there instead of copying the device's back, which waited for the device to finish
-    // all queued work (the previous step's optimizer) with nothing queued behind it.
-    at::Tensor loss_mask_host;
-};
+using DFlashBatch = DrafterBatch;  // drafter/interface/trainable_drafter.hpp
 
 struct DFlashLossOptions {
     int num_anchors = 512;    // blocks per sequence at most

@@ -1,0 +1,136 @@
+#include "model/drafter/eagle3/drafter.hpp"
+
+#include "hsring/error.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/ops/fused_swiglu.hpp"
+#include "model/ops/ops.hpp"
+#include "model/ops/tensor_init.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace hsring::model {
+
+Eagle3AttentionImpl::Eagle3AttentionImpl(const Eagle3Config& c, at::Device device) {
+    const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, in = 2 * c.hidden_size;
+    q_proj = register_module("q_proj", Projection(in, q, device));
+    k_proj = register_module("k_proj", Projection(in, kv, device));
+    v_proj = register_module("v_proj", Projection(in, kv, device));
+    o_proj = register_module("o_proj", Projection(q, c.hidden_size, device));
+}
+
+Eagle3MLPImpl::Eagle3MLPImpl(const Eagle3Config& c, at::Device device) {
+    gate_proj = register_module("gate_proj", Projection(c.hidden_size, c.intermediate_size, device));
+    up_proj = register_module("up_proj", Projection(c.hidden_size, c.intermediate_size, device));
+    down_proj = register_module("down_proj", Projection(c.intermediate_size, c.hidden_size, device));
+}
+
+Eagle3LayerImpl::Eagle3LayerImpl(const Eagle3Config& c, at::Device device) {
+    self_attn = register_module("self_attn", Eagle3Attention(c, device));
+    mlp = register_module("mlp", Eagle3MLP(c, device));
+    input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    hidden_norm = register_module("hidden_norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+Eagle3DrafterImpl::Eagle3DrafterImpl(Eagle3Config c, std::uint64_t seed, at::Device device) : config_(std::move(c)) {
+    config_.validate("EAGLE-3 drafter");
+    fc = register_module("fc", Projection(3 * config_.hidden_size, config_.hidden_size, device));
+    midlayer = register_module("midlayer", Eagle3Layer(config_, device));
+    norm = register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
+    to(device);
+    at::NoGradGuard no_grad;
+    for (auto& p : named_parameters()) {
+        if (p.key().ends_with("norm.weight")) p.value().fill_(1.0);
+        else p.value().copy_(seeded_normal(seed, p.key(), p.value().sizes(), 0.02, device, at::kFloat));
+    }
+    inv_freq_ = rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling).to(device);
+}
+
+void Eagle3DrafterImpl::set_vocab(const at::Tensor& lm_head_rows, const at::Tensor& d2t_map,
+                                  const at::Tensor& t2d_map) {
+    const auto& c = config_;
+    if (lm_head_rows.dim() != 2 || lm_head_rows.size(0) != c.draft_vocab_size || lm_head_rows.size(1) != c.hidden_size ||
+        d2t_map.numel() != c.draft_vocab_size || t2d_map.numel() != c.vocab_size)
+        fail("EAGLE-3 drafter: LM head rows {}, d2t of {} and t2d of {} entries do not fit a draft vocabulary of {} "
+             "(target {}, hidden {})", shape_str(lm_head_rows.sizes()), d2t_map.numel(), t2d_map.numel(),
+             c.draft_vocab_size, c.vocab_size, c.hidden_size);
+    lm_head = register_buffer("lm_head", lm_head_rows.detach().to(at::kFloat));
+    d2t = register_buffer("d2t", d2t_map.to(at::kLong));
+    t2d = register_buffer("t2d", t2d_map.to(at::kBool));
+}
+
+at::Tensor Eagle3DrafterImpl::draft_ids() const {
+    return at::arange(config_.draft_vocab_size, d2t.options()) + d2t;
+}
+
+namespace {
+
+// The attention of step k's queries q [R, hq, d]: step 0's keys/values under `causal` [R, R], and
+// of each later step s its own row's key/value only (eager softmax in fp32, as transformers'
+// eager attention).
+at::Tensor ttt_attention(const at::Tensor& q, const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values,
+                         const at::Tensor& causal, double scale) {
+    const std::int64_t rows = q.size(0), hq = q.size(1), hkv = keys[0].size(1);
+    const std::int64_t rep = hq / hkv;
+    auto heads = [rep](const at::Tensor& t) { return rep == 1 ? t : t.repeat_interleave(rep, /*dim=*/1); };
+    const at::Tensor qh = q.transpose(0, 1);                                 // [hq, R, d]
+    at::Tensor scores0 = at::matmul(qh, heads(keys[0]).permute({1, 2, 0})) * scale;  // [hq, R, R]
+    scores0 = scores0.masked_fill(causal.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+    std::vector<at::Tensor> cols{scores0};
+    for (std::size_t s = 1; s < keys.size(); ++s)  // [hq, R, 1]: the row's own key of step s
+        cols.push_back(((q * heads(keys[s])).sum(-1) * scale).transpose(0, 1).unsqueeze(-1));
+    const at::Tensor p = at::softmax(at::cat(cols, -1), -1, at::kFloat).to(q.scalar_type());
+    at::Tensor out = at::matmul(p.narrow(-1, 0, rows), heads(values[0]).transpose(0, 1));  // [hq, R, d]
+    for (std::size_t s = 1; s < keys.size(); ++s)
+        out = out + p.narrow(-1, rows + static_cast<std::int64_t>(s) - 1, 1) * heads(values[s]).transpose(0, 1);
+    return out.transpose(0, 1);  // [R, hq, d]
+}
+
+} // namespace
+
+std::vector<at::Tensor> Eagle3DrafterImpl::forward_steps(const Eagle3Rows& rows, const at::Tensor& embed,
+                                                         at::ScalarType dt) {
+    const auto& c = config_;
+    const std::int64_t r = rows.positions.size(0), h = c.hidden_size, hq = c.num_heads, hkv = c.num_kv_heads,
+                       d = c.head_dim;
+    if (rows.fused.dim() != 3 || rows.fused.size(0) != 3 || rows.fused.size(1) != r || rows.fused.size(2) != h)
+        fail("EAGLE-3 drafter: fused rows must be [3, {}, {}], got {}", r, h, shape_str(rows.fused.sizes()));
+    // fc over the concatenated layers as a sum of per-layer products (no [R, 3H] copy).
+    const at::Tensor w_fc = fc->weight.to(dt);
+    const at::Tensor fused = rows.fused.to(dt);
+    at::Tensor hidden = at::matmul(fused[0], w_fc.narrow(1, 0, h).t());
+    for (std::int64_t i = 1; i < 3; ++i) hidden = at::addmm(hidden, fused[i], w_fc.narrow(1, i * h, h).t());
+
+    const Eagle3LayerImpl& l = *midlayer;
+    const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double rope_factor = rope_attention_factor(c.rope_scaling);
+    std::vector<at::Tensor> keys, values, outs;
+    for (std::size_t k = 0; k < rows.step_tokens.size(); ++k) {
+        const at::Tensor emb = at::embedding(embed, rows.step_tokens[k]).detach().to(dt);
+        const at::Tensor x = at::cat({rms_norm(emb, l.input_layernorm->weight, eps),
+                                      rms_norm(hidden, l.hidden_norm->weight, eps)}, -1);
+        const RopeTables rope =
+            rope_tables(inv_freq_, rows.positions + static_cast<std::int64_t>(k), dt, rope_factor);
+        const auto& a = *l.self_attn;
+        at::Tensor q = apply_rope(dense(x, a.q_proj->weight).view({r, hq, d}), rope);
+        keys.push_back(apply_rope(dense(x, a.k_proj->weight).view({r, hkv, d}), rope));
+        values.push_back(dense(x, a.v_proj->weight).view({r, hkv, d}));
+        const at::Tensor o = ttt_attention(q, keys, values, rows.same_seq_causal, scale);
+        const at::Tensor y = hidden + dense(o.reshape({r, hq * d}), a.o_proj->weight);
+        const at::Tensor m = rms_norm(y, l.post_attention_layernorm->weight, eps);
+        const auto& mlp = *l.mlp;
+        hidden = y + dense(fused_swiglu(dense(m, mlp.gate_proj->weight), dense(m, mlp.up_proj->weight)),
+                           mlp.down_proj->weight);
+        outs.push_back(hidden);
+    }
+    return outs;
+}
+
+at::Tensor Eagle3DrafterImpl::logits(const at::Tensor& out, at::ScalarType dt) {
+    HSRING_ASSERT(lm_head.defined(), "EAGLE-3 drafter: the LM head rows were never set");
+    return dense(norm->forward(out.to(dt)), lm_head.to(dt));
+}
+
+} // namespace hsring::model

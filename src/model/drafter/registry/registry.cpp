@@ -1,0 +1,58 @@
+#include "model/drafter/registry/registry.hpp"
+
+#include "hsring/error.hpp"
+#include "model/drafter/dflash/trainable.hpp"
+#include "model/drafter/eagle3/trainable.hpp"
+#include "model/drafter/interface/hf_dir.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+
+namespace hsring::model {
+namespace {
+
+struct DrafterType {
+    const char* name;          // [drafter] type
+    const char* architecture;  // config.json "architectures" of its export
+    std::unique_ptr<TrainableDrafter> (*create)(const DrafterSpec&, std::uint64_t, at::Device);
+    std::unique_ptr<TrainableDrafter> (*load)(const std::filesystem::path&, at::Device);
+};
+
+constexpr std::array kTypes{
+    DrafterType{"dflash", "DFlashDraftModel", &DFlashTrainable::create, &DFlashTrainable::load},
+    DrafterType{"eagle3", "LlamaForCausalLMEagle3", &Eagle3Trainable::create, &Eagle3Trainable::load},
+};
+
+std::string known() {
+    std::string s;
+    for (const auto& t : kTypes) s += fmt::format("{}\"{}\"", s.empty() ? "" : ", ", t.name);
+    return s;
+}
+
+const DrafterType& of_dir(const std::filesystem::path& dir) {
+    const nlohmann::json j = read_hf_config(dir, "a drafter");
+    if (j.is_object() && j.contains("architectures") && j["architectures"].is_array())
+        for (const auto& a : j["architectures"])
+            for (const auto& t : kTypes)
+                if (a == t.architecture) return t;
+    std::string archs;
+    for (const auto& t : kTypes) archs += fmt::format("{}\"{}\"", archs.empty() ? "" : " or ", t.architecture);
+    fail("{}: architectures must list {} (a drafter hsring reads)", (dir / "config.json").string(), archs);
+}
+
+} // namespace
+
+std::unique_ptr<TrainableDrafter> make_drafter(const DrafterSpec& spec, std::uint64_t seed, at::Device device) {
+    for (const auto& t : kTypes)
+        if (spec.type == t.name) return t.create(spec, seed, device);
+    fail("[drafter] type \"{}\" is not a drafter type hsring trains ({})", spec.type, known());
+}
+
+std::unique_ptr<TrainableDrafter> load_drafter(const std::filesystem::path& dir, at::Device device) {
+    return of_dir(dir).load(dir, device);
+}
+
+std::string drafter_type_of(const std::filesystem::path& dir) { return of_dir(dir).name; }
+
+} // namespace hsring::model
