@@ -25,14 +25,17 @@ void SnapshotBuffers::allocate() {
     // One tensor at a time with a pause after each: a cudaHostAlloc holds up this process's other
     // CUDA calls while it runs (all 12 GB in one go stretched a step by ~5 s on an H200), so many
     // short ones with room between them let the steps go on.
-    thread_ = std::async(std::launch::async, [promises, shapes = std::move(shapes_)] {
+    thread_ = std::async(std::launch::async, [promises, shapes = std::move(shapes_), lock = alloc_mutex_] {
         for (auto& promise : *promises) {
             try {
                 auto h = std::make_shared<HostState>();
                 const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(true);
                 for (const auto& s : shapes)
                     for (auto* v : {&h->params, &h->exp_avg, &h->exp_avg_sq}) {
-                        v->push_back(at::empty(s, opts));
+                        {
+                            std::lock_guard<std::mutex> hold(*lock);  // not while a snapshot copies
+                            v->push_back(at::empty(s, opts));
+                        }
                         std::this_thread::sleep_for(std::chrono::milliseconds(50));
                     }
                 promise.set_value(std::move(h));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ public:
     // The buffer no write holds: an allocated one first, then one still being allocated (waiting
     // for it: only a checkpoint in the step, or one that comes before the first step ends).
     std::shared_ptr<HostState>& acquire();
+    // Holds the allocation of the second buffer while a snapshot copies into the first: a
+    // cudaHostAlloc running during the device -> host copies held them up (the first checkpoint of
+    // an H200 run paused 1.2 s against 0.25-0.35 s for the others). The allocation waits at most
+    // for the end of the copy; the copy at most for one tensor's allocation.
+    std::unique_lock<std::mutex> hold_allocation() { return std::unique_lock<std::mutex>(*alloc_mutex_); }
 
 private:
     bool pinned_ = false;
@@ -50,6 +56,7 @@ private:
     std::array<std::shared_ptr<HostState>, 2> states_;
     std::array<std::future<std::shared_ptr<HostState>>, 2> ready_;
     std::future<void> thread_;
+    std::shared_ptr<std::mutex> alloc_mutex_ = std::make_shared<std::mutex>();  // held per tensor allocated
     void collect();  // takes the buffers whose allocation has finished (rethrows a failed one)
 };
 

@@ -538,6 +538,7 @@ std::unique_ptr<StateSnapshot> TorchDrafter::snapshot() {
     torch::NoGradGuard no_grad;
     std::shared_ptr<HostState>& buffer = m.snapshots.acquire();
     HostState& h = *buffer;
+    const auto no_allocation = m.snapshots.hold_allocation();  // until the copies below are done
     // Pinned only for background writes (kept for the run, allocated at start); a checkpoint
     // written in the step copies to pageable memory and pins nothing for good.
     const bool pinned = m.device.is_cuda() && m.ctx.cfg.train.checkpoint_background;
