@@ -21,6 +21,7 @@ gpu_tests "$build" "decode engine*"
 for mode in graphs eager; do
   flag=()
   [ $mode = eager ] && flag=(--eager)
+  [ "${TRACE:-0}" = 1 ] && flag+=(--trace "$work/$mode.trace.json")
   say "== Qwen3-8B preset, batch 1, bf16, $mode"
   "$hs" model spec-decode random:1 --target preset:qwen3-8b --preset-seed 1 --device cuda --prompts "$work/prompts.jsonl" \
     --max-new-tokens "${MAX_NEW:-64}" "${flag[@]}" --json > "$out/qwen3-8b_$mode.json" 2> "$work/$mode.err"
@@ -36,5 +37,11 @@ print(f"   plain decoding {plain:.2f} ms per token ({j['target_tokens_per_s']:.1
 print(f"   16-token verify step {verify:.2f} ms = {verify / plain:.2f}x a plain step; draft {j['draft_ms_per_step']:.2f} ms; "
       f"tau {j['tau']:.3f}, lossless {sum(p['lossless'] for p in j['prompts'])}/{len(j['prompts'])}")
 PY
+  if [ -f "$work/$mode.trace.json" ]; then
+    "$py" bench/gpu/trace_summary.py "$work/$mode.trace.json" --steps 1 --top "${TOP:-40}" --host > "$out/$mode.trace.txt" 2>&1
+    head -n 3 "$out/$mode.trace.txt" | sed 's/^/     /' | tee -a "$out/summary.txt"
+    if [ "${KEEP_TRACE:-0}" = 1 ]; then gzip -c "$work/$mode.trace.json" > "$out/$mode.trace.json.gz"; fi
+    rm -f "$work/$mode.trace.json"
+  fi
 done
 say "== done"
