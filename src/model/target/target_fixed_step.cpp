@@ -4,6 +4,8 @@
 
 #include "hsring/error.hpp"
 #include "model/target/kv_cache.hpp"
+#include "model/ops/decode_step_ops.hpp"
+#include "model/ops/fused_swiglu.hpp"
 #include "model/ops/ops.hpp"
 
 #include <ATen/ATen.h>
@@ -52,36 +54,35 @@ at::Tensor TargetModel::forward_static(const at::Tensor& ids, std::int64_t n, st
     at::NoGradGuard no_grad;
     const at::Tensor tokens = ids[0], positions = ids[1];
     const auto longs = at::TensorOptions().dtype(at::kLong).device(device_);
-    // Where each new key goes (row * capacity + position), and which keys each query sees
-    // (key j <= its position), [rows, 1, rep * n, window]: the query heads that share a kv head are
-    // stacked along the query axis (GQA without repeating keys), as CacheExtension does.
-    const std::int64_t hkv = shape_.num_kv_heads, rep = shape_.num_heads / hkv, d = shape_.head_dim;
+    const CachedHeads heads{shape_.num_heads, shape_.num_kv_heads, shape_.head_dim};
+    const double eps = shape_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(heads.head_dim));
+    // Where each new key goes: row * capacity + position.
     const at::Tensor slot = at::arange(rows, longs).mul(cap).view({rows, 1}).expand({rows, n}).reshape({t}) + positions;
-    const at::Tensor mask = (at::arange(window, longs).view({1, 1, window}) <= positions.view({rows, n, 1}))
-                                .view({rows, 1, 1, n, window})
-                                .expand({rows, 1, rep, n, window})
-                                .reshape({rows, 1, rep * n, window});
     const RopeTables rope = rope_tables(inv_freq_, positions, dtype_, rope_attention_factor_);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    SdpaBackendScope backend(AttentionKernel::Efficient, device_.is_cuda());
-    at::Tensor h = embed_.index_select(0, tokens);
+    // Each residual add runs with the norm after it (the next layer's input norm, or the final
+    // norm): decode_step_ops.hpp. Otherwise the ops of layer_forward, in its order.
+    SumAndNorm cur = add_rms_norm(embed_.index_select(0, tokens), {}, layers_.front().input_norm, eps);
     for (std::int64_t i = 0; i < shape_.num_layers; ++i) {
-        const at::Tensor& keys = cache.keys(i);
-        const at::Tensor& values = cache.values(i);
-        h = layer_forward(layers_[static_cast<std::size_t>(i)], h, rope,
-                          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Layer&) {
-                              keys.view({rows * cap, hkv, d}).index_copy_(0, slot, k.to(keys.scalar_type()));
-                              values.view({rows * cap, hkv, d}).index_copy_(0, slot, v.to(values.scalar_type()));
-                              const at::Tensor qg =
-                                  q.view({rows, n, hkv, rep, d}).permute({0, 2, 3, 1, 4}).reshape({rows, hkv, rep * n, d});
-                              auto kv = [&](const at::Tensor& c) { return c.narrow(1, 0, window).transpose(1, 2); };
-                              const at::Tensor o = at::scaled_dot_product_attention(qg, kv(keys), kv(values), mask, 0.0,
-                                                                                    /*is_causal=*/false, scale);
-                              return o.view({rows, hkv, rep, n, d}).permute({0, 3, 1, 2, 4}).reshape({t, hkv * rep, d});
-                          });
-        report_layer(static_cast<int>(i), h, layer_ids, on_layer);
+        const Layer& l = layers_[static_cast<std::size_t>(i)];
+        at::Tensor qkv = dense(cur.normed, l.qkv);
+        if (l.qkv_bias.defined()) qkv = qkv + l.qkv_bias;
+        const bool qk = shape_.qk_norm();
+        const at::Tensor q = qkv_to_cache(qkv, heads, qk ? l.q_norm : at::Tensor(), qk ? l.k_norm : at::Tensor(), eps,
+                                          rope, slot, cache.keys(i), cache.values(i));
+        const at::Tensor attn = cached_attention(q, cache.keys(i), cache.values(i), positions, n, window, scale);
+        at::Tensor o = dense(attn.reshape({t, heads.heads * heads.head_dim}), l.o);
+        if (l.o_bias.defined()) o = o + l.o_bias;
+        const SumAndNorm mid = add_rms_norm(cur.sum, o, l.post_norm, eps);
+        const at::Tensor gate_up = dense(mid.normed, l.gate_up);
+        // One row: gate and up are contiguous halves, one kernel (fused_swiglu); else ATen's two.
+        const auto halves = gate_up.chunk(2, -1);
+        const at::Tensor act = t == 1 ? fused_swiglu(halves[0], halves[1]) : swiglu(gate_up);
+        const bool last = i + 1 == shape_.num_layers;
+        cur = add_rms_norm(mid.sum, dense(act, l.down), last ? final_norm_ : layers_[static_cast<std::size_t>(i + 1)].input_norm,
+                           eps);
+        report_layer(static_cast<int>(i), cur.sum, layer_ids, on_layer);
     }
-    return dense(rms_norm(h, final_norm_, shape_.rms_norm_eps), lm_head_);  // graphable: not gpt-oss's norm
+    return dense(cur.normed, lm_head_);  // graphable: not gpt-oss's norm
 }
 
 } // namespace hsring::model

@@ -1,0 +1,89 @@
+// The decode step's kernels (src/kernels/rms_norm_rows, cached_attention; decode_step_ops.hpp) on
+// the GPU against the ATen composition they replace, run on the CPU on the same inputs: every
+// output, and the keys and values written into the cache.
+#include "model/ops/decode_step_ops.hpp"
+#include "model/ops/ops.hpp"
+#include "model_test_util.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <vector>
+
+using namespace hsring;
+using namespace hsring::model;
+
+namespace {
+
+const at::Device kCuda("cuda:0");
+
+double rel_err(const at::Tensor& got, const at::Tensor& want) {
+    const at::Tensor w = want.to(at::kCPU, at::kDouble);
+    return (got.to(at::kCPU, at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
+}
+
+struct Case {
+    at::ScalarType dtype;
+    std::int64_t heads, kv_heads, head_dim, n;
+};
+
+} // namespace
+
+TEST_SUITE("gpu") {
+
+TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CPU (add + norm, qkv into the cache, cached attention)") {
+    test::require_gpu_or_skip();
+    // Qwen3-8B's heads (32 / 8 of 128) and the tiny preset's (4 / 2 of 16); plain decoding (n = 1)
+    // and a 16-token verify step; rows of different lengths; a window that is not a whole tile.
+    for (const Case c : {Case{at::kBFloat16, 32, 8, 128, 1}, Case{at::kBFloat16, 32, 8, 128, 16},
+                         Case{at::kFloat, 32, 8, 128, 16}, Case{at::kFloat, 4, 2, 16, 1}, Case{at::kFloat, 4, 2, 16, 4}}) {
+        INFO("dtype " << c10::toString(c.dtype) << ", heads " << c.heads << "/" << c.kv_heads << " x " << c.head_dim
+                      << ", n " << c.n);
+        const double tol = c.dtype == at::kFloat ? 1e-5 : 1.5e-2;
+        at::manual_seed(7);
+        const std::int64_t rows = 2, cap = 300, d = c.head_dim, t = rows * c.n, width = 4096;
+        const std::vector<std::int64_t> lengths{100, 250};
+        const std::int64_t window = 270;  // >= 250 + 16, not a multiple of 32
+        std::vector<std::int64_t> pos;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < c.n; ++i) pos.push_back(lengths[static_cast<std::size_t>(r)] + i);
+        const at::Tensor positions = at::tensor(pos, at::kLong);
+        const at::Tensor slot = at::arange(rows, at::kLong).mul(cap).repeat_interleave(c.n) + positions;
+        const auto opts = at::TensorOptions().dtype(c.dtype);
+        const at::Tensor qkv = at::randn({t, (c.heads + 2 * c.kv_heads) * d}).to(c.dtype);
+        const at::Tensor q_norm = (at::rand({d}) + 0.5).to(c.dtype), k_norm = (at::rand({d}) + 0.5).to(c.dtype);
+        const at::Tensor keys = at::randn({rows, cap, c.kv_heads, d}).to(c.dtype), values = at::randn_like(keys);
+        const RopeTables rope = rope_tables(rope_inv_freq(d, 1e6, {}), positions, c.dtype);
+        const RopeTables rope_gpu{rope.cos.to(kCuda), rope.sin.to(kCuda)};
+        const CachedHeads h{c.heads, c.kv_heads, d};
+        const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+        for (const bool norms : {true, false}) {
+            INFO("q/k norms " << norms);
+            const at::Tensor qn = norms ? q_norm : at::Tensor(), kn = norms ? k_norm : at::Tensor();
+            at::Tensor kc = keys.clone(), vc = values.clone();
+            at::Tensor kg = keys.to(kCuda), vg = values.to(kCuda);
+            const at::Tensor q_cpu = qkv_to_cache(qkv, h, qn, kn, 1e-6, rope, slot, kc, vc);
+            const at::Tensor q_gpu = qkv_to_cache(qkv.to(kCuda), h, norms ? qn.to(kCuda) : at::Tensor(),
+                                                  norms ? kn.to(kCuda) : at::Tensor(), 1e-6, rope_gpu, slot.to(kCuda), kg, vg);
+            CHECK(rel_err(q_gpu, q_cpu) < tol);
+            CHECK(rel_err(kg, kc) < tol);
+            CHECK(at::equal(vg.cpu(), vc));  // v is copied, not computed
+            const at::Tensor o_cpu = cached_attention(q_cpu, kc, vc, positions, c.n, window, scale);
+            const at::Tensor o_gpu = cached_attention(q_cpu.to(kCuda), kc.to(kCuda), vc.to(kCuda), positions.to(kCuda),
+                                                      c.n, window, scale);
+            CHECK(o_gpu.sizes() == o_cpu.sizes());
+            CHECK(rel_err(o_gpu, o_cpu) < tol);
+            CHECK(at::isfinite(o_gpu).all().item<bool>());
+        }
+        // Residual add + RMSNorm, with and without the residual.
+        const at::Tensor x = at::randn({t, width}, opts), res = at::randn({t, width}, opts);
+        const at::Tensor w = (at::rand({width}) + 0.5).to(c.dtype);
+        const SumAndNorm cpu = add_rms_norm(x, res, w, 1e-6), gpu = add_rms_norm(x.to(kCuda), res.to(kCuda), w.to(kCuda), 1e-6);
+        CHECK(at::equal(gpu.sum.cpu(), cpu.sum));  // one rounding of the same fp32 sum
+        CHECK(rel_err(gpu.normed, cpu.normed) < tol);
+        const SumAndNorm cpu1 = add_rms_norm(x, {}, w, 1e-6), gpu1 = add_rms_norm(x.to(kCuda), {}, w.to(kCuda), 1e-6);
+        CHECK(rel_err(gpu1.normed, cpu1.normed) < tol);
+    }
+}
+
+} // TEST_SUITE
