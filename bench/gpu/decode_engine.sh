@@ -15,7 +15,7 @@ SECTIONS=b "$root/bench/gpu/real_target.sh" "$build" "${2:?usage: $0 BUILD_DIR O
 ninja -C "$build" tests/model/test_model > /tmp/ninja-tests.log 2>&1 || { tail -n 40 /tmp/ninja-tests.log; exit 1; }
 source "$root/bench/gpu/lib.sh"
 session_init "$build" "$2"
-gpu_tests "$build" "decode engine*"
+gpu_tests "$build" "decode*"
 "$py" bench/python/generate_hf.py make-prompts "$work/prompts.jsonl" --count "${PROMPTS:-4}" --min-len 256 \
   --max-len 512 --vocab 151000
 for mode in graphs eager; do
