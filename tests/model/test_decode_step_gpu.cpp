@@ -1,5 +1,5 @@
 // The decode step's kernels (src/kernels/rms_norm_rows, cached_attention; decode_step_ops.hpp) on
-// the GPU against the ATen composition they replace, run on the CPU on the same inputs: every
+// the GPU (and gemv_rows) against the ATen composition they replace, run on the CPU on the same inputs: every
 // output, and the keys and values written into the cache.
 #include "model/ops/decode_step_ops.hpp"
 #include "model/ops/ops.hpp"
@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 using namespace hsring;
@@ -83,6 +84,25 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
         CHECK(rel_err(gpu.normed, cpu.normed) < tol);
         const SumAndNorm cpu1 = add_rms_norm(x, {}, w, 1e-6), gpu1 = add_rms_norm(x.to(kCuda), {}, w.to(kCuda), 1e-6);
         CHECK(rel_err(gpu1.normed, cpu1.normed) < tol);
+    }
+}
+
+TEST_CASE("decode step GEMV on the GPU: one row against a weight [out, in] equals the fp64 product") {
+    test::require_gpu_or_skip();
+    at::manual_seed(3);
+    // Qwen3-8B's down projection (in 12,288), an odd number of rows (a partial block), the tiny
+    // preset's width, and fp32.
+    for (const auto& [dtype, in, out] : std::vector<std::tuple<at::ScalarType, std::int64_t, std::int64_t>>{
+             {at::kBFloat16, 4096, 6144}, {at::kBFloat16, 12288, 37}, {at::kBFloat16, 16, 101}, {at::kFloat, 4096, 333}}) {
+        INFO("dtype " << c10::toString(dtype) << ", " << out << " x " << in);
+        const at::Tensor x = at::randn({1, in}, at::TensorOptions().device(kCuda)).to(dtype);
+        const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).to(dtype);
+        const at::Tensor y = dense_rows(x, w);
+        CHECK((y.sizes() == at::IntArrayRef{1, out}));
+        const at::Tensor want = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+        CHECK(rel_err(y, want) < (dtype == at::kFloat ? 1e-6 : 8e-3));
+        // Two rows take dense() (cuBLAS): the same product.
+        CHECK(rel_err(dense_rows(x.repeat({2, 1}), w).narrow(0, 1, 1), want) < (dtype == at::kFloat ? 1e-5 : 8e-3));
     }
 }
 

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #if HSRING_KERNELS_ON
 #include "kernels/cached_attention.hpp"
+#include "kernels/gemv_rows.hpp"
 #include "kernels/rms_norm_rows.hpp"
 
 #include <c10/cuda/CUDAGuard.h>
@@ -38,6 +39,30 @@ bool cache_ok(const at::Tensor& keys, const at::Tensor& values, at::ScalarType d
 #endif
 
 } // namespace
+
+at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w) {
+#if HSRING_KERNELS_ON
+    const auto t = x.scalar_type();
+    if (kernel_call::supported(t) && x.dim() == 2 && x.size(0) == 1 && kernel_tensor(x, t, x.device()) &&
+        kernel_tensor(w, t, x.device()) && w.dim() == 2 && w.size(1) == x.size(1)) {
+        kernels::GemvArgs a;
+        a.x = x.data_ptr();
+        a.weight = w.data_ptr();
+        a.in = w.size(1);
+        a.out = w.size(0);
+        a.dtype = kernel_call::dtype(t);
+        if (kernels::gemv_rows_supports(a)) {
+            const c10::cuda::CUDAGuard guard(x.device());
+            at::Tensor y = at::empty({1, a.out}, x.options());
+            a.y = y.data_ptr();
+            a.stream = kernel_call::stream(x);
+            kernel_call::check(kernels::gemv_rows(a), "gemv kernel on {} [{} x {}]", x.device().str(), a.out, a.in);
+            return y;
+        }
+    }
+#endif
+    return dense(x, w);
+}
 
 SumAndNorm add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps) {
 #if HSRING_KERNELS_ON

@@ -10,6 +10,9 @@
 
 namespace hsring::model {
 
+// x @ w^T (dense()); one row of x on the GPU: a GEMV that streams w once (gemv_rows.hpp).
+at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w);
+
 struct SumAndNorm {
     at::Tensor sum;     // x + residual (x itself without a residual)
     at::Tensor normed;  // rms_norm(sum, w, eps)

@@ -64,25 +64,25 @@ at::Tensor TargetModel::forward_static(const at::Tensor& ids, std::int64_t n, st
     SumAndNorm cur = add_rms_norm(embed_.index_select(0, tokens), {}, layers_.front().input_norm, eps);
     for (std::int64_t i = 0; i < shape_.num_layers; ++i) {
         const Layer& l = layers_[static_cast<std::size_t>(i)];
-        at::Tensor qkv = dense(cur.normed, l.qkv);
+        at::Tensor qkv = dense_rows(cur.normed, l.qkv);
         if (l.qkv_bias.defined()) qkv = qkv + l.qkv_bias;
         const bool qk = shape_.qk_norm();
         const at::Tensor q = qkv_to_cache(qkv, heads, qk ? l.q_norm : at::Tensor(), qk ? l.k_norm : at::Tensor(), eps,
                                           rope, slot, cache.keys(i), cache.values(i));
         const at::Tensor attn = cached_attention(q, cache.keys(i), cache.values(i), positions, n, window, scale);
-        at::Tensor o = dense(attn.reshape({t, heads.heads * heads.head_dim}), l.o);
+        at::Tensor o = dense_rows(attn.reshape({t, heads.heads * heads.head_dim}), l.o);
         if (l.o_bias.defined()) o = o + l.o_bias;
         const SumAndNorm mid = add_rms_norm(cur.sum, o, l.post_norm, eps);
-        const at::Tensor gate_up = dense(mid.normed, l.gate_up);
+        const at::Tensor gate_up = dense_rows(mid.normed, l.gate_up);
         // One row: gate and up are contiguous halves, one kernel (fused_swiglu); else ATen's two.
         const auto halves = gate_up.chunk(2, -1);
         const at::Tensor act = t == 1 ? fused_swiglu(halves[0], halves[1]) : swiglu(gate_up);
         const bool last = i + 1 == shape_.num_layers;
-        cur = add_rms_norm(mid.sum, dense(act, l.down), last ? final_norm_ : layers_[static_cast<std::size_t>(i + 1)].input_norm,
+        cur = add_rms_norm(mid.sum, dense_rows(act, l.down), last ? final_norm_ : layers_[static_cast<std::size_t>(i + 1)].input_norm,
                            eps);
         report_layer(static_cast<int>(i), cur.sum, layer_ids, on_layer);
     }
-    return dense(cur.normed, lm_head_);  // graphable: not gpt-oss's norm
+    return dense_rows(cur.normed, lm_head_);  // graphable: not gpt-oss's norm
 }
 
 } // namespace hsring::model
