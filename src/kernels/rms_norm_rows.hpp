@@ -18,7 +18,7 @@ struct RmsNormRowsArgs {
     const void* x = nullptr;         // [rows, width] contiguous
     const void* residual = nullptr;  // [rows, width] contiguous, or null (no add)
     const void* weight = nullptr;    // [width], x's dtype
-    void* sum = nullptr;             // [rows, width]: s; written only with a residual; may alias x
+    void* sum = nullptr;             // [rows, width]: s; written only with a residual; aliases nothing
     void* out = nullptr;             // [rows, width]: y; must not alias x, residual or sum
     std::int64_t rows = 0, width = 0;
     float eps = 1e-6f;
