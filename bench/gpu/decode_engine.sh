@@ -40,6 +40,10 @@ PY
   if [ -f "$work/$mode.trace.json" ]; then
     "$py" bench/gpu/trace_summary.py "$work/$mode.trace.json" --steps 1 --top "${TOP:-40}" --host > "$out/$mode.trace.txt" 2>&1
     head -n 3 "$out/$mode.trace.txt" | sed 's/^/     /' | tee -a "$out/summary.txt"
+    if [ $mode = graphs ]; then
+      "$py" bench/gpu/trace_summary.py "$work/$mode.trace.json" --last-graph --top 25 > "$out/$mode.step.txt" 2>&1
+      head -n 1 "$out/$mode.step.txt" | sed 's/^/     /' | tee -a "$out/summary.txt"
+    fi
     if [ "${KEEP_TRACE:-0}" = 1 ]; then gzip -c "$work/$mode.trace.json" > "$out/$mode.trace.json.gz"; fi
     rm -f "$work/$mode.trace.json"
   fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums the GPU kernels of a Kineto trace (`hsring-bench drafter --trace FILE`) by kind.
 
-Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--host] [--json]
+Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--host] [--json] [--last-graph]
 
 Prints, per step (the trace holds N steps, 2 by default), the milliseconds of GPU kernel time by
 kind (GEMM, attention forward/backward, elementwise, reductions, copies, optimizer, other) and the
@@ -10,6 +10,8 @@ overhead, syncs) show as the difference between the step's wall time and the ker
 --host adds the host side: CUDA runtime calls (launches, copies, syncs) and the ATen ops with the
 most time of their own, so a host-bound loop (decoding: ~1,000 small ops per token) shows where
 its wall time goes.
+--last-graph: only the kernels of the trace's last CUDA graph launch (the decode engine's last
+plain step in `spec-decode --trace`): their count, GPU span and sum, and per kernel name.
 """
 import argparse
 import collections
@@ -47,10 +49,13 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--last-graph", action="store_true")
     a = ap.parse_args()
     with open(a.trace) as f:
         t = json.load(f)
     events = t["traceEvents"] if isinstance(t, dict) else t
+    if a.last_graph:
+        return last_graph(events, a.top)
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
     if not kernels:
         print(f"{a.trace}: no GPU kernels in the trace (a CPU run, or CUPTI unavailable)", file=sys.stderr)
@@ -84,6 +89,32 @@ def main():
         print(f"  {ms:8.2f} ms {calls / steps:6.0f}x  {short(name)}")
     if a.host:
         host(events, steps, a.top)
+    return 0
+
+
+def last_graph(events, top):
+    """The kernels one CUDA graph launch ran (matched by the launch's correlation id)."""
+    launches = sorted((e for e in events if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch"),
+                      key=lambda e: e["ts"])
+    if not launches:
+        print("no cudaGraphLaunch in the trace (run without graphs?)", file=sys.stderr)
+        return 1
+    corr = launches[-1].get("args", {}).get("correlation")
+    ks = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e
+                 and e.get("args", {}).get("correlation") == corr), key=lambda e: e["ts"])
+    if not ks:
+        print("the last graph launch has no kernels in the trace", file=sys.stderr)
+        return 1
+    span = (ks[-1]["ts"] + ks[-1]["dur"] - ks[0]["ts"]) / 1e3
+    total = sum(e["dur"] for e in ks) / 1e3
+    print(f"last graph launch: {len(ks)} kernels, GPU span {span:.2f} ms, kernel sum {total:.2f} ms "
+          f"(gaps {span - total:.2f} ms); host cudaGraphLaunch {launches[-1]['dur'] / 1e3:.2f} ms")
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    for e in ks:
+        by_name[e["name"]][0] += e["dur"] / 1e3
+        by_name[e["name"]][1] += 1
+    for name, (ms, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {ms:8.3f} ms {calls:5d}x {1e3 * ms / calls:7.1f} us  {short(name)}")
     return 0
 
 
