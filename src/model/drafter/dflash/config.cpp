@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/rope_scaling_json.hpp"
+#include "model/drafter/interface/hf_config_reader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -64,40 +65,22 @@ nlohmann::json DFlashConfig::to_hf_json() const {
 }
 
 DFlashConfig DFlashConfig::from_hf_json(const nlohmann::json& j, const std::string& where) {
-    auto need = [&](const char* key) -> const nlohmann::json& {
-        if (!j.contains(key)) fail("{}: missing key \"{}\" (is this a DFlash drafter's config.json?)", where, key);
-        return j.at(key);
-    };
-    auto as_int = [&](const nlohmann::json& v, const std::string& key) -> std::int64_t {
-        if (!v.is_number_integer()) fail("{}: \"{}\" must be an integer", where, key);
-        return v.get<std::int64_t>();
-    };
-    if (!j.is_object()) fail("{}: not a JSON object", where);
-    bool is_dflash = false;
-    if (j.contains("architectures") && j["architectures"].is_array())
-        for (const auto& a : j["architectures"]) is_dflash = is_dflash || a == "DFlashDraftModel";
-    if (!is_dflash) fail("{}: architectures must list \"DFlashDraftModel\"", where);
+    const HfConfigReader r(j, where, "a DFlash drafter", "DFlashDraftModel");
+    auto need = [&](const char* key) -> const nlohmann::json& { return r.need(key); };
+    auto as_int = [&](const nlohmann::json& v, const std::string& key) { return r.integer(v, key); };
+    const HfDecoderShape shape = read_hf_decoder_shape(r, 40960, 1e6);
     DFlashConfig c;
-    c.hidden_size = as_int(need("hidden_size"), "hidden_size");
-    c.num_layers = as_int(need("num_hidden_layers"), "num_hidden_layers");
-    c.num_heads = as_int(need("num_attention_heads"), "num_attention_heads");
-    c.num_kv_heads = j.contains("num_key_value_heads") ? as_int(j["num_key_value_heads"], "num_key_value_heads")
-                                                       : c.num_heads;
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? as_int(j["head_dim"], "head_dim")
-                                                                    : c.hidden_size / c.num_heads;
-    c.intermediate_size = as_int(need("intermediate_size"), "intermediate_size");
-    c.vocab_size = as_int(need("vocab_size"), "vocab_size");
-    c.max_position_embeddings = j.value("max_position_embeddings", std::int64_t{40960});
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-    c.rope_theta = j.value("rope_theta", 1e6);
-    const nlohmann::json* rs = nullptr;
-    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-        rs = &j["rope_parameters"];
-        c.rope_theta = rs->value("rope_theta", c.rope_theta);
-    } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-        rs = &j["rope_scaling"];
-    }
-    if (rs) c.rope_scaling = parse_rope_scaling(*rs, where, c.max_position_embeddings);
+    c.hidden_size = shape.hidden_size;
+    c.num_layers = r.need_int("num_hidden_layers");
+    c.num_heads = shape.num_heads;
+    c.num_kv_heads = shape.num_kv_heads;
+    c.head_dim = shape.head_dim;
+    c.intermediate_size = shape.intermediate_size;
+    c.vocab_size = shape.vocab_size;
+    c.max_position_embeddings = shape.max_position_embeddings;
+    c.rms_norm_eps = shape.rms_norm_eps;
+    c.rope_theta = shape.rope_theta;
+    c.rope_scaling = shape.rope_scaling;
     const auto& d = need("dflash_config");
     if (!d.is_object()) fail("{}: \"dflash_config\" must be an object", where);
     c.block_size = d.contains("block_size") ? as_int(d["block_size"], "dflash_config.block_size")
@@ -108,7 +91,7 @@ DFlashConfig DFlashConfig::from_hf_json(const nlohmann::json& j, const std::stri
         fail("{}: dflash_config has no \"target_layer_ids\" list", where);
     for (const auto& k : d["target_layer_ids"])
         c.target_layer_ids.push_back(static_cast<int>(as_int(k, "dflash_config.target_layer_ids")));
-    c.num_target_layers = j.contains("num_target_layers") ? as_int(j["num_target_layers"], "num_target_layers") : 0;
+    c.num_target_layers = r.int_or("num_target_layers", 0);
     c.validate(where);
     return c;
 }

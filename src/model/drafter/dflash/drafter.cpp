@@ -7,7 +7,6 @@
 #include "model/ops/ops.hpp"
 #include "model/ops/recompute.hpp"
 #include "model/io/safetensors.hpp"
-#include "model/ops/tensor_init.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/nn/init.h>
@@ -110,11 +109,7 @@ DFlashDrafterImpl::DFlashDrafterImpl(DFlashConfig c, std::uint64_t seed, at::Dev
     hidden_norm = register_module("hidden_norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
     norm = register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
     to(device);
-    at::NoGradGuard no_grad;
-    for (auto& p : named_parameters()) {
-        if (p.key().ends_with("norm.weight")) p.value().fill_(1.0);
-        else p.value().copy_(seeded_normal(seed, p.key(), p.value().sizes(), 0.02, device, at::kFloat));
-    }
+    init_drafter_weights(*this, seed, device);
     inv_freq_ = rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling).to(device);
 }
 

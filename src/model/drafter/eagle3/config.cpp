@@ -2,6 +2,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/rope_scaling_json.hpp"
+#include "model/drafter/interface/hf_config_reader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -58,45 +59,31 @@ nlohmann::json Eagle3Config::to_hf_json() const {
 }
 
 Eagle3Config Eagle3Config::from_hf_json(const nlohmann::json& j, const std::string& where) {
-    if (!j.is_object()) fail("{}: not a JSON object", where);
-    auto need = [&](const char* key) -> const nlohmann::json& {
-        if (!j.contains(key)) fail("{}: missing key \"{}\" (is this an EAGLE-3 drafter's config.json?)", where, key);
-        return j.at(key);
-    };
-    auto as_int = [&](const nlohmann::json& v, const std::string& key) -> std::int64_t {
-        if (!v.is_number_integer()) fail("{}: \"{}\" must be an integer", where, key);
-        return v.get<std::int64_t>();
-    };
-    bool is_eagle3 = false;
-    if (j.contains("architectures") && j["architectures"].is_array())
-        for (const auto& a : j["architectures"]) is_eagle3 = is_eagle3 || a == "LlamaForCausalLMEagle3";
-    if (!is_eagle3) fail("{}: architectures must list \"LlamaForCausalLMEagle3\"", where);
-    if (j.contains("num_hidden_layers") && as_int(j["num_hidden_layers"], "num_hidden_layers") != 1)
+    const HfConfigReader r(j, where, "an EAGLE-3 drafter", "LlamaForCausalLMEagle3");
+    auto need = [&](const char* key) -> const nlohmann::json& { return r.need(key); };
+    auto as_int = [&](const nlohmann::json& v, const std::string& key) { return r.integer(v, key); };
+    if (r.int_or("num_hidden_layers", 1) != 1)
         fail("{}: num_hidden_layers must be 1 (one midlayer); hsring reads no deeper EAGLE-3 drafters", where);
+    const HfDecoderShape shape = read_hf_decoder_shape(r, 4096, 10000.0);
     Eagle3Config c;
-    c.hidden_size = as_int(need("hidden_size"), "hidden_size");
-    c.num_heads = as_int(need("num_attention_heads"), "num_attention_heads");
-    c.num_kv_heads = j.contains("num_key_value_heads") ? as_int(j["num_key_value_heads"], "num_key_value_heads")
-                                                       : c.num_heads;
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? as_int(j["head_dim"], "head_dim")
-                                                                    : c.hidden_size / c.num_heads;
-    c.intermediate_size = as_int(need("intermediate_size"), "intermediate_size");
-    c.vocab_size = as_int(need("vocab_size"), "vocab_size");
-    c.draft_vocab_size = j.contains("draft_vocab_size") && !j["draft_vocab_size"].is_null()
-                             ? as_int(j["draft_vocab_size"], "draft_vocab_size")
-                             : c.vocab_size;
-    c.max_position_embeddings = j.value("max_position_embeddings", std::int64_t{4096});
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
-        c.rope_scaling = parse_rope_scaling(j["rope_scaling"], where, c.max_position_embeddings);
+    c.hidden_size = shape.hidden_size;
+    c.num_heads = shape.num_heads;
+    c.num_kv_heads = shape.num_kv_heads;
+    c.head_dim = shape.head_dim;
+    c.intermediate_size = shape.intermediate_size;
+    c.vocab_size = shape.vocab_size;
+    c.draft_vocab_size = r.int_or("draft_vocab_size", c.vocab_size);
+    c.max_position_embeddings = shape.max_position_embeddings;
+    c.rms_norm_eps = shape.rms_norm_eps;
+    c.rope_theta = shape.rope_theta;
+    c.rope_scaling = shape.rope_scaling;
     const auto& e = need("eagle_config");
     if (!e.is_object() || !e.contains("eagle_aux_hidden_state_layer_ids") ||
         !e["eagle_aux_hidden_state_layer_ids"].is_array())
         fail("{}: eagle_config has no \"eagle_aux_hidden_state_layer_ids\" list", where);
     for (const auto& k : e["eagle_aux_hidden_state_layer_ids"])
         c.aux_layer_ids.push_back(static_cast<int>(as_int(k, "eagle_aux_hidden_state_layer_ids")) - 1);
-    c.num_target_layers = j.contains("num_target_layers") ? as_int(j["num_target_layers"], "num_target_layers") : 0;
+    c.num_target_layers = r.int_or("num_target_layers", 0);
     if (c.num_target_layers > 0) c.last_layer_id = static_cast<int>(c.num_target_layers) - 1;
     c.validate(where);
     return c;

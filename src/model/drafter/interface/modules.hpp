@@ -28,6 +28,10 @@ public:
 };
 TORCH_MODULE(Projection);
 
+// Every drafter's fresh weights: norms 1, every other parameter N(0, 0.02) drawn from (seed, its
+// name), so a weight does not depend on the order modules are made in or on the device.
+void init_drafter_weights(torch::nn::Module& module, std::uint64_t seed, at::Device device);
+
 // bf16 on CUDA, fp32 elsewhere.
 at::ScalarType default_compute_dtype(at::Device device);
 
