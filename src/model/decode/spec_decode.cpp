@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 #include "model/decode/decode_graphs.hpp"
 #include "model/drafter/dflash/decode.hpp"
+#include "model/drafter/dflash/trainable.hpp"
 #include "model/target/kv_cache.hpp"
 #include "model/decode/sampling.hpp"
 
@@ -43,9 +44,8 @@ struct Row {
 // length, and leaves the batch when its loop ends.
 struct Batch {
     TargetModel& target;
-    DFlashDrafter& drafter;
     const SpecDecodeOptions& options;
-    DFlashDecodeState& draft_state;  // shared by the batches (its weights cast once)
+    DecodeDrafter& draft_state;      // shared by the batches (its weights cast once)
     DecodeGraphs& engine;            // shared too: its graphs outlive a batch
     KVCache& cache;                  // shared too while the batches' rows and capacity match (graphs stay valid)
     SpecDecodeStats& st;
@@ -90,12 +90,10 @@ struct Batch {
 
     void run() {
         const ModelShape& shape = target.shape();
-        const DFlashConfig& c = drafter->config();
-        const std::int64_t b = c.block_size;
-        const std::vector<int>& ids = c.target_layer_ids;
+        const std::int64_t b = draft_state.max_block();
+        const std::vector<int>& ids = draft_state.target_layer_ids();
         const at::Device dev = target.device();
         const at::ScalarType dt = target.dtype();
-        const TargetHead head = target.head();
         std::int64_t capacity = 1;
         std::vector<std::int64_t> prompt, counts;
         for (Row& row : rows) {
@@ -122,10 +120,18 @@ struct Batch {
 
         auto t0 = Clock::now();
         const at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), counts, cache, false, ids, capture);
-        draft_state.extend(at::stack(captured), counts);
         std::vector<std::uint64_t> seeds;
         for (const Row& row : rows) seeds.push_back(row.request->seed);
         const std::vector<std::int64_t> first = pick(logits, seeds, std::vector<std::int64_t>(rows.size(), 0), 1);
+        {
+            std::vector<std::int64_t> next;  // the token after each prompt token: the prompt's next, then the first new one
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const auto& p = rows[i].request->prompt;
+                next.insert(next.end(), p.begin() + 1, p.end());
+                next.push_back(first[i]);
+            }
+            draft_state.extend(at::stack(captured), counts, next);
+        }
         st.prefill_seconds += seconds_since(t0);
         for (std::size_t i = 0; i < rows.size(); ++i) {
             st.prompt_tokens += rows[i].n;
@@ -168,14 +174,17 @@ struct Batch {
                 draft_seeds.push_back(row.draft_seed);
                 firsts.push_back(row.start + 1 - row.n);
             }
-            const at::Tensor hidden = draft_state.draft(lasts, ks);  // [rows, bmax, H]
-            const std::int64_t bmax = hidden.size(1);
-            const std::vector<std::int64_t> drafted =
-                pick(at::matmul(hidden.narrow(1, 1, bmax - 1), head.lm_head.t()).flatten(0, 1), draft_seeds, firsts, bmax - 1);
+            // Draft j0 + j of row i is its new token firsts[i] + j0 + j, drawn from the drafts' own stream.
+            const PickDrafts pick_drafts = [&](const at::Tensor& l, std::int64_t j0, std::int64_t n) {
+                std::vector<std::int64_t> f = firsts;
+                for (auto& x : f) x += j0;
+                return pick(l, draft_seeds, f, n);
+            };
+            const std::vector<std::int64_t> drafted = draft_state.draft(lasts, ks, pick_drafts);  // row after row
             std::vector<std::int64_t> block;  // row after row: last, drafts
-            for (std::size_t i = 0; i < rows.size(); ++i) {
+            for (std::size_t i = 0, d = 0; i < rows.size(); ++i) {
                 block.push_back(rows[i].last);
-                for (std::int64_t j = 0; j + 1 < ks[i]; ++j) block.push_back(drafted[i * static_cast<std::size_t>(bmax - 1) + static_cast<std::size_t>(j)]);
+                for (std::int64_t j = 0; j + 1 < ks[i]; ++j) block.push_back(drafted[d++]);
             }
             st.draft_seconds += seconds_since(t0);
 
@@ -198,7 +207,7 @@ struct Batch {
                     off += ks[i];
                 }
             }
-            std::vector<std::int64_t> context_index, context_counts;
+            std::vector<std::int64_t> context_index, context_counts, context_next;
             std::vector<std::int64_t> accepted(rows.size());
             std::int64_t off = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -206,13 +215,16 @@ struct Batch {
                 std::int64_t a = 0;  // drafts equal to the target's token after the tokens before them
                 while (a + 1 < ks[i] && block[at(a + 1)] == want[at(a)]) ++a;
                 accepted[i] = a;
-                for (std::int64_t j = 0; j <= a; ++j) context_index.push_back(off + j);
+                for (std::int64_t j = 0; j <= a; ++j) {
+                    context_index.push_back(off + j);
+                    context_next.push_back(j < a ? block[at(j + 1)] : want[at(a)]);  // the accepted draft, then the target's own
+                }
                 context_counts.push_back(a + 1);
                 off += ks[i];
             }
             // The drafter's context grows by the captured layers of each row's verified tokens.
             draft_state.extend(at::stack(captured).index_select(1, at::tensor(context_index, at::kLong).to(dev)),
-                               context_counts);
+                               context_counts, context_next);
             off = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 Row& row = rows[i];
@@ -275,7 +287,13 @@ void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter) {
 
 SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options) {
-    check_spec_decode(target, drafter);
+    DFlashTrainable d(drafter, drafter->config());
+    return spec_decode(target, d, prompts, options);
+}
+
+SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, const std::vector<GenerateRequest>& prompts,
+                             const SpecDecodeOptions& options) {
+    if (auto* dflash = dynamic_cast<DFlashTrainable*>(&drafter)) check_spec_decode(target, dflash->drafter());
     const ModelShape& s = target.shape();
     if (options.max_new_tokens < 0)
         fail("speculative decoding: max_new_tokens must be >= 0, got {}", options.max_new_tokens);
@@ -294,17 +312,16 @@ SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const 
     if (options.max_new_tokens == 0) return res;
     if (options.batch < 1) fail("speculative decoding: batch must be >= 1 prompts, got {}", options.batch);
     // One drafter decode state for every batch: room for the longest prompt's context.
-    std::int64_t capacity = 1;
-    for (const auto& p : prompts)
-        capacity = std::max(capacity, static_cast<std::int64_t>(p.prompt.size()) + options.max_new_tokens +
-                                          drafter->config().block_size);
-    capacity = std::min(capacity, s.max_position_embeddings);
     const std::int64_t batch = std::min<std::int64_t>(options.batch, static_cast<std::int64_t>(prompts.size()));
-    DFlashDecodeState draft_state(drafter, target.head(), batch, capacity, target.device(), target.dtype());
+    std::int64_t longest = 1;
+    for (const auto& p : prompts) longest = std::max(longest, static_cast<std::int64_t>(p.prompt.size()));
+    const std::unique_ptr<DecodeDrafter> draft_state = drafter.decoder(
+        s, target.head(), batch, longest + options.max_new_tokens, target.device(), target.dtype(), options.draft_tokens);
+    const std::int64_t capacity = std::min(longest + options.max_new_tokens + draft_state->max_block(), s.max_position_embeddings);
     DecodeGraphs engine(target, options.decode_graphs);
     KVCache cache(s, batch, capacity, target.device(), target.dtype());
     for (std::size_t i = 0; i < prompts.size(); i += static_cast<std::size_t>(batch)) {
-        Batch run{target, drafter, options, draft_state, engine, cache, res.stats, {}};
+        Batch run{target, options, *draft_state, engine, cache, res.stats, {}};
         for (std::size_t j = i; j < std::min(prompts.size(), i + static_cast<std::size_t>(batch)); ++j)
             run.rows.push_back(Row{&prompts[j], &res.outputs[j]});
         run.run();

@@ -31,6 +31,7 @@
 // the drafts draw from a stream of their own (z-lab's rule: accept a draft iff it equals the
 // target's sample).
 #include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/interface/trainable_drafter.hpp"
 #include "model/decode/generate.hpp"
 #include "model/decode/sampling.hpp"
 #include "model/target/target.hpp"
@@ -52,6 +53,8 @@ struct SpecDecodeOptions {
     // At one prompt at a time, verify steps through the decode engine's fixed shapes
     // (decode_graphs.hpp: CUDA graphs on a GPU); false, or several rows: forward_cached.
     bool decode_graphs = true;
+    // Drafts per step: 0 = the drafter type's default (DFlash: its block - 1, always; EAGLE-3: 5).
+    std::int64_t draft_tokens = 0;
 };
 
 struct SpecDecodeOutput {
@@ -91,6 +94,10 @@ at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at
                         std::int64_t start, at::ScalarType dtype, std::int64_t block = 0);
 
 SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
+                             const SpecDecodeOptions& options);
+// The same with a drafter of any type (drafter/registry: load_drafter): DFlash as above; EAGLE-3
+// drafts a chain of draft_tokens per step (drafter/eagle3/decode.hpp).
+SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options);
 
 } // namespace hsring::model

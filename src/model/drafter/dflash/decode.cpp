@@ -184,4 +184,20 @@ at::Tensor DFlashDecodeState::draft(const std::vector<std::int64_t>& lasts, cons
     return rms_norm(x, norm_, eps).view({rs, b, config_.hidden_size});
 }
 
+DFlashDecodeDrafter::DFlashDecodeDrafter(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows,
+                                         std::int64_t capacity, at::Device device, at::ScalarType dtype)
+    : state_(drafter, head, rows, capacity, device, dtype), ids_(drafter->config().target_layer_ids),
+      block_(drafter->config().block_size), lm_head_(head.lm_head) {}
+
+std::vector<std::int64_t> DFlashDecodeDrafter::draft(const std::vector<std::int64_t>& lasts,
+                                                     const std::vector<std::int64_t>& ks, const PickDrafts& pick) {
+    const at::Tensor hidden = state_.draft(lasts, ks);  // [rows, bmax, H]
+    const std::int64_t bmax = hidden.size(1);
+    const std::vector<std::int64_t> all = pick(at::matmul(hidden.narrow(1, 1, bmax - 1), lm_head_.t()).flatten(0, 1), 0, bmax - 1);
+    std::vector<std::int64_t> out;
+    for (std::size_t i = 0; i < ks.size(); ++i)
+        for (std::int64_t j = 0; j + 1 < ks[i]; ++j) out.push_back(all[i * static_cast<std::size_t>(bmax - 1) + static_cast<std::size_t>(j)]);
+    return out;
+}
+
 } // namespace hsring::model

@@ -22,6 +22,7 @@
 // The weights are cast to the compute dtype once (the drafter keeps fp32 masters): a decode step
 // must not convert a billion parameters.
 #include "model/drafter/dflash/drafter.hpp"
+#include "model/drafter/interface/decode_drafter.hpp"
 #include "model/target/target.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -71,6 +72,30 @@ private:
     std::vector<std::int64_t> lengths_;
     at::Device device_;
     at::ScalarType dtype_;
+};
+
+// DFlash behind the decode seam (drafter/interface/decode_drafter.hpp): one block per step, its
+// drafts the target's LM head over the block's slots 1.. (picked together).
+class DFlashDecodeDrafter final : public DecodeDrafter {
+public:
+    DFlashDecodeDrafter(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
+                        at::Device device, at::ScalarType dtype);
+    const std::vector<int>& target_layer_ids() const override { return ids_; }
+    std::int64_t max_block() const override { return block_; }
+    void reset(std::int64_t rows) override { state_.reset(rows); }
+    void extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts,
+                const std::vector<std::int64_t>&) override {
+        state_.extend(captured, counts);
+    }
+    void keep_rows(const std::vector<std::int64_t>& rows) override { state_.keep_rows(rows); }
+    std::vector<std::int64_t> draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& ks,
+                                    const PickDrafts& pick) override;
+
+private:
+    DFlashDecodeState state_;
+    std::vector<int> ids_;
+    std::int64_t block_;
+    at::Tensor lm_head_;
 };
 
 } // namespace hsring::model

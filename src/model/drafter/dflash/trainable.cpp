@@ -1,5 +1,6 @@
 #include "model/drafter/dflash/trainable.hpp"
 
+#include "model/drafter/dflash/decode.hpp"
 #include "model/drafter/dflash/eval.hpp"
 #include "model/drafter/dflash/export.hpp"
 #include "model/drafter/dflash/loss.hpp"
@@ -72,6 +73,14 @@ std::string DFlashTrainable::mismatch(const DrafterSpec& spec) const {
 
 std::string DFlashTrainable::describe() const {
     return fmt::format("DFlash drafter, {} layers, block {}", config_.num_layers, config_.block_size);
+}
+
+std::unique_ptr<DecodeDrafter> DFlashTrainable::decoder(const ModelShape& target, const TargetHead& head,
+                                                        std::int64_t rows, std::int64_t tokens, at::Device device,
+                                                        at::ScalarType dtype, std::int64_t) {
+    // DFlash drafts whole blocks (a shorter block is not a prefix of the full one): draft_tokens is not used.
+    const std::int64_t capacity = std::min(tokens + config_.block_size, target.max_position_embeddings);
+    return std::make_unique<DFlashDecodeDrafter>(drafter_, head, rows, capacity, device, dtype);
 }
 
 } // namespace hsring::model

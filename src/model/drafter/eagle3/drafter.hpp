@@ -69,6 +69,8 @@ public:
     at::Tensor logits(const at::Tensor& out, at::ScalarType dtype);
 
     const Eagle3Config& config() const { return config_; }
+    // Rotary frequencies [head_dim/2] fp32 on the drafter's device (eagle3/decode.cpp reuses them).
+    const at::Tensor& inv_freq() const { return inv_freq_; }
     // Sets the frozen tensors below (buffers: they move with the module).
     void set_vocab(const at::Tensor& lm_head_rows, const at::Tensor& d2t_map, const at::Tensor& t2d_map);
     // The draft vocabulary's target ids [Vd] (draft id + d2t).

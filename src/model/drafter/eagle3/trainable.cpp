@@ -1,6 +1,7 @@
 #include "model/drafter/eagle3/trainable.hpp"
 
 #include "hsring/error.hpp"
+#include "model/drafter/eagle3/decode.hpp"
 #include "model/drafter/eagle3/export.hpp"
 #include "model/drafter/eagle3/loss.hpp"
 #include "model/drafter/eagle3/vocab.hpp"
@@ -98,6 +99,21 @@ std::string Eagle3Trainable::mismatch(const DrafterSpec& spec) const {
 std::string Eagle3Trainable::describe() const {
     return fmt::format("EAGLE-3 drafter, fused target layers [{}], draft vocabulary {} of {}",
                        fmt::join(config_.aux_layer_ids, ", "), config_.draft_vocab_size, config_.vocab_size);
+}
+
+std::unique_ptr<DecodeDrafter> Eagle3Trainable::decoder(const ModelShape& target, const TargetHead& head,
+                                                        std::int64_t rows, std::int64_t tokens, at::Device device,
+                                                        at::ScalarType dtype, std::int64_t draft_tokens) {
+    const Eagle3Config& c = config_;
+    if (c.hidden_size != target.hidden_size || c.vocab_size != target.vocab_size)
+        fail("EAGLE-3 drafter of hidden size {} and vocabulary {} does not fit {} (hidden {}, vocabulary {})",
+             c.hidden_size, c.vocab_size, target.source, target.hidden_size, target.vocab_size);
+    for (int k : c.aux_layer_ids)
+        if (k >= target.num_layers)
+            fail("EAGLE-3 drafter fuses target layer {}, but {} has layers 0..{}", k, target.source, target.num_layers - 1);
+    const std::int64_t drafts = draft_tokens > 0 ? draft_tokens : 5;
+    const std::int64_t capacity = std::min(tokens + drafts + 1, target.max_position_embeddings);
+    return std::make_unique<Eagle3DecodeState>(drafter_, head, rows, capacity, device, dtype, drafts);
 }
 
 } // namespace hsring::model

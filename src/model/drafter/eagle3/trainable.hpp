@@ -26,6 +26,10 @@ public:
     DrafterExporter exporter() const override;
     std::string mismatch(const DrafterSpec& spec) const override;
     std::string describe() const override;
+    // draft_tokens 0: 5 (a chain as SGLang's and vLLM's EAGLE-3 defaults run it).
+    std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
+                                           std::int64_t tokens, at::Device device, at::ScalarType dtype,
+                                           std::int64_t draft_tokens = 0) override;
 
     Eagle3Drafter& drafter() { return drafter_; }
     const Eagle3Config& config() const { return config_; }

@@ -8,6 +8,7 @@
 // owns staging, the optimizer (AdamW over module().parameters(), in that order), gradient sums over
 // the gang and checkpoint snapshots; the type owns the model, its loss and its file format.
 #include "hsring/model_shape.hpp"
+#include "model/drafter/interface/decode_drafter.hpp"
 #include "model/target/target.hpp"
 
 #include <ATen/core/Generator.h>
@@ -118,6 +119,14 @@ public:
     virtual std::string mismatch(const DrafterSpec& spec) const = 0;
     // One line for the log: "DFlash drafter, 5 layers, block 16".
     virtual std::string describe() const = 0;
+    // The drafter at decode time with the frozen target `head`: room for `rows` sequences of
+    // `tokens` positions each (prompt + new tokens; the state adds room for one verify block, up to
+    // the target's max_position_embeddings), weights cast to `dtype` once; `draft_tokens` drafts per step (0 = the
+    // type's default: DFlash's block - 1, EAGLE-3's training-time-test steps). Throws when the
+    // drafter does not fit a target of `target`'s shape.
+    virtual std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
+                                                   std::int64_t tokens, at::Device device, at::ScalarType dtype,
+                                                   std::int64_t draft_tokens = 0) = 0;
 
     // The export format from the live parameters.
     void export_to(const std::filesystem::path& dir, at::ScalarType dtype);
