@@ -287,13 +287,13 @@ void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter) {
 
 SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options) {
+    check_spec_decode(target, drafter);
     DFlashTrainable d(drafter, drafter->config());
     return spec_decode(target, d, prompts, options);
 }
 
 SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options) {
-    if (auto* dflash = dynamic_cast<DFlashTrainable*>(&drafter)) check_spec_decode(target, dflash->drafter());
     const ModelShape& s = target.shape();
     if (options.max_new_tokens < 0)
         fail("speculative decoding: max_new_tokens must be >= 0, got {}", options.max_new_tokens);
@@ -311,13 +311,17 @@ SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, con
     res.outputs.resize(prompts.size());
     if (options.max_new_tokens == 0) return res;
     if (options.batch < 1) fail("speculative decoding: batch must be >= 1 prompts, got {}", options.batch);
+    if (options.draft_tokens < 0)
+        fail("speculative decoding: draft_tokens must be >= 0 (0 = the drafter type's default), got {}",
+             options.draft_tokens);
     // One drafter decode state for every batch: room for the longest prompt's context.
     const std::int64_t batch = std::min<std::int64_t>(options.batch, static_cast<std::int64_t>(prompts.size()));
     std::int64_t longest = 1;
     for (const auto& p : prompts) longest = std::max(longest, static_cast<std::int64_t>(p.prompt.size()));
     const std::unique_ptr<DecodeDrafter> draft_state = drafter.decoder(
         s, target.head(), batch, longest + options.max_new_tokens, target.device(), target.dtype(), options.draft_tokens);
-    const std::int64_t capacity = std::min(longest + options.max_new_tokens + draft_state->max_block(), s.max_position_embeddings);
+    res.block = draft_state->max_block();
+    const std::int64_t capacity = std::min(longest + options.max_new_tokens + res.block, s.max_position_embeddings);
     DecodeGraphs engine(target, options.decode_graphs);
     KVCache cache(s, batch, capacity, target.device(), target.dtype());
     for (std::size_t i = 0; i < prompts.size(); i += static_cast<std::size_t>(batch)) {

@@ -1,21 +1,26 @@
 #pragma once
-// DFlash speculative decoding with the frozen target: the loop of z-lab's `dflash_generate`
-// (dflash/model.py), greedy or sampled, one prompt at a time (batch 1) or several as rows of one
-// batch (SpecDecodeOptions::batch), each row following the loop below on its own.
+// Speculative decoding with the frozen target and a drafter of any type (drafter/interface/
+// decode_drafter.hpp): the loop of z-lab's `dflash_generate` (dflash/model.py), greedy or sampled,
+// one prompt at a time (batch 1) or several as rows of one batch (SpecDecodeOptions::batch), each
+// row following the loop below on its own. The drafter only proposes; the loop owns the target,
+// its cache, verification and acceptance, so losslessness does not depend on the drafter. DFlash
+// drafts a block per step (its B - 1 slots at once); EAGLE-3 a chain of draft_tokens tokens
+// (drafter/eagle3/decode.hpp). B below is the verify step's length: 1 + the drafts per step.
 //
 //   prefill:  the target runs the prompt (KV cache), capturing the drafter's layers; its token
 //             (argmax, or sampled) is the first new token.
 //   step:     start = the cached length = the position of the last accepted token t (not yet run
-//             through the target). The drafter drafts one block [t, MASK x (B-1)] at positions
-//             start.., attending to the fused context of every accepted token before t (the
-//             captured layers; their keys/values cached, drafter/dflash/decode.hpp) and to its own block,
-//             non-causally; its B-1 drafts are the target's LM head over slots 1.. (argmax, or
-//             sampled). The target verifies [t, drafts] in one cached forward (logits of every
-//             token, captured layers) and picks its own token after each prefix; the drafts equal
-//             to the target's token of the previous slot are accepted up to the first mismatch
-//             (n of them), and the target's own token after them comes free: n + 1 new tokens (the
-//             step's acceptance length). The cache is cropped to start + n + 1 and the drafter's
-//             context grows by the verified tokens' captured layers t, d_1..d_n.
+//             through the target). The drafter drafts B-1 tokens (argmax, or sampled) for
+//             positions start+1.. from the captured layers of the accepted tokens (DFlash: one
+//             block [t, MASK x (B-1)] at positions start.., attending to the fused context and to
+//             its own block non-causally, its drafts the target's LM head over slots 1..; EAGLE-3:
+//             a chain, one token after another). The target verifies [t, drafts] in one cached
+//             forward (logits of every token, captured layers) and picks its own token after each
+//             prefix; the drafts equal to the target's token of the previous slot are accepted up
+//             to the first mismatch (n of them), and the target's own token after them comes free:
+//             n + 1 new tokens (the step's acceptance length). The cache is cropped to
+//             start + n + 1 and the drafter's context grows by the verified tokens' captured layers
+//             t, d_1..d_n (each with the token after it: EAGLE-3 reads the pair).
 //
 // Stopping follows z-lab's loop exactly: a step runs while the last accepted token's position is
 // below prompt + max_new_tokens (so one more step runs when exactly max_new_tokens exist), every
@@ -78,6 +83,7 @@ struct SpecDecodeStats {
 struct SpecDecodeResult {
     std::vector<SpecDecodeOutput> outputs;  // one per prompt, in order
     SpecDecodeStats stats;
+    std::int64_t block = 0;  // tokens of a whole verify step: the last accepted one + the drafts per step
 };
 
 // Throws hsring::Error when the drafter does not fit the target (hidden size, vocabulary, captured
@@ -93,11 +99,12 @@ void check_spec_decode(const TargetModel& target, DFlashDrafter& drafter);
 at::Tensor draft_hidden(DFlashDrafter& drafter, const TargetHead& head, const at::Tensor& context, std::int64_t last,
                         std::int64_t start, at::ScalarType dtype, std::int64_t block = 0);
 
-SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
-                             const SpecDecodeOptions& options);
-// The same with a drafter of any type (drafter/registry: load_drafter): DFlash as above; EAGLE-3
-// drafts a chain of draft_tokens per step (drafter/eagle3/decode.hpp).
+// A drafter of any type (drafter/registry: load_drafter). Throws when it does not fit the target
+// (TrainableDrafter::misfit) or cannot draft options.draft_tokens per step.
 SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, const std::vector<GenerateRequest>& prompts,
+                             const SpecDecodeOptions& options);
+// A DFlash drafter (check_spec_decode first).
+SpecDecodeResult spec_decode(TargetModel& target, DFlashDrafter& drafter, const std::vector<GenerateRequest>& prompts,
                              const SpecDecodeOptions& options);
 
 } // namespace hsring::model

@@ -1,5 +1,6 @@
 #include "model/drafter/dflash/trainable.hpp"
 
+#include "hsring/error.hpp"
 #include "model/drafter/dflash/decode.hpp"
 #include "model/drafter/dflash/eval.hpp"
 #include "model/drafter/dflash/export.hpp"
@@ -75,10 +76,39 @@ std::string DFlashTrainable::describe() const {
     return fmt::format("DFlash drafter, {} layers, block {}", config_.num_layers, config_.block_size);
 }
 
+std::string DFlashTrainable::misfit(const ModelShape& t) const {
+    const DFlashConfig& c = config_;
+    if (c.hidden_size != t.hidden_size)
+        return fmt::format("the drafter's hidden_size {} does not match the target {}'s {}", c.hidden_size, t.source,
+                           t.hidden_size);
+    if (c.vocab_size != t.vocab_size)
+        return fmt::format("the drafter's vocab_size {} does not match the target {}'s {}", c.vocab_size, t.source,
+                           t.vocab_size);
+    if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
+        return fmt::format("the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers",
+                           c.num_target_layers, t.source, t.num_layers);
+    if (c.target_layer_ids.empty()) return "the drafter has no target layers (dflash_config.target_layer_ids)";
+    for (int k : c.target_layer_ids)
+        if (k < 0 || k >= t.num_layers)
+            return fmt::format("target layer id {} (dflash_config.target_layer_ids) is out of range for {} ({} layers)",
+                               k, t.source, t.num_layers);
+    if (c.mask_token_id < 0 || c.mask_token_id >= t.vocab_size)
+        return fmt::format("the drafter's mask_token_id {} is outside the vocabulary of {} ({} tokens)", c.mask_token_id,
+                           t.source, t.vocab_size);
+    if (c.block_size < 2) return fmt::format("the drafter's block_size {} drafts nothing", c.block_size);
+    return {};
+}
+
 std::unique_ptr<DecodeDrafter> DFlashTrainable::decoder(const ModelShape& target, const TargetHead& head,
                                                         std::int64_t rows, std::int64_t tokens, at::Device device,
-                                                        at::ScalarType dtype, std::int64_t) {
-    // DFlash drafts whole blocks (a shorter block is not a prefix of the full one): draft_tokens is not used.
+                                                        at::ScalarType dtype, std::int64_t draft_tokens) {
+    if (const std::string why = misfit(target); !why.empty()) fail("speculative decoding: {}", why);
+    // A DFlash block drafts all its slots at once, and a shorter block is not a prefix of the full
+    // one: block - 1 drafts per step is the only choice.
+    if (draft_tokens != 0 && draft_tokens != config_.block_size - 1)
+        fail("speculative decoding: a DFlash drafter drafts its whole block ({} tokens, block_size {}) per step, not "
+             "{}: draft tokens are for EAGLE-3 chains (leave them unset)",
+             config_.block_size - 1, config_.block_size, draft_tokens);
     const std::int64_t capacity = std::min(tokens + config_.block_size, target.max_position_embeddings);
     return std::make_unique<DFlashDecodeDrafter>(drafter_, head, rows, capacity, device, dtype);
 }

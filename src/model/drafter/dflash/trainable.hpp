@@ -27,9 +27,10 @@ public:
     DrafterExporter exporter() const override;
     std::string mismatch(const DrafterSpec& spec) const override;
     std::string describe() const override;
+    std::string misfit(const ModelShape& target) const override;
     std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                            std::int64_t tokens, at::Device device, at::ScalarType dtype,
-                                           std::int64_t draft_tokens = 0) override;
+                                           std::int64_t draft_tokens) override;
 
     DFlashDrafter& drafter() { return drafter_; }
     const DFlashConfig& config() const { return config_; }

@@ -12,12 +12,16 @@
 
 namespace hsring::model {
 
-Eagle3DecodeState::Eagle3DecodeState(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows,
-                                     std::int64_t capacity, at::Device device, at::ScalarType dtype,
-                                     std::int64_t draft_tokens)
+Eagle3DecodeDrafter::Eagle3DecodeDrafter(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows,
+                                         std::int64_t capacity, at::Device device, at::ScalarType dtype,
+                                         std::int64_t draft_tokens)
     : config_(drafter->config()), ids_(config_.aux_layer_ids), draft_tokens_(draft_tokens), capacity_(capacity),
       device_(device), dtype_(dtype) {
     if (draft_tokens_ < 1) fail("EAGLE-3 decoding: at least one draft token per step, got {}", draft_tokens_);
+    if (capacity_ < 1) fail("EAGLE-3 decoding: capacity must be >= 1 positions, got {}", capacity_);
+    HSRING_ASSERT(ids_.size() == 3, "EAGLE-3 decoding: {} fused layers", ids_.size());
+    HSRING_ASSERT(drafter->lm_head.defined(), "EAGLE-3 decoding: the drafter's LM head rows were never set");
+    at::NoGradGuard no_grad;
     auto cast = [&](const at::Tensor& t) { return t.detach().to(device, dtype); };
     embed_ = cast(head.embed);
     inv_freq_ = drafter->inv_freq().to(device);
@@ -39,16 +43,18 @@ Eagle3DecodeState::Eagle3DecodeState(Eagle3Drafter& drafter, const TargetHead& h
     reset(rows);
 }
 
-void Eagle3DecodeState::reset(std::int64_t rows) {
+void Eagle3DecodeDrafter::reset(std::int64_t rows) {
+    if (rows < 0) fail("EAGLE-3 decoding: {} rows", rows);
     const auto o = at::TensorOptions().dtype(dtype_).device(device_);
+    // Zeros, not empty: positions past a row's length are masked, but stay finite anyway.
     keys_ = at::zeros({rows, capacity_, config_.num_kv_heads, config_.head_dim}, o);
     values_ = at::zeros_like(keys_);
     last_out_ = at::zeros({rows, config_.hidden_size}, o);
     lengths_.assign(static_cast<std::size_t>(rows), 0);
 }
 
-Eagle3DecodeState::Qkv Eagle3DecodeState::project(const at::Tensor& emb, const at::Tensor& hidden,
-                                                  const at::Tensor& positions) const {
+Eagle3DecodeDrafter::Qkv Eagle3DecodeDrafter::project(const at::Tensor& emb, const at::Tensor& hidden,
+                                                      const at::Tensor& positions) const {
     const double eps = config_.rms_norm_eps;
     const std::int64_t n = hidden.size(0), hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
     const at::Tensor x = at::cat({rms_norm(emb, input_norm_, eps), rms_norm(hidden, hidden_norm_, eps)}, -1);
@@ -57,119 +63,128 @@ Eagle3DecodeState::Qkv Eagle3DecodeState::project(const at::Tensor& emb, const a
             dense(x, v_).view({n, hkv, d})};
 }
 
-at::Tensor Eagle3DecodeState::finish(const at::Tensor& hidden, const at::Tensor& o) const {
+at::Tensor Eagle3DecodeDrafter::finish(const at::Tensor& hidden, const at::Tensor& o) const {
     const at::Tensor y = hidden + dense(o.reshape({o.size(0), -1}), o_);
     const at::Tensor m = rms_norm(y, post_norm_, config_.rms_norm_eps);
     return y + dense(fused_swiglu(dense(m, gate_), dense(m, up_)), down_);
 }
 
-at::Tensor Eagle3DecodeState::attend(const at::Tensor& q, const std::vector<at::Tensor>& chain_k,
-                                     const std::vector<at::Tensor>& chain_v) const {
-    const std::int64_t rows = q.size(0), hq = q.size(1), rep = hq / config_.num_kv_heads;
+at::Tensor Eagle3DecodeDrafter::attend(const at::Tensor& q, const at::Tensor& rows, const std::vector<std::int64_t>& lengths,
+                                       const std::vector<at::Tensor>& chain_k,
+                                       const std::vector<at::Tensor>& chain_v) const {
+    const std::int64_t rep = config_.num_heads / config_.num_kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
     auto heads = [rep](const at::Tensor& t, int dim) { return rep == 1 ? t : t.repeat_interleave(rep, dim); };
-    const std::int64_t lmax = *std::max_element(lengths_.begin(), lengths_.end());
-    const at::Tensor k = heads(keys_.narrow(1, 0, lmax), 2), v = heads(values_.narrow(1, 0, lmax), 2);  // [R, L, hq, d]
-    at::Tensor scores = at::einsum("rhd,rlhd->rhl", {q, k}) * scale;                                  // [R, hq, L]
-    const at::Tensor len = at::tensor(lengths_, at::TensorOptions().dtype(at::kLong)).to(device_);
-    const at::Tensor pad = at::arange(lmax, len.options()).unsqueeze(0).ge(len.unsqueeze(1));       // [R, L]
+    const std::int64_t lmax = *std::max_element(lengths.begin(), lengths.end());
+    HSRING_ASSERT(lmax >= 1, "EAGLE-3 decoding: attention over an empty cache");
+    const at::Tensor keys = keys_.index_select(0, rows).narrow(1, 0, lmax),
+                     values = values_.index_select(0, rows).narrow(1, 0, lmax);  // [n, L, hkv, d]
+    at::Tensor scores = at::einsum("nhd,nlhd->nhl", {q, heads(keys, 2)}) * scale;  // [n, hq, L]
+    const at::Tensor len = at::tensor(lengths, at::TensorOptions().dtype(at::kLong)).to(device_);
+    const at::Tensor pad = at::arange(lmax, len.options()).unsqueeze(0).ge(len.unsqueeze(1));  // [n, L]
     scores = scores.masked_fill(pad.unsqueeze(1), -std::numeric_limits<double>::infinity());
     std::vector<at::Tensor> cols{scores};
-    for (const auto& ck : chain_k) cols.push_back(((q * heads(ck, 1)).sum(-1) * scale).unsqueeze(-1));  // [R, hq, 1]
+    for (const auto& ck : chain_k) cols.push_back(((q * heads(ck, 1)).sum(-1) * scale).unsqueeze(-1));  // [n, hq, 1]
+    // Softmax in fp32, as the training forward's eager attention.
     const at::Tensor p = at::softmax(at::cat(cols, -1), -1, at::kFloat).to(dtype_);
-    at::Tensor out = at::einsum("rhl,rlhd->rhd", {p.narrow(-1, 0, lmax), v});
+    at::Tensor out = at::einsum("nhl,nlhd->nhd", {p.narrow(-1, 0, lmax), heads(values, 2)});
     for (std::size_t s = 0; s < chain_v.size(); ++s)
         out = out + p.narrow(-1, lmax + static_cast<std::int64_t>(s), 1) * heads(chain_v[s], 1);
-    (void)rows;
-    return out;  // [R, hq, d]
+    return out;  // [n, hq, d]
 }
 
-void Eagle3DecodeState::extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts,
-                               const std::vector<std::int64_t>& next_tokens) {
+void Eagle3DecodeDrafter::extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts,
+                                 const std::vector<std::int64_t>& next_tokens) {
     const std::int64_t h = config_.hidden_size;
-    HSRING_ASSERT(counts.size() == lengths_.size(), "EAGLE-3 extend: {} counts for {} rows", counts.size(), lengths_.size());
-    const std::int64_t t = captured.size(1);
-    HSRING_ASSERT(captured.size(0) == 3 && static_cast<std::int64_t>(next_tokens.size()) == t,
+    HSRING_ASSERT(counts.size() == lengths_.size(), "EAGLE-3 extend: {} counts for {} rows", counts.size(),
+                  lengths_.size());
+    HSRING_ASSERT(captured.dim() == 3 && captured.size(0) == 3 && captured.size(2) == h &&
+                      static_cast<std::int64_t>(next_tokens.size()) == captured.size(1),
                   "EAGLE-3 extend: captured {} for {} next tokens", shape_str(captured.sizes()), next_tokens.size());
-    if (t == 0) return;
-    const at::Tensor x = captured.to(dtype_);
-    at::Tensor fused = at::matmul(x[0], fc_.narrow(1, 0, h).t());
-    for (std::int64_t i = 1; i < 3; ++i) fused = at::addmm(fused, x[i], fc_.narrow(1, i * h, h).t());
-    std::vector<std::int64_t> pos, row_of, slot;
-    std::vector<std::int64_t> last_index;  // packed index of each extended row's last new row
-    std::vector<std::int64_t> extended;
+    std::int64_t total = 0;
+    for (std::int64_t c : counts) total += c;
+    HSRING_ASSERT(total == captured.size(1), "EAGLE-3 extend: counts add up to {}, captured {} positions", total,
+                  captured.size(1));
+    if (total == 0) return;
+    at::NoGradGuard no_grad;
+    // Position j of a row: the fused layers at j with the embedding of token j + 1, RoPE at j + 1
+    // (training's row j at step 0); its key/value goes to cache slot j.
+    std::vector<std::int64_t> rope_pos, row_of, slot, last_index, extended, lengths;
     for (std::size_t r = 0, off = 0; r < counts.size(); off += static_cast<std::size_t>(counts[r]), ++r) {
         if (lengths_[r] + counts[r] > capacity_)
             fail("EAGLE-3 decoding: row {} would hold {} positions, room for {}", r, lengths_[r] + counts[r], capacity_);
         for (std::int64_t j = 0; j < counts[r]; ++j) {
-            pos.push_back(lengths_[r] + j + 1);
+            rope_pos.push_back(lengths_[r] + j + 1);
             row_of.push_back(static_cast<std::int64_t>(r));
             slot.push_back(lengths_[r] + j);
         }
         if (counts[r] > 0) {
             last_index.push_back(static_cast<std::int64_t>(off) + counts[r] - 1);
             extended.push_back(static_cast<std::int64_t>(r));
+            lengths.push_back(lengths_[r] + counts[r]);
         }
     }
     const auto i64 = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor emb = at::embedding(embed_, at::tensor(next_tokens, i64).to(device_));
-    const Qkv p = project(emb, fused, at::tensor(pos, i64).to(device_));
-    const at::Tensor rows_t = at::tensor(row_of, i64).to(device_), slots_t = at::tensor(slot, i64).to(device_);
+    auto on_device = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, i64).to(device_); };
+    // fc over the concatenated layers as a sum of per-layer products (no [T, 3H] copy), as in training.
+    const at::Tensor x = captured.to(dtype_);
+    at::Tensor fused = at::matmul(x[0], fc_.narrow(1, 0, h).t());
+    for (std::int64_t i = 1; i < 3; ++i) fused = at::addmm(fused, x[i], fc_.narrow(1, i * h, h).t());
+    const at::Tensor emb = at::embedding(embed_, on_device(next_tokens));
+    const Qkv p = project(emb, fused, on_device(rope_pos));
+    const at::Tensor rows_t = on_device(row_of), slots_t = on_device(slot);
     keys_.index_put_({rows_t, slots_t}, p.k);
     values_.index_put_({rows_t, slots_t}, p.v);
     for (std::size_t r = 0; r < counts.size(); ++r) lengths_[r] += counts[r];
-    // The last new row of each extended sequence attends its sequence's cached rows (itself included).
-    const at::Tensor last_t = at::tensor(last_index, i64).to(device_);
-    const std::vector<std::int64_t> saved = lengths_;
-    std::vector<std::int64_t> sub;
-    for (std::int64_t r : extended) sub.push_back(lengths_[static_cast<std::size_t>(r)]);
-    // attend() reads lengths_ for the rows it is given: the extended rows' caches, in their order.
-    const at::Tensor ext_t = at::tensor(extended, i64).to(device_);
-    const at::Tensor keys_all = keys_, values_all = values_;
-    keys_ = keys_all.index_select(0, ext_t);
-    values_ = values_all.index_select(0, ext_t);
-    lengths_ = sub;
-    const at::Tensor o = attend(p.q.index_select(0, last_t), {}, {});
-    keys_ = keys_all;
-    values_ = values_all;
-    lengths_ = saved;
-    last_out_.index_put_({ext_t}, finish(fused.index_select(0, last_t), o));
+    // The last new position of each extended row attends its row's cached positions (itself included).
+    const at::Tensor last_t = on_device(last_index), ext_t = on_device(extended);
+    const at::Tensor o = attend(p.q.index_select(0, last_t), ext_t, lengths, {}, {});
+    last_out_.index_copy_(0, ext_t, finish(fused.index_select(0, last_t), o));
 }
 
-void Eagle3DecodeState::keep_rows(const std::vector<std::int64_t>& rows) {
+void Eagle3DecodeDrafter::keep_rows(const std::vector<std::int64_t>& rows) {
     const at::Tensor idx = at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(device_);
     keys_ = keys_.index_select(0, idx);
     values_ = values_.index_select(0, idx);
     last_out_ = last_out_.index_select(0, idx);
     std::vector<std::int64_t> lengths;
-    for (std::int64_t r : rows) lengths.push_back(lengths_[static_cast<std::size_t>(r)]);
+    for (std::int64_t r : rows) lengths.push_back(lengths_.at(static_cast<std::size_t>(r)));
     lengths_ = std::move(lengths);
 }
 
-std::vector<std::int64_t> Eagle3DecodeState::draft(const std::vector<std::int64_t>&, const std::vector<std::int64_t>& ks,
-                                                   const PickDrafts& pick) {
+std::vector<std::int64_t> Eagle3DecodeDrafter::draft(const std::vector<std::int64_t>&,
+                                                     const std::vector<std::int64_t>& ks, const PickDrafts& pick) {
     const auto rows = static_cast<std::int64_t>(ks.size());
     HSRING_ASSERT(rows == static_cast<std::int64_t>(lengths_.size()), "EAGLE-3 draft: {} rows, state of {}", rows,
                   lengths_.size());
-    const std::int64_t steps = *std::max_element(ks.begin(), ks.end()) - 1;
+    for (std::size_t r = 0; r < ks.size(); ++r) {
+        HSRING_ASSERT(ks[r] >= 1 && ks[r] <= max_block(), "EAGLE-3 draft: row {} block {}, 1..{} allowed", r, ks[r],
+                      max_block());
+        HSRING_ASSERT(lengths_[r] >= 1, "EAGLE-3 draft: row {} has no verified position", r);
+    }
+    const std::int64_t steps = rows == 0 ? 0 : *std::max_element(ks.begin(), ks.end()) - 1;
+    if (steps == 0) return {};
+    at::NoGradGuard no_grad;
     const auto i64 = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor base = at::tensor(lengths_, i64).to(device_);  // position of each row's last accepted token
+    const at::Tensor all_rows = at::arange(rows, i64.device(device_));
+    // Draft s + 1 is the token at position length(r) + s + 1 (length(r): the last accepted token's);
+    // the chain embeds it at RoPE position length(r) + s + 1, as training's step s + 1 of the last
+    // cached position (RoPE length(r) at step 0).
+    const at::Tensor base = at::tensor(lengths_, i64).to(device_);
     std::vector<std::vector<std::int64_t>> drafts(static_cast<std::size_t>(rows));
     at::Tensor h = last_out_;
     std::vector<at::Tensor> chain_k, chain_v;
     for (std::int64_t s = 0; s < steps; ++s) {
         const at::Tensor logits = dense(rms_norm(h, norm_, config_.rms_norm_eps), lm_head_).to(at::kFloat);  // [R, Vd]
-        at::Tensor full = at::full({rows, config_.vocab_size}, -std::numeric_limits<float>::infinity(),
-                                   logits.options());
+        at::Tensor full = at::full({rows, config_.vocab_size}, -std::numeric_limits<float>::infinity(), logits.options());
         full.index_copy_(1, draft_ids_, logits);
         const std::vector<std::int64_t> toks = pick(full, s, 1);
         for (std::int64_t r = 0; r < rows; ++r) drafts[static_cast<std::size_t>(r)].push_back(toks[static_cast<std::size_t>(r)]);
         if (s + 1 == steps) break;
-        const at::Tensor emb = at::embedding(embed_, at::tensor(toks, i64).to(device_));
-        const Qkv p = project(emb, h, base + (s + 1));
+        const Qkv p = project(at::embedding(embed_, at::tensor(toks, i64).to(device_)), h, base + (s + 1));
         chain_k.push_back(p.k);
         chain_v.push_back(p.v);
-        h = finish(h, attend(p.q, chain_k, chain_v));
+        h = finish(h, attend(p.q, all_rows, lengths_, chain_k, chain_v));
     }
     std::vector<std::int64_t> out;
     for (std::int64_t r = 0; r < rows; ++r)

@@ -1,15 +1,23 @@
 #pragma once
-// The EAGLE-3 drafter at decode time (chain drafting, as SGLang and vLLM run it with top-k 1): per
-// sequence, the keys/values of the rows (fused target layers at j, token j+1) of every token the
-// target ran, cached; a step drafts K tokens one after another, each the drafter's argmax (or
-// sample) of the previous step's output, the chain's own keys seen only by the chain (training-time
-// test's attention, eagle3/drafter.hpp).
+// The EAGLE-3 drafter at decode time: chain drafting, as SGLang and vLLM run it with top-k 1. Per
+// sequence (a row) the keys/values of every position the target verified are cached; a step drafts
+// K tokens one after another, each the drafter's own token after the previous one, the chain's own
+// keys seen only by the chain: the attention of the training-time test (eagle3/drafter.hpp), so
+// decoding computes what training trained.
 //
-//   row r, cached:  rows 0 .. length(r) - 1   (position j + 1: token j + 1 with the layers at j)
-//   draft s = 0:    the last cached row's output -> logits -> draft 1 (position length(r) + 1)
-//   draft s >= 1:   embed(draft s) with the previous output at position length(r) + s, attending the
-//                   cached rows and the chain's keys of steps 1..s -> draft s + 1
-// Drafts are over the draft vocabulary, mapped to the target's ids by d2t.
+//   cached row j (j = 0 .. length(r) - 1):  fc(the 3 fused layers at position j) with the embedding
+//                                           of token j + 1, RoPE at j + 1 (training's row j, step 0)
+//   draft 1:      the last cached row's output (layer output before the final norm) -> logits
+//   draft s + 1:  embed(draft s) with draft s's output as the hidden state, RoPE at length(r) + s,
+//                 attending the cached rows and the chain's keys of drafts 1..s (training's step s)
+//
+// The chain's keys are never cached: after a verify step the cache grows by the verified positions
+// only (t, the accepted drafts, each with the token after it), which is the drafter's KV cache
+// cropped to the accepted length. Only the last verified position's output is computed (draft 1
+// reads it): the layer's keys/values are projections of its input, not of other rows.
+//
+// Drafts are over the draft vocabulary, mapped to the target's ids by d2t (the other ids' logits
+// are -inf). Weights are cast to the compute dtype once.
 #include "model/drafter/eagle3/drafter.hpp"
 #include "model/drafter/interface/decode_drafter.hpp"
 #include "model/target/target.hpp"
@@ -19,11 +27,12 @@
 
 namespace hsring::model {
 
-class Eagle3DecodeState final : public DecodeDrafter {
+class Eagle3DecodeDrafter final : public DecodeDrafter {
 public:
-    // draft_tokens: drafts per step (the verify block is one more).
-    Eagle3DecodeState(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
-                      at::Device device, at::ScalarType dtype, std::int64_t draft_tokens);
+    // Room for `rows` sequences of `capacity` verified positions each; `draft_tokens` (>= 1) drafts
+    // per step (a verify step is one more token).
+    Eagle3DecodeDrafter(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
+                        at::Device device, at::ScalarType dtype, std::int64_t draft_tokens);
     const std::vector<int>& target_layer_ids() const override { return ids_; }
     std::int64_t max_block() const override { return draft_tokens_ + 1; }
     void reset(std::int64_t rows) override;
@@ -32,31 +41,32 @@ public:
     void keep_rows(const std::vector<std::int64_t>& rows) override;
     std::vector<std::int64_t> draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& ks,
                                     const PickDrafts& pick) override;
+    std::int64_t length(std::int64_t row) const { return lengths_.at(static_cast<std::size_t>(row)); }
 
 private:
-    // One step of the layer for rows x [n, 2H] at positions [n]: q, k, v.
     struct Qkv {
-        at::Tensor q, k, v;
+        at::Tensor q, k, v;  // [n, heads, head_dim], RoPE applied to q and k
     };
+    // The layer's projections of n rows: embeddings emb [n, H], hidden states [n, H], positions [n].
     Qkv project(const at::Tensor& emb, const at::Tensor& hidden, const at::Tensor& positions) const;
-    // The layer's output for `hidden` [n, H] given its attention output o [n, hq, d].
+    // The layer's output [n, H] for the hidden states `hidden` [n, H] and their attention o [n, hq, d].
     at::Tensor finish(const at::Tensor& hidden, const at::Tensor& o) const;
-    // Attention of q [rows, hq, d] over each row's cached keys (padded to the longest, masked) and
-    // its chain keys [rows, s, hkv, d].
-    at::Tensor attend(const at::Tensor& q, const std::vector<at::Tensor>& chain_k,
-                      const std::vector<at::Tensor>& chain_v) const;
+    // Attention of q [n, hq, d] over the cached rows of the rows `rows` (one per query; each its
+    // first lengths[i] cached positions, the rest masked) and the chain's keys/values (each [n, hkv, d]).
+    at::Tensor attend(const at::Tensor& q, const at::Tensor& rows, const std::vector<std::int64_t>& lengths,
+                      const std::vector<at::Tensor>& chain_k, const std::vector<at::Tensor>& chain_v) const;
 
     Eagle3Config config_;
     std::vector<int> ids_;
     std::int64_t draft_tokens_;
+    std::int64_t capacity_;
+    at::Device device_;
+    at::ScalarType dtype_;
     at::Tensor embed_, inv_freq_, fc_, input_norm_, hidden_norm_, post_norm_, q_, k_, v_, o_, gate_, up_, down_, norm_,
         lm_head_, draft_ids_;
     at::Tensor keys_, values_;  // [rows, capacity, kv heads, head_dim]
-    at::Tensor last_out_;       // [rows, H]: each row's last cached row's output (draft 1 comes from it)
-    std::int64_t capacity_;
+    at::Tensor last_out_;       // [rows, H]: each row's last cached position's output (draft 1 reads it)
     std::vector<std::int64_t> lengths_;
-    at::Device device_;
-    at::ScalarType dtype_;
 };
 
 } // namespace hsring::model

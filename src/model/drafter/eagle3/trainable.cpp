@@ -101,19 +101,34 @@ std::string Eagle3Trainable::describe() const {
                        fmt::join(config_.aux_layer_ids, ", "), config_.draft_vocab_size, config_.vocab_size);
 }
 
+std::string Eagle3Trainable::misfit(const ModelShape& t) const {
+    const Eagle3Config& c = config_;
+    if (c.hidden_size != t.hidden_size)
+        return fmt::format("the drafter's hidden_size {} does not match the target {}'s {}", c.hidden_size, t.source,
+                           t.hidden_size);
+    if (c.vocab_size != t.vocab_size)
+        return fmt::format("the drafter's vocab_size {} does not match the target {}'s {}", c.vocab_size, t.source,
+                           t.vocab_size);
+    if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
+        return fmt::format("the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers",
+                           c.num_target_layers, t.source, t.num_layers);
+    for (int k : c.aux_layer_ids)
+        if (k < 0 || k >= t.num_layers)
+            return fmt::format("fused target layer {} (eagle_config.eagle_aux_hidden_state_layer_ids: {}) is out of "
+                               "range for {} ({} layers)", k, k + 1, t.source, t.num_layers);
+    return {};
+}
+
 std::unique_ptr<DecodeDrafter> Eagle3Trainable::decoder(const ModelShape& target, const TargetHead& head,
                                                         std::int64_t rows, std::int64_t tokens, at::Device device,
                                                         at::ScalarType dtype, std::int64_t draft_tokens) {
-    const Eagle3Config& c = config_;
-    if (c.hidden_size != target.hidden_size || c.vocab_size != target.vocab_size)
-        fail("EAGLE-3 drafter of hidden size {} and vocabulary {} does not fit {} (hidden {}, vocabulary {})",
-             c.hidden_size, c.vocab_size, target.source, target.hidden_size, target.vocab_size);
-    for (int k : c.aux_layer_ids)
-        if (k >= target.num_layers)
-            fail("EAGLE-3 drafter fuses target layer {}, but {} has layers 0..{}", k, target.source, target.num_layers - 1);
-    const std::int64_t drafts = draft_tokens > 0 ? draft_tokens : 5;
+    if (const std::string why = misfit(target); !why.empty()) fail("speculative decoding: {}", why);
+    if (draft_tokens < 0)
+        fail("speculative decoding: draft_tokens must be >= 1 (or 0: {}), got {}", kDefaultDraftTokens, draft_tokens);
+    // 5 drafts per step by default: a chain of the length SGLang's and vLLM's EAGLE-3 examples run.
+    const std::int64_t drafts = draft_tokens > 0 ? draft_tokens : kDefaultDraftTokens;
     const std::int64_t capacity = std::min(tokens + drafts + 1, target.max_position_embeddings);
-    return std::make_unique<Eagle3DecodeState>(drafter_, head, rows, capacity, device, dtype, drafts);
+    return std::make_unique<Eagle3DecodeDrafter>(drafter_, head, rows, capacity, device, dtype, drafts);
 }
 
 } // namespace hsring::model

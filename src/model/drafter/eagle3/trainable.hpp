@@ -10,6 +10,8 @@ namespace hsring::model {
 
 class Eagle3Trainable final : public TrainableDrafter {
 public:
+    // Drafts per decode step when none are asked for (decoder's draft_tokens 0).
+    static constexpr std::int64_t kDefaultDraftTokens = 5;
     Eagle3Trainable(Eagle3Drafter drafter, Eagle3Config config);
     // A fresh drafter for `spec`: DrafterSpec::layer_ids (3 fused + the last), draft_vocab chosen
     // from token_counts (eagle3/vocab.hpp), the LM head rows from spec.head.
@@ -26,10 +28,10 @@ public:
     DrafterExporter exporter() const override;
     std::string mismatch(const DrafterSpec& spec) const override;
     std::string describe() const override;
-    // draft_tokens 0: 5 (a chain as SGLang's and vLLM's EAGLE-3 defaults run it).
+    std::string misfit(const ModelShape& target) const override;
     std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                            std::int64_t tokens, at::Device device, at::ScalarType dtype,
-                                           std::int64_t draft_tokens = 0) override;
+                                           std::int64_t draft_tokens) override;
 
     Eagle3Drafter& drafter() { return drafter_; }
     const Eagle3Config& config() const { return config_; }

@@ -119,14 +119,19 @@ public:
     virtual std::string mismatch(const DrafterSpec& spec) const = 0;
     // One line for the log: "DFlash drafter, 5 layers, block 16".
     virtual std::string describe() const = 0;
-    // The drafter at decode time with the frozen target `head`: room for `rows` sequences of
-    // `tokens` positions each (prompt + new tokens; the state adds room for one verify block, up to
-    // the target's max_position_embeddings), weights cast to `dtype` once; `draft_tokens` drafts per step (0 = the
-    // type's default: DFlash's block - 1, EAGLE-3's training-time-test steps). Throws when the
-    // drafter does not fit a target of `target`'s shape.
+    // Empty when this drafter drafts for a target of shape `target` (hidden size, vocabulary, the
+    // layers it reads), else why not, naming its config.json keys ("the drafter's hidden_size 64
+    // does not match the target T's 128").
+    virtual std::string misfit(const ModelShape& target) const = 0;
+    // The drafter at decode time (speculative decoding) with the frozen target's `head`: room for
+    // `rows` sequences of `tokens` positions each (prompt + new tokens; the state adds room for one
+    // verify step, up to the target's max_position_embeddings), weights cast to `dtype` once.
+    // `draft_tokens`: drafts per step, 0 = the type's default (DFlash: its block - 1, the only
+    // choice; EAGLE-3: 5). Throws when the drafter does not fit `target` (misfit) or for a
+    // draft_tokens the type cannot draft.
     virtual std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                                    std::int64_t tokens, at::Device device, at::ScalarType dtype,
-                                                   std::int64_t draft_tokens = 0) = 0;
+                                                   std::int64_t draft_tokens) = 0;
 
     // The export format from the live parameters.
     void export_to(const std::filesystem::path& dir, at::ScalarType dtype);
