@@ -35,8 +35,9 @@ int check_drafter(int argc, char** argv);
 int generate(int argc, char** argv);
 
 // spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl [--max-new-tokens N] [--samples N]
-//             [--temperature T] [--top-p P] [--seed S] [--device D] [--preset-seed N] [--json]
-// DFlash speculative decoding, greedy or sampled, batch 1 (model::spec_decode): acceptance lengths,
+//             [--draft-tokens N] [--temperature T] [--top-p P] [--seed S] [--device D] [--preset-seed N] [--json]
+// Speculative decoding with a drafter of any type (DFlash blocks, EAGLE-3 chains of --draft-tokens),
+// greedy or sampled, batch 1 (model::spec_decode): acceptance lengths,
 // tau, and the same prompts through plain generate with the same sampling and seeds (lossless
 // check, speedup).
 int spec_decode(int argc, char** argv);

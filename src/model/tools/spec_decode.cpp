@@ -1,13 +1,16 @@
-// hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl ...: DFlash speculative
-// decoding of pre-tokenized prompts, greedy or sampled, one prompt at a time (model::spec_decode),
+// hsring-model spec-decode DRAFTER_DIR --target MODEL --prompts FILE.jsonl ...: speculative
+// decoding with a drafter of any type (DFlash, EAGLE-3: drafter/registry reads its config.json) of
+// pre-tokenized prompts, greedy or sampled, one prompt at a time (model::spec_decode),
 // against plain generation of the same prompts with the same sampling and seeds (model::generate,
 // batch 1): acceptance lengths, tau, whether the output is the target's own (lossless: equal
 // tokens, greedy or sampled) and the speedup in tokens/s.
 //
 // Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
 //
-// DRAFTER_DIR `random:L` is a fresh random drafter of L layers (block 16) for the target: tau ~1,
-// for timing a verify step against a plain one (the decode engine's bench).
+// DRAFTER_DIR `random:L` is a fresh random DFlash drafter of L layers (block 16) for the target:
+// tau ~1, for timing a verify step against a plain one (the decode engine's bench).
+// --draft-tokens N: drafts per step of an EAGLE-3 chain (default 5); a DFlash drafter drafts its
+// whole block, so N is refused unless it is block - 1.
 // On a GPU it also reports the memory-bound limit of a plain step: the weights a step reads
 // (TargetModel::decode_bytes) over the device's copy bandwidth measured in the same run.
 //
@@ -18,7 +21,8 @@
 #include "hsring/stop_tokens.hpp"
 #include "model/drafter/dflash/config.hpp"
 #include "model/drafter/dflash/drafter.hpp"
-#include "model/drafter/dflash/export.hpp"
+#include "model/drafter/dflash/trainable.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/decode/generate.hpp"
 #include "model/ops/kineto_trace.hpp"
 #include "model/decode/spec_decode.hpp"
@@ -45,13 +49,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR|random:LAYERS --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
-    "[--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
+    "[--draft-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
 
 struct Options {
     fs::path dir;
     std::string target;
     fs::path prompts;
     std::int64_t max_new_tokens = 128;
+    std::int64_t draft_tokens = 0;     // 0 = the drafter type's default
     double temperature = 0.0;
     double top_p = 1.0;
     std::uint64_t seed = 0;
@@ -76,6 +81,10 @@ Options parse(int argc, char** argv) {
         if (a == "--target") o.target = value();
         else if (a == "--prompts") o.prompts = value();
         else if (a == "--max-new-tokens") o.max_new_tokens = number<std::int64_t>("spec-decode", a, value());
+        else if (a == "--draft-tokens") {
+            o.draft_tokens = number<std::int64_t>("spec-decode", a, value());
+            if (o.draft_tokens < 1) throw UsageError("spec-decode: --draft-tokens must be at least 1");
+        }
         else if (a == "--temperature") o.temperature = number<double>("spec-decode", a, value());
         else if (a == "--top-p") o.top_p = number<double>("spec-decode", a, value());
         else if (a == "--seed") o.seed = number<std::uint64_t>("spec-decode", a, value());
@@ -107,12 +116,11 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// A fresh drafter of `layers` layers (block 16) at the target's dims, for timing only.
-std::pair<DFlashDrafter, DFlashConfig> random_drafter(const ModelShape& shape, int layers, at::Device device) {
+// A fresh DFlash drafter of `layers` layers (block 16) at the target's dims, for timing only.
+std::unique_ptr<TrainableDrafter> random_drafter(const ModelShape& shape, int layers, at::Device device) {
     if (layers < 1) fail("spec-decode: random:LAYERS needs at least 1 layer, got {}", layers);
     const DFlashConfig cfg = dflash_config_for(shape, layers, 16, -1, {});
-    DFlashDrafter d(cfg, 1, device);
-    return {d, cfg};
+    return std::make_unique<DFlashTrainable>(DFlashDrafter(cfg, 1, device), cfg);
 }
 
 // Bytes per second of a device-to-device copy of 2 GiB (read + write), the best of 5: what a
@@ -147,14 +155,11 @@ int spec_decode(int argc, char** argv) {
     const ModelShape shape = resolve_model_shape(o.target);
     const at::Device device = parse_device("spec-decode", o.device);
     const std::string dir = o.dir.string();
-    auto [drafter, cfg] = dir.rfind("random:", 0) == 0
-                              ? random_drafter(shape, number<int>("spec-decode", "random:LAYERS", dir.substr(7)), device)
-                              : import_dflash(o.dir, device);
-    if (dir.rfind("random:", 0) != 0) check_drafter_fits(o.dir, cfg, o.target, shape);
-    if (cfg.mask_token_id >= shape.vocab_size)
-        fail("{}: the drafter's mask_token_id {} is outside the vocabulary of {} ({} tokens): pass the --target the "
-             "drafter was trained for",
-             (o.dir / "config.json").string(), cfg.mask_token_id, o.target, shape.vocab_size);
+    const std::unique_ptr<TrainableDrafter> drafter =
+        dir.rfind("random:", 0) == 0 ? random_drafter(shape, number<int>("spec-decode", "random:LAYERS", dir.substr(7)), device)
+                                     : load_drafter(o.dir, device);
+    if (const std::string why = drafter->misfit(shape); !why.empty())
+        fail("{}: {}: pass the --target the drafter was trained for", (o.dir / "config.json").string(), why);
     std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.target, shape, o.seed);
     if (o.samples > 0 && o.samples < requests.size()) requests.resize(o.samples);
     if (requests.empty()) fail("{}: no prompts", o.prompts.string());
@@ -165,9 +170,10 @@ int spec_decode(int argc, char** argv) {
                                  : o.dtype == "fp32"  ? at::kFloat
                                                       : at::kBFloat16;
     TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed, o.target_weights == "fp8");
-    drafter->eval();
+    drafter->module().eval();
     SpecDecodeOptions sopts;
     sopts.max_new_tokens = o.max_new_tokens;
+    sopts.draft_tokens = o.draft_tokens;
     sopts.sampling = {o.temperature, o.top_p};
     sopts.stop_tokens = model_stop_tokens(shape);
     GenerateOptions gopts;
@@ -177,26 +183,27 @@ int spec_decode(int argc, char** argv) {
     gopts.batch = 1;  // as the speculative loop: one prompt at a time
     sopts.decode_graphs = gopts.decode_graphs = !o.eager;
 
-    {  // Warm-up (allocator, kernels), not timed.
+    std::int64_t block = 0;  // a verify step's tokens: 1 + the drafts per step
+    {  // Warm-up (allocator, kernels), not timed: two verify steps of a block of 16.
         SpecDecodeOptions w = sopts;
-        w.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 2 * cfg.block_size);
-        model::spec_decode(target, drafter, {requests[0]}, w);
+        w.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 32);
+        block = model::spec_decode(target, *drafter, {requests[0]}, w).block;
         GenerateOptions gw = gopts;
         gw.max_new_tokens = w.max_new_tokens;
         model::generate(target, {requests[0]}, gw);
     }
     if (!o.trace.empty()) {  // after the warm-up, before the timed runs: 2 blocks of each loop
         SpecDecodeOptions ts = sopts;
-        ts.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 2 * cfg.block_size);
+        ts.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 2 * block);
         GenerateOptions tg = gopts;
         tg.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 8);
         write_kineto_trace(o.trace, device.is_cuda(), 1, [&] {
-            model::spec_decode(target, drafter, {requests[0]}, ts);
+            model::spec_decode(target, *drafter, {requests[0]}, ts);
             model::generate(target, {requests[0]}, tg);
         });
     }
     const GenerateResult plain = model::generate(target, requests, gopts);
-    const SpecDecodeResult spec = model::spec_decode(target, drafter, requests, sopts);
+    const SpecDecodeResult spec = model::spec_decode(target, *drafter, requests, sopts);
     const SpecDecodeStats& st = spec.stats;
 
     bool lossless = true;
@@ -229,7 +236,9 @@ int spec_decode(int argc, char** argv) {
             {"data", o.prompts.string()},
             {"device", device.str()},
             {"dtype", c10::toString(dtype)},
-            {"block_size", cfg.block_size},
+            {"drafter_type", drafter->type()},
+            {"block_size", spec.block},          // a verify step's tokens (acceptance lengths are 1..block_size)
+            {"draft_tokens", spec.block - 1},    // drafts per step
             {"max_new_tokens", o.max_new_tokens},
             {"temperature", o.temperature},
             {"top_p", o.top_p},
@@ -266,10 +275,9 @@ int spec_decode(int argc, char** argv) {
     const std::string how = o.temperature > 0 ? fmt::format("temperature {} top-p {} seed {}", o.temperature, o.top_p,
                                                             o.seed)
                                               : std::string("greedy");
-    fmt::print("{}: DFlash drafter (block {}, target layers [{}]) on {} ({} {}), {} prompts, {}, batch 1, stop "
-               "tokens [{}]\n",
-               o.dir.string(), cfg.block_size, fmt::join(cfg.target_layer_ids, ","), o.target, device.str(),
-               c10::toString(dtype), requests.size(), how, fmt::join(sopts.stop_tokens, ","));
+    fmt::print("{}: {}; {} drafts per step, on {} ({} {}), {} prompts, {}, batch 1, stop tokens [{}]\n",
+               o.dir.string(), drafter->describe(), spec.block - 1, o.target, device.str(), c10::toString(dtype),
+               requests.size(), how, fmt::join(sopts.stop_tokens, ","));
     for (std::size_t i = 0; i < requests.size(); ++i) {
         const auto& out = spec.outputs[i];
         fmt::print("{}: {} prompt tokens -> {} new ({}) in {} verify steps, acceptance lengths {}\n", i,
