@@ -35,10 +35,6 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
             fail("{}: {} has {} layers: EAGLE-3's default layers (1, n/2 - 1, n - 4) need at least 5; give [target] "
                  "layer_ids = [a, b, c]", file, shape.source, shape.num_layers);
         d.layer_ids = eagle3_layer_ids(static_cast<int>(shape.num_layers), cfg.target.layer_ids);
-        if (!cfg.eval.spec_prompts.empty())
-            fail("{}: [eval] spec_prompts: tau is measured by speculative decoding, which hsring does not run with "
-                 "EAGLE-3 drafters yet: remove spec_prompts and spec_every (the held-out [data] eval_path still "
-                 "reports the acceptance estimate)", file);
         if (cfg.train.matmul == Matmul::FP8 || cfg.train.lm_head == Matmul::FP8 || cfg.train.recompute == Recompute::Layers)
             fail("{}: [train] matmul / lm_head = \"fp8\" and recompute = \"layers\" are DFlash's: an EAGLE-3 drafter "
                  "trains in the compute dtype without recomputation (set them to \"bf16\" / \"none\")", file);

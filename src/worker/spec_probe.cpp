@@ -5,7 +5,7 @@
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"
 #include "hsring/stop_tokens.hpp"
-#include "model/drafter/dflash/export.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/decode/prompts.hpp"
 #include "model/decode/spec_decode.hpp"
 #include "worker/checkpoint_store.hpp"
@@ -64,8 +64,7 @@ struct SpecProbe::Impl {
     // The measurement due: the checkpoint's drafter, loaded at one slot and decoded at a later one.
     struct Run {
         std::uint64_t step = 0;
-        model::DFlashDrafter drafter{nullptr};
-        std::uint32_t block = 0;
+        std::unique_ptr<model::TrainableDrafter> drafter;  // of the run's [drafter] type
     };
     std::optional<Run> run;
 
@@ -101,13 +100,13 @@ struct SpecProbe::Impl {
         next_due = (latest / ctx.cfg.eval.spec_every + 1) * ctx.cfg.eval.spec_every;
         const auto dir = ctx.env.run_dir / "checkpoints" / fmt::format("step-{:08}", latest) / "drafter";
         try {
-            auto [drafter, cfg] = model::import_dflash(dir, target.device());
-            drafter->eval();
-            model::check_spec_decode(target, drafter);
+            auto drafter = model::load_drafter(dir, target.device());
+            if (const std::string why = drafter->misfit(target.shape()); !why.empty())
+                fail("{}: {}", (dir / "config.json").string(), why);
+            drafter->module().eval();
             run.emplace();
             run->step = latest;
             run->drafter = std::move(drafter);
-            run->block = static_cast<std::uint32_t>(cfg.block_size);
         } catch (const std::exception& e) {
             // Pruned while we read it (two newer checkpoints came): the next one is measured.
             log::warn("tau at step {} not measured: {}", latest, e.what());
@@ -122,15 +121,15 @@ struct SpecProbe::Impl {
         };
         const double begin = unix_now();
         const auto t0 = std::chrono::steady_clock::now();
-        const auto res = model::spec_decode(target, run->drafter, prompts, options);
+        const auto res = model::spec_decode(target, *run->drafter, prompts, options);
         const auto t1 = std::chrono::steady_clock::now();
         const double seconds = std::chrono::duration<double>(t1 - t0).count();
         not_before = t1 + std::chrono::duration_cast<std::chrono::steady_clock::duration>((t1 - t0) * (1.0 / share - 1.0));
         std::vector<std::int64_t> lengths;
         for (const auto& out : res.outputs)
             lengths.insert(lengths.end(), out.acceptance_lengths.begin(), out.acceptance_lengths.end());
-        const auto row = spec_row(run->step, lengths, run->block, prompts.size(), res.stats.new_tokens, seconds,
-                                  {{begin, unix_now()}});
+        const auto row = spec_row(run->step, lengths, static_cast<std::uint32_t>(res.block), prompts.size(),
+                                  res.stats.new_tokens, seconds, {{begin, unix_now()}});
         metrics.append(row);
         log::info("tau {:.3f} at step {} ({} prompts in one batch, {} verify steps, {:.1f} s of decoding)",
                   row["spec"]["tau"].get<double>(), run->step, prompts.size(), lengths.size(), seconds);
