@@ -59,11 +59,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const T* __restrict__
 
 template <typename T> bool supports(const GemvArgs& a) {
     return a.in > 0 && a.in * static_cast<long long>(sizeof(T)) <= kMaxSharedBytes && a.in % kVec16<T> == 0 && a.out > 0 && a.out < (1LL << 40) && a.x && a.weight &&
-           a.y && aligned16(a.x) && aligned16(a.weight);
+           aligned16(a.x) && aligned16(a.weight);
 }
 
 template <typename T> int launch(const GemvArgs& a) {
-    if (!supports<T>(a)) return static_cast<int>(cudaErrorInvalidValue);
+    if (!supports<T>(a) || !a.y) return static_cast<int>(cudaErrorInvalidValue);
     const long long per_block = static_cast<long long>(kWarps) * kRowsPerWarp;
     const long long blocks = (a.out + per_block - 1) / per_block;
     if (blocks > (1LL << 31) - 1) return static_cast<int>(cudaErrorInvalidValue);

@@ -20,7 +20,8 @@ struct GemvArgs {
     void* stream = nullptr;        // cudaStream_t
 };
 
-// Whether gemv_rows takes these sizes and pointers.
+// Whether gemv_rows takes these sizes and input pointers (y is not looked at: a caller asks before
+// it allocates the output).
 bool gemv_rows_supports(const GemvArgs& args);
 
 // Enqueues it on args.stream (kernel_types.hpp: LaunchStatus says whose an error is).

@@ -97,6 +97,10 @@ TEST_CASE("decode step GEMV on the GPU: one row against a weight [out, in] equal
         INFO("dtype " << c10::toString(dtype) << ", " << out << " x " << in);
         const at::Tensor x = at::randn({1, in}, at::TensorOptions().device(kCuda)).to(dtype);
         const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).to(dtype);
+        // The GEMV itself, not dense()'s equal numbers: its precondition once failed on every
+        // call from the decode step and the step silently ran cuBLAS (issue 35).
+        CHECK(dense_rows_on_kernel(x, w));
+        CHECK_FALSE(dense_rows_on_kernel(x.repeat({2, 1}), w));
         const at::Tensor y = dense_rows(x, w);
         CHECK((y.sizes() == at::IntArrayRef{1, out}));
         const at::Tensor want = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());

@@ -6,6 +6,8 @@
 #include "model/ops/kernel_call.hpp"
 
 #include <ATen/ATen.h>
+
+#include <optional>
 #if HSRING_KERNELS_ON
 #include "kernels/cached_attention.hpp"
 #include "kernels/gemv_rows.hpp"
@@ -40,25 +42,45 @@ bool cache_ok(const at::Tensor& keys, const at::Tensor& values, at::ScalarType d
 
 } // namespace
 
+#if HSRING_KERNELS_ON
+namespace {
+// The GEMV's arguments for x @ w^T, or nothing when the kernel does not take them (y unset).
+std::optional<kernels::GemvArgs> gemv_args(const at::Tensor& x, const at::Tensor& w) {
+    const auto t = x.scalar_type();
+    if (!(kernel_call::supported(t) && x.dim() == 2 && x.size(0) == 1 && kernel_tensor(x, t, x.device()) &&
+          kernel_tensor(w, t, x.device()) && w.dim() == 2 && w.size(1) == x.size(1)))
+        return std::nullopt;
+    kernels::GemvArgs a;
+    a.x = x.data_ptr();
+    a.weight = w.data_ptr();
+    a.in = w.size(1);
+    a.out = w.size(0);
+    a.dtype = kernel_call::dtype(t);
+    if (!kernels::gemv_rows_supports(a)) return std::nullopt;
+    return a;
+}
+} // namespace
+#endif
+
+bool dense_rows_on_kernel(const at::Tensor& x, const at::Tensor& w) {
+#if HSRING_KERNELS_ON
+    return gemv_args(x, w).has_value();
+#else
+    (void)x;
+    (void)w;
+    return false;
+#endif
+}
+
 at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w) {
 #if HSRING_KERNELS_ON
-    const auto t = x.scalar_type();
-    if (kernel_call::supported(t) && x.dim() == 2 && x.size(0) == 1 && kernel_tensor(x, t, x.device()) &&
-        kernel_tensor(w, t, x.device()) && w.dim() == 2 && w.size(1) == x.size(1)) {
-        kernels::GemvArgs a;
-        a.x = x.data_ptr();
-        a.weight = w.data_ptr();
-        a.in = w.size(1);
-        a.out = w.size(0);
-        a.dtype = kernel_call::dtype(t);
-        if (kernels::gemv_rows_supports(a)) {
-            const c10::cuda::CUDAGuard guard(x.device());
-            at::Tensor y = at::empty({1, a.out}, x.options());
-            a.y = y.data_ptr();
-            a.stream = kernel_call::stream(x);
-            kernel_call::check(kernels::gemv_rows(a), "gemv kernel on {} [{} x {}]", x.device().str(), a.out, a.in);
-            return y;
-        }
+    if (auto a = gemv_args(x, w)) {
+        const c10::cuda::CUDAGuard guard(x.device());
+        at::Tensor y = at::empty({1, a->out}, x.options());
+        a->y = y.data_ptr();
+        a->stream = kernel_call::stream(x);
+        kernel_call::check(kernels::gemv_rows(*a), "gemv kernel on {} [{} x {}]", x.device().str(), a->out, a->in);
+        return y;
     }
 #endif
     return dense(x, w);

@@ -13,6 +13,10 @@ namespace hsring::model {
 // x @ w^T (dense()); one row of x on the GPU: a GEMV that streams w once (gemv_rows.hpp).
 at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w);
 
+// Whether dense_rows(x, w) runs the GEMV kernel (false: dense()). The decode test asserts it for
+// the preset's projections: a fallback gives the same numbers, only slower.
+bool dense_rows_on_kernel(const at::Tensor& x, const at::Tensor& w);
+
 struct SumAndNorm {
     at::Tensor sum;     // x + residual (x itself without a residual)
     at::Tensor normed;  // rms_norm(sum, w, eps)
