@@ -4,6 +4,7 @@
 #include "model/io/safetensors.hpp"
 #include "model/ops/fused_swiglu.hpp"
 #include "model/ops/ops.hpp"
+#include "model/ops/ttt_attention.hpp"
 
 #include <ATen/ATen.h>
 
@@ -60,31 +61,6 @@ at::Tensor Eagle3DrafterImpl::draft_ids() const {
     return at::arange(config_.draft_vocab_size, d2t.options()) + d2t;
 }
 
-namespace {
-
-// The attention of step k's queries q [R, hq, d]: step 0's keys/values under `causal` [R, R], and
-// of each later step s its own row's key/value only (eager softmax in fp32, as transformers'
-// eager attention).
-at::Tensor ttt_attention(const at::Tensor& q, const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values,
-                         const at::Tensor& causal, double scale) {
-    const std::int64_t rows = q.size(0), hq = q.size(1), hkv = keys[0].size(1);
-    const std::int64_t rep = hq / hkv;
-    auto heads = [rep](const at::Tensor& t) { return rep == 1 ? t : t.repeat_interleave(rep, /*dim=*/1); };
-    const at::Tensor qh = q.transpose(0, 1);                                 // [hq, R, d]
-    at::Tensor scores0 = at::matmul(qh, heads(keys[0]).permute({1, 2, 0})) * scale;  // [hq, R, R]
-    scores0 = scores0.masked_fill(causal.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-    std::vector<at::Tensor> cols{scores0};
-    for (std::size_t s = 1; s < keys.size(); ++s)  // [hq, R, 1]: the row's own key of step s
-        cols.push_back(((q * heads(keys[s])).sum(-1) * scale).transpose(0, 1).unsqueeze(-1));
-    const at::Tensor p = at::softmax(at::cat(cols, -1), -1, at::kFloat).to(q.scalar_type());
-    at::Tensor out = at::matmul(p.narrow(-1, 0, rows), heads(values[0]).transpose(0, 1));  // [hq, R, d]
-    for (std::size_t s = 1; s < keys.size(); ++s)
-        out = out + p.narrow(-1, rows + static_cast<std::int64_t>(s) - 1, 1) * heads(values[s]).transpose(0, 1);
-    return out.transpose(0, 1);  // [R, hq, d]
-}
-
-} // namespace
-
 std::vector<at::Tensor> Eagle3DrafterImpl::forward_steps(const Eagle3Rows& rows, const at::Tensor& embed,
                                                          at::ScalarType dt) {
     const auto& c = config_;
@@ -102,6 +78,7 @@ std::vector<at::Tensor> Eagle3DrafterImpl::forward_steps(const Eagle3Rows& rows,
     const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
     const double rope_factor = rope_attention_factor(c.rope_scaling);
     std::vector<at::Tensor> keys, values, outs;
+    at::Tensor causal = rows.same_seq_causal;
     for (std::size_t k = 0; k < rows.step_tokens.size(); ++k) {
         const at::Tensor emb = at::embedding(embed, rows.step_tokens[k]).detach().to(dt);
         const at::Tensor x = at::cat({rms_norm(emb, l.input_layernorm->weight, eps),
@@ -112,7 +89,12 @@ std::vector<at::Tensor> Eagle3DrafterImpl::forward_steps(const Eagle3Rows& rows,
         at::Tensor q = apply_rope(dense(x, a.q_proj->weight).view({r, hq, d}), rope);
         keys.push_back(apply_rope(dense(x, a.k_proj->weight).view({r, hkv, d}), rope));
         values.push_back(dense(x, a.v_proj->weight).view({r, hkv, d}));
-        const at::Tensor o = ttt_attention(q, keys, values, rows.same_seq_causal, scale);
+        if (!causal.defined() && !ttt_attention_flash(q, rows.seqs)) {
+            if (rows.seqs.cu.size() < 2 || rows.seqs.total() != r)
+                fail("EAGLE-3 drafter: the rows' sequences cover {} of {} rows", rows.seqs.cu.empty() ? 0 : rows.seqs.total(), r);
+            causal = packed_causal_mask(rows.seqs, q.device());  // once for all steps
+        }
+        const at::Tensor o = ttt_attention(q, keys, values, rows.seqs, causal, scale);
         const at::Tensor y = hidden + dense(o.reshape({r, hq * d}), a.o_proj->weight);
         const at::Tensor m = rms_norm(y, l.post_attention_layernorm->weight, eps);
         const auto& mlp = *l.mlp;

@@ -17,6 +17,7 @@
 // Precision: fp32 master parameters cast to the compute dtype in forward (bf16 on GPU, fp32 on CPU).
 #include "model/drafter/eagle3/config.hpp"
 #include "model/drafter/interface/modules.hpp"
+#include "model/ops/attention.hpp"
 
 #include <torch/nn/module.h>
 
@@ -52,7 +53,9 @@ TORCH_MODULE(Eagle3Layer);
 struct Eagle3Rows {
     at::Tensor fused;      // [3, R, H] the fused layers' rows (any float dtype)
     at::Tensor positions;  // [R] int64: row r's position at step 0
-    at::Tensor same_seq_causal;  // [R, R] bool: row r may attend step 0's row c
+    PackedSequences seqs;  // the rows by sequence (a sequence's rows are consecutive)
+    at::Tensor same_seq_causal;  // optional [R, R] bool: row r may attend step 0's row c; undefined:
+                                 // seqs' block-diagonal causal mask (built only off the flash path)
     std::vector<at::Tensor> step_tokens;  // K x [R] int64: the token each row embeds at step k
 };
 

@@ -15,7 +15,7 @@ Eagle3BatchRows eagle3_rows(const DrafterBatch& batch, int steps) {
     const at::Device device = batch.hidden.device();
     const std::int64_t T = batch.tokens.size(0);
     // Host index lists: row j of sequence s sits at packed position cu[s] + j.
-    std::vector<std::int64_t> src, pos, seq;
+    std::vector<std::int64_t> src, pos;
     Eagle3BatchRows out;
     out.row_begin.push_back(0);
     for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
@@ -23,18 +23,19 @@ Eagle3BatchRows eagle3_rows(const DrafterBatch& batch, int steps) {
         for (std::int64_t j = 0; j + 1 < n; ++j) {
             src.push_back(cu[s] + j);
             pos.push_back(j + 1);
-            seq.push_back(static_cast<std::int64_t>(s));
         }
         out.row_begin.push_back(static_cast<std::int64_t>(src.size()));
     }
     const auto R = static_cast<std::int64_t>(src.size());
     const auto i64 = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor src_t = at::tensor(src, i64).to(device), pos_t = at::tensor(pos, i64).to(device),
-                     seq_t = at::tensor(seq, i64).to(device);
+    const at::Tensor src_t = at::tensor(src, i64).to(device), pos_t = at::tensor(pos, i64).to(device);
     out.rows.fused = batch.hidden.narrow(0, 0, 3).index_select(1, src_t);
     out.rows.positions = pos_t;
-    const at::Tensor idx = at::arange(R, i64.device(device));
-    out.rows.same_seq_causal = seq_t.unsqueeze(1).eq(seq_t.unsqueeze(0)).logical_and(idx.unsqueeze(1).ge(idx.unsqueeze(0)));
+    // The rows by sequence, without the empty ones (a one-token sequence has no row).
+    std::vector<std::int64_t> row_cu{0};
+    for (std::size_t s = 1; s < out.row_begin.size(); ++s)
+        if (out.row_begin[s] > row_cu.back()) row_cu.push_back(out.row_begin[s]);
+    if (row_cu.size() > 1) out.rows.seqs = PackedSequences::make(row_cu, R, device, "EAGLE-3 rows");
     // Each row's last valid packed position: its sequence's end - 1.
     std::vector<std::int64_t> last;
     for (std::size_t s = 0; s + 1 < cu.size(); ++s)
