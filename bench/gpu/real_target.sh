@@ -11,6 +11,8 @@
 #   s  `hsring model spec-decode` of the export at batch 1: bf16 (tau, tokens/s both ways, speedup),
 #      bf16 --eager (the same without the decode engine's CUDA graphs)
 #      and fp32 against the public DFlash loop (bench/gpu/spec_reference.py)
+# DRAFTER=eagle3: sections p and s with config/real-pycode-eagle3.toml (an EAGLE-3 drafter on the same
+# target and answers; spec-decode drafts a chain of 5; no public DFlash loop for it).
 # PIPELINE_LIMIT_S (420) bounds the run; EPOCHS overrides the config's; GEN_SAMPLES answers only the first N prompts; SPEC_MAX_NEW
 # (128) new tokens per prompt; FP32_BEFORE_S skips the fp32 and reference runs after that second.
 set -uo pipefail
@@ -35,6 +37,9 @@ session_init "$build" "${2:?usage: $0 BUILD_DIR OUT_DIR}"
 work=/tmp/real-target-work   # logs stay on the machine: OUT brings back at most 8 files
 mkdir -p "$work"
 model=models/pycode-25m
+name=real-pycode${DRAFTER:+-$DRAFTER}   # config/$name.toml, runs/$name
+[ "${DRAFTER:-dflash}" = dflash ] && name=real-pycode
+[ -f "config/$name.toml" ] || { echo "real_target.sh: DRAFTER=$DRAFTER: no config/$name.toml" >&2; exit 1; }
 
 if [[ $sections == *c* ]]; then
   say "== bin/make-target --preset cpu (bin/demo's target, trained here on the GPU)"
@@ -63,13 +68,13 @@ if [[ $sections == *g* ]]; then
 fi
 
 if [[ $sections == *p* ]]; then
-  cfg=config/real-pycode.toml
+  cfg=config/$name.toml
   if [ -n "${EPOCHS:-}" ]; then  # a copy beside it: its relative paths stay valid
-    cfg=config/real-pycode-epochs.toml
-    sed "s/^epochs = .*/epochs = $EPOCHS/" config/real-pycode.toml > "$cfg"
+    cfg=config/$name-epochs.toml
+    sed "s/^epochs = .*/epochs = $EPOCHS/" "config/$name.toml" > "$cfg"
   fi
   say "== hsring run $cfg ${EPOCHS:+(epochs = $EPOCHS)}"
-  run_dir=runs/real-pycode
+  run_dir=runs/$name
   rm -rf "$run_dir"
   t0=$SECONDS
   "$hs" run "$cfg" --fresh > "$work/run.log" 2>&1 &
@@ -86,7 +91,7 @@ if [[ $sections == *p* ]]; then
   say "   hsring run exit $? after $((SECONDS - t0)) s: $(grep -E 'complete|stopped' "$work/run.log" | tail -n 1)"
   "$hs" ledger verify "$run_dir" > "$work/verify.txt" 2>&1
   say "   ledger verify exit $?: $(tail -n 1 "$work/verify.txt")"
-  cp "$run_dir/metrics.jsonl" "$out/real-pycode.metrics.jsonl"
+  cp "$run_dir/metrics.jsonl" "$out/$name.metrics.jsonl"
   tail -n 8 "$work/run.log" | sed 's/^/   | /' | tee -a "$out/summary.txt"
   "$py" - "$run_dir/metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
 import json, sys
@@ -108,8 +113,8 @@ for r in rows:
 PY
 fi
 
-if [[ $sections == *s* ]] && [ -f runs/real-pycode/drafter/config.json ]; then
-  export_dir=runs/real-pycode/drafter
+if [[ $sections == *s* ]] && [ -f "runs/$name/drafter/config.json" ]; then
+  export_dir=runs/$name/drafter
   max_new=${SPEC_MAX_NEW:-128}
   for mode in bf16 bf16-eager fp32; do
     dtype=${mode%-eager}
@@ -131,9 +136,11 @@ print(f"   tau {j['tau']:.3f} over {steps} verify steps, {j['new_tokens']} new t
       f"plain {1000 / j['target_tokens_per_s']:.2f} ms per token")
 PY
   done
-  say "== the same export through the public DFlash loop (fp32, transformers on the GPU)"
-  "$py" bench/gpu/spec_reference.py "$export_dir" "$model" "$model/data/eval.jsonl" "$out/spec_fp32.json" \
-    --max-new "$max_new" > "$work/reference.txt" 2>&1
-  say "   exit $?"
-  tail -n 12 "$work/reference.txt" | tee -a "$out/summary.txt"
+  if [ $name = real-pycode ]; then
+    say "== the same export through the public DFlash loop (fp32, transformers on the GPU)"
+    "$py" bench/gpu/spec_reference.py "$export_dir" "$model" "$model/data/eval.jsonl" "$out/spec_fp32.json" \
+      --max-new "$max_new" > "$work/reference.txt" 2>&1
+    say "   exit $?"
+    tail -n 12 "$work/reference.txt" | tee -a "$out/summary.txt"
+  fi
 fi
