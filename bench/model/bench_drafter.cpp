@@ -1,6 +1,7 @@
 // hsring-bench-drafter: one DFlash training step (loss + backward + AdamW) at a target preset's
 // dims (default Qwen3-8B: 5 drafter layers, 512 anchors, block 16, 3072-token sequences) next to
 // the same step in PyTorch eager (bench/python/drafter_eager.py), measured in the same run.
+// --type eagle3: the EAGLE-3 drafter's step instead (bench_eagle3.cpp).
 //
 // --config FILE: the run's drafter on epoch 0's slots as `hsring plan` packs them, worst slot
 // first, trained like TorchDrafter trains (whole-sequence micro-batches of [train]
@@ -12,6 +13,7 @@
 // same drafter trained N steps on the same learnable batches (markov_batches.hpp) with the layer
 // matmuls in the compute dtype and in FP8; per-step losses and the mean loss per tenth of the run.
 #include "bench_common.hpp"
+#include "bench_eagle3.hpp"
 #include "config_batches.hpp"
 #include "gpu_memory.hpp"
 #include "model/ops/kineto_trace.hpp"
@@ -392,10 +394,11 @@ int main(int argc, char** argv) {
                           {"python", bench::default_python()}, {"script", bench::default_script("drafter_eager.py")},
                           {"seed", "1"}, {"device", "cuda"}, {"config", ""}, {"json", "false"}, {"seconds", "0"},
                           {"sample-tokens", "0"}, {"recompute", "none"}, {"matmul", "bf16"}, {"lr", "1e-4"},
-                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"compare-fp8", "layers"}, {"lm-head", "bf16"}, {"adamw", "fused"}, {"workload", ""}});
+                          {"compare-matmul", "0"}, {"compare-vocab", "0"}, {"compare-fp8", "layers"}, {"lm-head", "bf16"}, {"adamw", "fused"}, {"workload", ""},
+                          {"type", "dflash"}, {"ttt-steps", "7"}, {"draft-vocab", "32000"}});
         if (o.help()) {
             o.print_help("hsring-bench-drafter",
-                         "DFlash training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
+                         "DFlash (--type eagle3: EAGLE-3) training step time vs PyTorch eager (GPU; --device cpu: a smoke run).\n"
                          "Prints the step's useful matmul FLOPs (src/model/drafter/dflash/flops.hpp; attention computed over\n"
                          "padded or masked keys apart, not counted), the TFLOP/s reached and the\n"
                          "ratio to a GEMM [block rows x hidden] x [hidden x intermediate] timed in the same run.\n"
@@ -417,9 +420,23 @@ int main(int argc, char** argv) {
                          "--sample-tokens N: samples of N tokens instead of [data] path (--config).\n"
                          "--workload specforge: the best published peer's trainer shape (SpecForge's DFlash\n"
                          "microbenchmark: 768-token samples, 256 anchors, block 16, batch 2; --samples 8 for its\n"
-                         "batch 8); options given on the command line win.");
+                         "batch 8); options given on the command line win.\n"
+                         "--type eagle3: the EAGLE-3 drafter's step (fused layers from eagle3_layer_ids, one midlayer,\n"
+                         "--ttt-steps training-time-test steps, decay 0.8, a --draft-vocab vocabulary from the batch's token\n"
+                         "counts; fused AdamW dividing by the loss weight, clip 1) vs bench/python/eagle3_eager.py (SpecForge's\n"
+                         "eager EAGLE-3 step); its defaults are SpecForge's EAGLE-3 trainer's: --seq-len 2048 (max_length),\n"
+                         "--samples 1 (batch size per GPU); the command line wins. DFlash-only: --layers --anchors --block\n"
+                         "--gamma --chunk --group --key-pad --attention-kernel --matmul --lm-head --recompute --adamw --phases\n"
+                         "--config --compare-*.");
             return 0;
         }
+        if (o.str("type") == "eagle3") {
+            o.preset("seq-len", "2048");
+            o.preset("samples", "1");
+            o.preset("script", bench::default_script("eagle3_eager.py"));
+            return bench::eagle3_mode(o);
+        }
+        if (o.str("type") != "dflash") fail("--type must be dflash or eagle3, got '{}'", o.str("type"));
         if (o.str("workload") == "specforge") {
             o.preset("seq-len", "768");
             o.preset("anchors", "256");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/model/gpu_check.sh BUILD_DIR OUT_DIR — on the GPU machine, after bin/gpu-build (or any
 # build with torch_cuda): runs the model GPU tests (a missing GPU fails instead of skipping), the
-# CPU model suites, and both model benchmarks. Logs and a summary go to OUT_DIR:
-#   gpu_tests.log  cpu_tests.log  bench_target.txt  bench_drafter.txt  summary.txt
+# CPU model suites, and the model benchmarks (target; the drafter's DFlash and EAGLE-3 steps).
+# Logs and a summary go to OUT_DIR:
+#   gpu_tests.log  cpu_tests.log  bench_target.txt  bench_drafter.txt  bench_eagle3.txt  summary.txt
 # Exit status: non-zero if a test or a benchmark failed (every step runs regardless).
 set -uo pipefail
 if [ $# -ne 2 ]; then
@@ -34,10 +35,11 @@ step "model GPU tests" "$out/gpu_tests.log" env HSRING_GPU_TESTS=required "$test
 step "model CPU tests" "$out/cpu_tests.log" "$test_exe" --test-suite=safetensors,target,dflash,cli
 step "hsring-bench-target" "$out/bench_target.txt" "$build/bench/model/hsring-bench-target" --python "$HSRING_PYTHON"
 step "hsring-bench-drafter" "$out/bench_drafter.txt" "$build/bench/model/hsring-bench-drafter" --python "$HSRING_PYTHON"
+step "hsring-bench-drafter --type eagle3" "$out/bench_eagle3.txt" "$build/bench/model/hsring-bench-drafter" --type eagle3 --python "$HSRING_PYTHON"
 
 {
   echo "== results"
   grep -h "test cases:" "$out/gpu_tests.log" "$out/cpu_tests.log" 2>/dev/null
-  for f in bench_target bench_drafter; do grep -v "^ *|\|^eager:" "$out/$f.txt" | tail -n 3; done
+  for f in bench_target bench_drafter bench_eagle3; do grep -v "^ *|\|^eager:" "$out/$f.txt" | tail -n 3; done
 } | tee -a "$out/summary.txt"
 exit $status

@@ -1,6 +1,7 @@
 // hsring-bench drafter on the CPU (a smoke run of the benchmark itself): its --json result line
 // carries the step's FLOP count (equal to dflash_step_flops for the blocks it trained), the
-// TFLOP/s reached, the reference GEMM and the ratio, the phases and the device memory (0 here).
+// TFLOP/s reached, the reference GEMM and the ratio, the phases and the device memory (0 here);
+// with --type eagle3 the EAGLE-3 step's, and the eager step's time and ratio from the same run.
 #include "hsring/model_shape.hpp"
 #include "model/drafter/dflash/config.hpp"
 #include "model/drafter/dflash/flops.hpp"
@@ -163,6 +164,61 @@ TEST_CASE("hsring-bench drafter --compare-matmul trains bf16 and fp8 on the same
     CHECK(t8[9] < 0.7 * t8[0]);
     CHECK(t8[0] == doctest::Approx(tb[0]).epsilon(0.02));
     CHECK(t8[9] == doctest::Approx(tb[9]).epsilon(0.1));
+}
+
+TEST_CASE("hsring-bench drafter --type eagle3 --json: a finite loss, the step's FLOPs and the ratio to PyTorch eager run beside it") {
+    const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/bench/model/hsring-bench-drafter";
+    // 2 sequences of 24 tokens (46 rows), 3 TTT steps, a draft vocabulary of 256 of the tiny 512;
+    // the eager step (bench/python/eagle3_eager.py, HSRING_PYTHON) runs first, on the CPU too.
+    auto [rc, out] = capture("'" + exe + "' --type eagle3 --device cpu --preset tiny --seq-len 24 --samples 2 "
+                             "--ttt-steps 3 --draft-vocab 256 --iters 2 --warmup 1 --json 2>&1");
+    INFO(out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("eager eagle3 tiny: 2 x 24 tokens, 3 TTT steps, draft vocab 256") != std::string::npos);
+    CHECK(out.find(", ratio ") != std::string::npos);
+    const auto j = nlohmann::json::parse(last_line(out));
+    CHECK(j.at("type") == "eagle3");
+    CHECK(j.at("rows") == 46);
+    CHECK(j.at("ttt_steps") == 3);
+    CHECK(j.at("draft_vocab") == 256);
+    CHECK(j.at("layer_ids").get<std::vector<int>>() == eagle3_layer_ids(8));
+    const double loss = j.at("loss"), step = j.at("step_s");
+    CHECK(std::isfinite(loss));
+    CHECK(loss > 0);
+    CHECK(step > 0);
+    // the step's useful matmul FLOPs at the tiny shape (hidden 64, 4 x 16 query heads, 2 kv heads,
+    // intermediate 192): 46 rows, 2 x 23 * 24 / 2 causal pairs per step
+    const double R = 46, H = 64, q = 64, kv = 32, I = 192, Vd = 256, pairs = 2 * 23.0 * 24 / 2;
+    const auto& f = j.at("flops");
+    CHECK(double(f.at("fc")) == doctest::Approx(2 * 2 * R * 3 * H * H));
+    CHECK(double(f.at("layers")) == doctest::Approx(3 * 3 * 2 * R * (2 * H * (q + 2 * kv) + q * H + 3 * H * I)));
+    CHECK(double(f.at("attention")) == doctest::Approx(3 * 4 * q * (3 * pairs + R * (0 + 1 + 2))));
+    CHECK(double(f.at("lm_head")) == doctest::Approx(3 * 2 * 2 * R * H * Vd));
+    CHECK(double(f.at("target")) == doctest::Approx(2 * R * H * Vd));
+    CHECK(double(f.at("target_recomputed")) == doctest::Approx(2 * double(f.at("target"))));
+    const double total = f.at("total");
+    CHECK(total == doctest::Approx(double(f.at("fc")) + double(f.at("layers")) + double(f.at("attention")) +
+                                   double(f.at("lm_head")) + double(f.at("target"))));
+    CHECK(double(j.at("tflops_per_s")) == doctest::Approx(total / step / 1e12));
+    CHECK(j.at("gemm").at("m") == 46);
+    CHECK(double(j.at("gemm_ratio")) == doctest::Approx(double(j.at("tflops_per_s")) / double(j.at("gemm").at("tflops_per_s"))));
+    // the eager step ran in the same invocation: its time, loss and the ratio
+    REQUIRE(j.contains("eager"));
+    const auto& e = j.at("eager");
+    CHECK(double(e.at("step_s")) > 0);
+    CHECK(std::isfinite(double(e.at("loss"))));
+    CHECK(double(e.at("ratio")) == doctest::Approx(double(e.at("step_s")) / step));
+}
+
+TEST_CASE("hsring-bench drafter --type: eagle3 refuses DFlash's options; an unknown type fails") {
+    const std::string exe = test::env_or("HSRING_BUILD_ROOT", ".") + "/bench/model/hsring-bench-drafter";
+    const std::string args = " --device cpu --preset tiny --seq-len 24 --no-eager";
+    auto [rc, err] = capture("'" + exe + "' --type eagle3 --matmul fp8" + args + " 2>&1");
+    CHECK(rc == 1);
+    CHECK(err.find("--matmul, --lm-head and --recompute are DFlash's") != std::string::npos);
+    auto [rc2, err2] = capture("'" + exe + "' --type medusa" + args + " 2>&1");
+    CHECK(rc2 == 1);
+    CHECK(err2.find("--type must be dflash or eagle3, got 'medusa'") != std::string::npos);
 }
 
 } // TEST_SUITE
