@@ -30,6 +30,8 @@ std::string num(u64 n) { return format_count(n); }
 
 u64 slack(u64 allocated) { return static_cast<u64>(std::llround(static_cast<double>(allocated) * kAllocatorSlack)); }
 
+} // namespace
+
 void add_overheads(WorkerMemory& w) {
     if (w.place.is_cpu()) return;
     const u64 a = w.allocated();
@@ -39,7 +41,44 @@ void add_overheads(WorkerMemory& w) {
                        true});
 }
 
-} // namespace
+void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t p, std::uint64_t world) {
+    if (world <= 1) return;
+    const u64 nccl = w.place.is_cpu() ? 0 : kNcclBytes;
+    w.parts.push_back({"allreduce_buffers", nccl,
+                       nccl ? fmt::format("rank of a gang of {}: NCCL's own buffers (stated); the gradients are "
+                                          "reduced in place in their buckets (fp32_gradients)", world)
+                            : fmt::format("rank of a gang of {}: Gloo reduces the gradients in place in their "
+                                          "buckets (fp32_gradients)", world)});
+    // The reducer rebuilds its buckets once, at the end of the first reduced backward
+    // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
+    // over. Activations, casts and logits are freed by then; it is the peak only when the
+    // gradients outweigh them (fp32 compute on a CPU, tiny activations).
+    const auto kept = [](const std::string& n) {
+        return n == "embedding_and_lm_head" || n == "fp8_lm_head" || n == "draft_lm_head" ||
+               n == "fp32_master_weights" || n == "adamw_state" || n == "inflight_slots" || n == "allreduce_buffers";
+    };
+    u64 rebuild = grads;  // the new buckets
+    for (const Part& part : w.parts)
+        if (kept(part.name) || part.name == "fp32_gradients") rebuild += part.bytes;
+    if (rebuild <= w.allocated()) return;
+    WorkerMemory r{w.name, w.place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
+    for (const Part& part : w.parts) {
+        Part q = part;
+        if (q.name == "fp32_gradients") {
+            r.parts.push_back(q);
+            r.parts.push_back({"rebuilt_gradient_buckets", grads,
+                               fmt::format("{} parameters x 4 B: the new buckets, beside the old ones while the "
+                                           "gradients move over", num(p))});
+            continue;
+        }
+        if (!kept(q.name)) {
+            q.bytes = 0;
+            q.how = "freed after the backward";
+        }
+        r.parts.push_back(q);
+    }
+    w = std::move(r);
+}
 
 std::uint64_t WorkerMemory::allocated() const {
     u64 s = 0;
@@ -487,42 +526,7 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     w.parts.push_back({"inflight_slots", slots,
                        fmt::format("[drafter] inflight_slots = {} x {} layers x {} tokens x {} x {} B",
                                    cfg.drafter.inflight_slots, n_ctx, num(cfg.ring.slot_tokens), m.h, ring_e)});
-    const u64 nccl = gang && !place.is_cpu() ? kNcclBytes : 0;
-    if (gang)
-        w.parts.push_back({"allreduce_buffers", nccl,
-                           nccl ? fmt::format("rank of a gang of {}: NCCL's own buffers (stated); the gradients are "
-                                              "reduced in place in their buckets (fp32_gradients)", world)
-                                : fmt::format("rank of a gang of {}: Gloo reduces the gradients in place in their "
-                                              "buckets (fp32_gradients)", world)});
-    if (gang) {
-        // The reducer rebuilds its buckets once, at the end of the first reduced backward
-        // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
-        // over. Activations, casts and logits are freed by then; it is the peak only when the
-        // gradients outweigh them (fp32 compute on a CPU, tiny activations).
-        const Part* fp8_head = w.part("fp8_lm_head");
-        const u64 rebuild = w.part("embedding_and_lm_head")->bytes + (fp8_head ? fp8_head->bytes : 0) + p * 4 + 2 * p * 4 + 2 * x.grads + slots + nccl;
-        if (rebuild > w.allocated()) {
-            WorkerMemory r{name, place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
-            for (const Part& part : w.parts) {
-                Part q = part;
-                if (q.name == "fp32_gradients") {
-                    r.parts.push_back(q);
-                    r.parts.push_back({"rebuilt_gradient_buckets", x.grads,
-                                       fmt::format("{} parameters x 4 B: the new buckets, beside the old ones while the "
-                                                   "gradients move over", num(p))});
-                    continue;
-                }
-                if (q.name != "embedding_and_lm_head" && q.name != "fp8_lm_head" && q.name != "fp32_master_weights" &&
-                    q.name != "adamw_state" &&
-                    q.name != "inflight_slots" && q.name != "allreduce_buffers") {
-                    q.bytes = 0;
-                    q.how = "freed after the backward";
-                }
-                r.parts.push_back(q);
-            }
-            w = std::move(r);
-        }
-    }
+    add_gang_parts(w, x.grads, p, world);
     add_overheads(w);
     return w;
 }

@@ -69,6 +69,15 @@ std::uint64_t gang_world(const Config& cfg);
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                             const MicroBatch& mb, bool grads_in_forward, std::uint64_t world);
 
+// A GPU worker's overheads outside torch's allocator (the CUDA
+// context and the allocator's slack); none on the CPU.
+void add_overheads(WorkerMemory& w);
+// A gang rank (world > 1): NCCL's buffers (`allreduce_buffers`), and when the reducer's one-time
+// bucket rebuild after the first reduced backward outweighs the micro-batch's peak, that moment
+// instead (the frozen parts, master weights, AdamW state, slots and both bucket sets; the rest
+// freed). `grads`: the fp32 gradients' bytes (p parameters x 4 B).
+void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t params, std::uint64_t world);
+
 struct HostMemory {
     std::vector<Part> parts;
     std::uint64_t huge_pages = 0;     // 2 MiB pages the ring needs ([ring] huge_pages != "off")
