@@ -3,6 +3,7 @@
 #include "plan/memory_model.hpp"
 
 #include "hsring/ledger.hpp"
+#include "plan/eagle3_memory.hpp"
 #include "hsring/ring.hpp"
 #include "ring/layout.hpp"
 
@@ -29,6 +30,8 @@ std::string gib(u64 b) { return format_bytes(b); }
 std::string num(u64 n) { return format_count(n); }
 
 u64 slack(u64 allocated) { return static_cast<u64>(std::llround(static_cast<double>(allocated) * kAllocatorSlack)); }
+
+bool eagle3(const Config& cfg) { return cfg.drafter.type == "eagle3"; }
 
 } // namespace
 
@@ -129,6 +132,10 @@ std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uin
     // [H, L*H], hidden_norm, norm.
     const u64 layer = m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + 2 * m.d;
     return layers * layer + context_layers * m.h * m.h + 2 * m.h;
+}
+
+std::uint64_t drafter_type_params(const Config& cfg, const Derived& d) {
+    return eagle3(cfg) ? eagle3_params(d.target) : drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
 }
 
 WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
@@ -409,6 +416,7 @@ std::string peak_phase(const DrafterBatch& x, std::uint64_t nl) {
 
 std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
                                  bool grads_in_forward) {
+    if (eagle3(cfg)) return eagle3_batch_peak(cfg, d, place, mb, grads_in_forward);
     return drafter_batch(cfg, d, place, mb, grads_in_forward).peak_bytes;
 }
 
@@ -418,6 +426,7 @@ std::uint64_t gang_world(const Config& cfg) {
 
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                             const MicroBatch& mb, bool grads_in_forward, std::uint64_t world) {
+    if (eagle3(cfg)) return eagle3_drafter_memory(cfg, d, name, place, mb, grads_in_forward, world);
     const ModelShape& s = d.target;
     const Dims m(s);
     const bool gang = world > 1;
@@ -555,7 +564,7 @@ HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& 
     h.parts.push_back({"worker_processes", gpu_workers * kWorkerHostBytes + cpu_workers_n * kCpuWorkerHostBytes,
                        fmt::format("{} GPU worker processes x {} (LibTorch, CUDA runtime) + {} CPU ones x {} (stated)",
                                    gpu_workers, gib(kWorkerHostBytes), cpu_workers_n, gib(kCpuWorkerHostBytes))});
-    const u64 p = drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
+    const u64 p = drafter_type_params(cfg, d);
     // The master drafter (global rank 0: on machine 0 only) copies fp32 weights + both AdamW
     // moments to host memory at each checkpoint; with checkpoint_background (default) into pinned
     // buffers it keeps for the whole run (src/worker/torch_drafter.cpp snapshot()).
