@@ -136,27 +136,51 @@ std::string describe(const Config& cfg, const Derived& d) {
     std::string targets, drafters;
     for (const auto& p : cfg.topology.targets) targets += (targets.empty() ? "" : ", ") + p.str();
     for (const auto& p : cfg.topology.drafters) drafters += (drafters.empty() ? "" : ", ") + p.str();
+    // What the drafter type captures and trains: DFlash its layers and blocks, EAGLE-3 its fused
+    // layers (+ the target's last, the training target) and training-time-test steps.
+    const bool eagle3 = cfg.drafter.type == "eagle3";
+    const std::string in_flight = fmt::format("{} in-flight slots -> <= {} of hidden states on its device",
+                                              cfg.drafter.inflight_slots,
+                                              format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes));
+    const std::string step = fmt::format("{} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens)",
+                                         d.slots_per_step, d.slots_per_rank, d.world,
+                                         d.slots_per_step * cfg.ring.slot_tokens);
+    std::string captured, drafter, train;
+    if (eagle3) {
+        std::string fused;
+        for (std::size_t i = 0; i + 1 < d.layer_ids.size(); ++i)
+            fused += (fused.empty() ? "" : ", ") + std::to_string(d.layer_ids[i]);
+        const std::int64_t vocab = cfg.drafter.draft_vocab > 0 ? cfg.drafter.draft_vocab : d.target.vocab_size;
+        captured = fmt::format("layers [{}] = 3 fused [{}] + the last ({})", ids, fused, d.layer_ids.back());
+        drafter = fmt::format("EAGLE-3 (type eagle3): 1 Llama layer over the 3 fused layers, {} training-time-test "
+                              "steps, draft vocabulary {} of {} tokens{}, {}",
+                              cfg.drafter.ttt_steps, vocab, d.target.vocab_size,
+                              vocab < d.target.vocab_size ? " (the most frequent in [data] path)" : "", in_flight);
+        train = fmt::format("{}, lr {}, step k's loss weighs ttt_decay^k = {}^k", step, cfg.train.lr, cfg.train.ttt_decay);
+    } else {
+        captured = fmt::format("layers [{}]", ids);
+        drafter = fmt::format("DFlash (type dflash): {} layers, block {}, mask token {}, {}", cfg.drafter.num_layers,
+                              cfg.drafter.block_size, d.mask_token_id, in_flight);
+        train = fmt::format("{}, {} anchors per sequence, lr {}, recompute {}, matmul {}, LM head {}", step,
+                            cfg.train.num_anchors, cfg.train.lr, to_string(cfg.train.recompute),
+                            to_string(cfg.train.matmul), to_string(cfg.train.lm_head));
+    }
     std::string text = fmt::format(
         "config {} is valid\n"
         "  run           {} (seed {}), run dir {}\n"
         "  topology      targets [{}], drafters [{}]\n"
         "  target        {} ({}: {} layers, hidden {}, vocab {}; {} linear weights)\n"
-        "  captured      layers [{}] -> {} per token ({})\n"
+        "  captured      {} -> {} per token ({})\n"
         "  slot          {} tokens -> {} payload, {} with 2 MiB alignment, <= {} samples\n"
         "  ring          '{}': {} slots = {} of payload, huge pages {}\n"
-        "  drafter       {} layers, block {}, mask token {}, {} in-flight slots -> <= {} of hidden states on its device\n"
-        "  train         {} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens), {} anchors "
-        "per sequence, lr {}, recompute {}, matmul {}, LM head {}\n",
+        "  drafter       {}\n"
+        "  train         {}\n",
         cfg.file.string(), cfg.run.name, cfg.run.seed, d.run_dir.string(), targets, drafters,
         d.target.source, d.target.arch, d.target.num_layers, d.target.hidden_size, d.target.vocab_size,
-        to_string(cfg.target.weights), ids,
+        to_string(cfg.target.weights), captured,
         format_bytes(d.bytes_per_token), to_string(cfg.ring.dtype), cfg.ring.slot_tokens,
         format_bytes(d.slot_payload_bytes), format_bytes(d.slot_stride), d.max_samples_per_slot, d.ring_name,
-        d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), cfg.drafter.num_layers,
-        cfg.drafter.block_size, d.mask_token_id, cfg.drafter.inflight_slots,
-        format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes), d.slots_per_step, d.slots_per_rank, d.world,
-        d.slots_per_step * cfg.ring.slot_tokens, cfg.train.num_anchors, cfg.train.lr,
-        to_string(cfg.train.recompute), to_string(cfg.train.matmul), to_string(cfg.train.lm_head));
+        d.slots, format_bytes(d.ring_payload_bytes), to_string(cfg.ring.huge_pages), drafter, train);
     if (cfg.transport.kind == TransportKind::Host)
         text += "  transport     host: targets -> host ring -> drafters (DMA through registered shared memory)\n";
     else

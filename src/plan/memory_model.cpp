@@ -3,6 +3,7 @@
 #include "plan/memory_model.hpp"
 
 #include "hsring/ledger.hpp"
+#include "plan/eagle3_memory.hpp"
 #include "hsring/ring.hpp"
 #include "ring/layout.hpp"
 
@@ -30,6 +31,10 @@ std::string num(u64 n) { return format_count(n); }
 
 u64 slack(u64 allocated) { return static_cast<u64>(std::llround(static_cast<double>(allocated) * kAllocatorSlack)); }
 
+bool eagle3(const Config& cfg) { return cfg.drafter.type == "eagle3"; }
+
+} // namespace
+
 void add_overheads(WorkerMemory& w) {
     if (w.place.is_cpu()) return;
     const u64 a = w.allocated();
@@ -39,7 +44,44 @@ void add_overheads(WorkerMemory& w) {
                        true});
 }
 
-} // namespace
+void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t p, std::uint64_t world) {
+    if (world <= 1) return;
+    const u64 nccl = w.place.is_cpu() ? 0 : kNcclBytes;
+    w.parts.push_back({"allreduce_buffers", nccl,
+                       nccl ? fmt::format("rank of a gang of {}: NCCL's own buffers (stated); the gradients are "
+                                          "reduced in place in their buckets (fp32_gradients)", world)
+                            : fmt::format("rank of a gang of {}: Gloo reduces the gradients in place in their "
+                                          "buckets (fp32_gradients)", world)});
+    // The reducer rebuilds its buckets once, at the end of the first reduced backward
+    // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
+    // over. Activations, casts and logits are freed by then; it is the peak only when the
+    // gradients outweigh them (fp32 compute on a CPU, tiny activations).
+    const auto kept = [](const std::string& n) {
+        return n == "embedding_and_lm_head" || n == "fp8_lm_head" || n == "draft_lm_head" ||
+               n == "fp32_master_weights" || n == "adamw_state" || n == "inflight_slots" || n == "allreduce_buffers";
+    };
+    u64 rebuild = grads;  // the new buckets
+    for (const Part& part : w.parts)
+        if (kept(part.name) || part.name == "fp32_gradients") rebuild += part.bytes;
+    if (rebuild <= w.allocated()) return;
+    WorkerMemory r{w.name, w.place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
+    for (const Part& part : w.parts) {
+        Part q = part;
+        if (q.name == "fp32_gradients") {
+            r.parts.push_back(q);
+            r.parts.push_back({"rebuilt_gradient_buckets", grads,
+                               fmt::format("{} parameters x 4 B: the new buckets, beside the old ones while the "
+                                           "gradients move over", num(p))});
+            continue;
+        }
+        if (!kept(q.name)) {
+            q.bytes = 0;
+            q.how = "freed after the backward";
+        }
+        r.parts.push_back(q);
+    }
+    w = std::move(r);
+}
 
 std::uint64_t WorkerMemory::allocated() const {
     u64 s = 0;
@@ -90,6 +132,10 @@ std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uin
     // [H, L*H], hidden_norm, norm.
     const u64 layer = m.h * (m.q + 2 * m.k) + m.q * m.h + 3 * m.h * m.i + 2 * m.h + 2 * m.d;
     return layers * layer + context_layers * m.h * m.h + 2 * m.h;
+}
+
+std::uint64_t drafter_type_params(const Config& cfg, const Derived& d) {
+    return eagle3(cfg) ? eagle3_params(d.target) : drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
 }
 
 WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
@@ -370,6 +416,7 @@ std::string peak_phase(const DrafterBatch& x, std::uint64_t nl) {
 
 std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
                                  bool grads_in_forward) {
+    if (eagle3(cfg)) return eagle3_batch_peak(cfg, d, place, mb, grads_in_forward);
     return drafter_batch(cfg, d, place, mb, grads_in_forward).peak_bytes;
 }
 
@@ -379,6 +426,7 @@ std::uint64_t gang_world(const Config& cfg) {
 
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                             const MicroBatch& mb, bool grads_in_forward, std::uint64_t world) {
+    if (eagle3(cfg)) return eagle3_drafter_memory(cfg, d, name, place, mb, grads_in_forward, world);
     const ModelShape& s = d.target;
     const Dims m(s);
     const bool gang = world > 1;
@@ -487,42 +535,7 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
     w.parts.push_back({"inflight_slots", slots,
                        fmt::format("[drafter] inflight_slots = {} x {} layers x {} tokens x {} x {} B",
                                    cfg.drafter.inflight_slots, n_ctx, num(cfg.ring.slot_tokens), m.h, ring_e)});
-    const u64 nccl = gang && !place.is_cpu() ? kNcclBytes : 0;
-    if (gang)
-        w.parts.push_back({"allreduce_buffers", nccl,
-                           nccl ? fmt::format("rank of a gang of {}: NCCL's own buffers (stated); the gradients are "
-                                              "reduced in place in their buckets (fp32_gradients)", world)
-                                : fmt::format("rank of a gang of {}: Gloo reduces the gradients in place in their "
-                                              "buckets (fp32_gradients)", world)});
-    if (gang) {
-        // The reducer rebuilds its buckets once, at the end of the first reduced backward
-        // (gradient_sync.cpp): the new buckets exist beside the old ones while the gradients move
-        // over. Activations, casts and logits are freed by then; it is the peak only when the
-        // gradients outweigh them (fp32 compute on a CPU, tiny activations).
-        const Part* fp8_head = w.part("fp8_lm_head");
-        const u64 rebuild = w.part("embedding_and_lm_head")->bytes + (fp8_head ? fp8_head->bytes : 0) + p * 4 + 2 * p * 4 + 2 * x.grads + slots + nccl;
-        if (rebuild > w.allocated()) {
-            WorkerMemory r{name, place, "the gang's bucket rebuild after its first reduced backward (once)", {}};
-            for (const Part& part : w.parts) {
-                Part q = part;
-                if (q.name == "fp32_gradients") {
-                    r.parts.push_back(q);
-                    r.parts.push_back({"rebuilt_gradient_buckets", x.grads,
-                                       fmt::format("{} parameters x 4 B: the new buckets, beside the old ones while the "
-                                                   "gradients move over", num(p))});
-                    continue;
-                }
-                if (q.name != "embedding_and_lm_head" && q.name != "fp8_lm_head" && q.name != "fp32_master_weights" &&
-                    q.name != "adamw_state" &&
-                    q.name != "inflight_slots" && q.name != "allreduce_buffers") {
-                    q.bytes = 0;
-                    q.how = "freed after the backward";
-                }
-                r.parts.push_back(q);
-            }
-            w = std::move(r);
-        }
-    }
+    add_gang_parts(w, x.grads, p, world);
     add_overheads(w);
     return w;
 }
@@ -551,7 +564,7 @@ HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& 
     h.parts.push_back({"worker_processes", gpu_workers * kWorkerHostBytes + cpu_workers_n * kCpuWorkerHostBytes,
                        fmt::format("{} GPU worker processes x {} (LibTorch, CUDA runtime) + {} CPU ones x {} (stated)",
                                    gpu_workers, gib(kWorkerHostBytes), cpu_workers_n, gib(kCpuWorkerHostBytes))});
-    const u64 p = drafter_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
+    const u64 p = drafter_type_params(cfg, d);
     // The master drafter (global rank 0: on machine 0 only) copies fp32 weights + both AdamW
     // moments to host memory at each checkpoint; with checkpoint_background (default) into pinned
     // buffers it keeps for the whole run (src/worker/torch_drafter.cpp snapshot()).

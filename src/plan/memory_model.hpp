@@ -48,11 +48,17 @@ struct WorkerMemory {
 };
 
 std::uint64_t target_params(const ModelShape& s);
+// A DFlash drafter's parameters (`layers` decoder layers fusing `context_layers` target layers).
 std::uint64_t drafter_params(const ModelShape& s, std::uint64_t layers, std::uint64_t context_layers);
+// The trained parameters of the config's drafter type ([drafter] type: DFlash's or EAGLE-3's).
+std::uint64_t drafter_type_params(const Config& cfg, const Derived& d);
 
 // A target worker forwarding `batch_tokens` tokens in one packed batch.
 WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                            std::uint64_t batch_tokens);
+
+// The drafter functions below model the config's drafter type: DFlash here, EAGLE-3 in
+// eagle3_memory.{hpp,cpp} ([drafter] type = "eagle3").
 
 // The part of a drafter's peak that depends on the micro-batch (activations, loss chunk or
 // backward transients, gradients when they exist then): ranks micro-batches by memory.
@@ -68,6 +74,15 @@ std::uint64_t gang_world(const Config& cfg);
 // that many (NCCL buffers; the one-time bucket rebuild after the first step when it is the peak).
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                             const MicroBatch& mb, bool grads_in_forward, std::uint64_t world);
+
+// Shared by the drafter types' models. A GPU worker's overheads outside torch's allocator (the CUDA
+// context and the allocator's slack); none on the CPU.
+void add_overheads(WorkerMemory& w);
+// A gang rank (world > 1): NCCL's buffers (`allreduce_buffers`), and when the reducer's one-time
+// bucket rebuild after the first reduced backward outweighs the micro-batch's peak, that moment
+// instead (the frozen parts, master weights, AdamW state, slots and both bucket sets; the rest
+// freed). `grads`: the fp32 gradients' bytes (p parameters x 4 B).
+void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t params, std::uint64_t world);
 
 struct HostMemory {
     std::vector<Part> parts;

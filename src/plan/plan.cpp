@@ -225,16 +225,18 @@ std::vector<Suggestion> Planner::suggestions(const Plan& p) const {
             if (v < longest) break;
         }
         search("[train] micro_batch_tokens", std::to_string(c0.train.micro_batch_tokens), mbt);
-        if (c0.train.recompute == Recompute::None) {
+        // recompute and loss_chunk are DFlash's (an EAGLE-3 drafter has neither).
+        const bool dflash = c0.drafter.type != "eagle3";
+        if (dflash && c0.train.recompute == Recompute::None) {
             const std::size_t before = out.size();
             search("[train] recompute", "\"none\"",
                    Candidates{{"\"layers\"", [](Config& c) { c.train.recompute = Recompute::Layers; }}});
             if (out.size() > before) out.back().effect += kRecomputeCost;
         }
         Candidates chunk;
-        for (std::uint64_t v = c0.train.loss_chunk / 2; v >= 256; v /= 2)
+        for (std::uint64_t v = c0.train.loss_chunk / 2; dflash && v >= 256; v /= 2)
             chunk.emplace_back(std::to_string(v), [v](Config& c) { c.train.loss_chunk = static_cast<std::uint32_t>(v); });
-        search("[train] loss_chunk", std::to_string(c0.train.loss_chunk), chunk);
+        if (dflash) search("[train] loss_chunk", std::to_string(c0.train.loss_chunk), chunk);
         Candidates inflight;
         for (std::uint32_t v = c0.drafter.inflight_slots - 1; v >= 1; --v)
             inflight.emplace_back(std::to_string(v), [v](Config& c) { c.drafter.inflight_slots = v; });

@@ -289,6 +289,38 @@ TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafte
     CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
 }
 
+TEST_CASE("config check says what an EAGLE-3 drafter captures and trains, not DFlash's blocks") {
+    std::string text = kMinimal;
+    const std::string dflash_drafter = "[drafter]\nnum_layers = 1\n";
+    REQUIRE(text.find(dflash_drafter) != std::string::npos);
+    const Config dflash = parse_config(text, "t.toml");
+    const std::string dflash_text = describe(dflash, derive(dflash, preset_shape("tiny")));
+    CHECK(dflash_text.find("drafter       DFlash (type dflash): 1 layers, block 16, mask token 511") != std::string::npos);
+    CHECK(dflash_text.find("anchors per sequence") != std::string::npos);
+
+    text.replace(text.find(dflash_drafter), dflash_drafter.size(),
+                 "[drafter]\ntype = \"eagle3\"\nnum_layers = 1\nttt_steps = 3\ndraft_vocab = 256\n");
+    const Config c = parse_config(text, "t.toml");
+    const Derived d = derive(c, preset_shape("tiny"));
+    const std::string e = describe(c, d);
+    // preset:tiny has 8 layers: 1, n/2 - 1, n - 4 fused, and the last; 4 x 64 hidden x 2 B per token.
+    CHECK(e.find("captured      layers [1, 3, 4, 7] = 3 fused [1, 3, 4] + the last (7) -> 512 B per token (bf16)") !=
+          std::string::npos);
+    CHECK(e.find("drafter       EAGLE-3 (type eagle3): 1 Llama layer over the 3 fused layers, 3 training-time-test "
+                 "steps, draft vocabulary 256 of 512 tokens (the most frequent in [data] path), 2 in-flight slots") !=
+          std::string::npos);
+    CHECK(e.find("ttt_decay^k = 0.8^k") != std::string::npos);
+    for (const char* dflash_only : {"block", "mask token", "anchors", "recompute", "matmul", "LM head", "DFlash"}) {
+        CAPTURE(dflash_only);
+        CHECK(e.find(dflash_only) == std::string::npos);
+    }
+    // draft_vocab = 0: the target's whole vocabulary.
+    text.replace(text.find("draft_vocab = 256"), 17, "draft_vocab = 0");
+    const Config all = parse_config(text, "t.toml");
+    CHECK(describe(all, derive(all, preset_shape("tiny"))).find("draft vocabulary 512 of 512 tokens, 2 in-flight") !=
+          std::string::npos);
+}
+
 TEST_CASE("[generate]: greedy defaults; stop_token_ids absent, [] and a list are told apart; bad values name the key") {
     Config c = parse_config(kMinimal, "t.toml");
     CHECK(c.generate.temperature == 0.0);

@@ -3,7 +3,7 @@
 // several rows), spec_decode with an EAGLE-3 drafter is greedy / sampled generate's (acceptance
 // lengths 1..K+1), a drafter that drafts what the target says is accepted whole, and an export
 // decodes through the registry and `hsring-model spec-decode`.
-#include "decode_fixture.hpp"
+#include "spec_decode_fixture.hpp"
 #include "model/drafter/dflash/trainable.hpp"
 #include "model/drafter/eagle3/decode.hpp"
 #include "model/drafter/eagle3/trainable.hpp"
@@ -177,16 +177,13 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
 TEST_CASE("spec_decode with an EAGLE-3 drafter is greedy generate's, each step accepting 1..K+1 tokens") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
     auto d = eagle3_for(m, 0, 0.05, 5);
-    const std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 0}, {iota_tokens(17, 200, 3), 0}, {{7}, 0}};
-    GenerateOptions go;
-    go.max_new_tokens = 19;
+    const std::vector<GenerateRequest> reqs = spec_prompts();
+    GenerateOptions go = generate_options(19);
     const auto plain = generate(m, reqs, go);
     for (std::int64_t k : {0, 1, 3}) {
         INFO(k << " draft tokens");
         const std::int64_t block = k == 0 ? Eagle3Trainable::kDefaultDraftTokens + 1 : k + 1;
-        SpecDecodeOptions so;
-        so.max_new_tokens = 19;
-        so.draft_tokens = k;
+        const SpecDecodeOptions so = spec_options_like(go, k);
         const auto spec = spec_decode(m, *d, reqs, so);
         CHECK(spec.block == block);
         std::int64_t steps = 0;
@@ -218,16 +215,11 @@ TEST_CASE("spec_decode with an EAGLE-3 drafter is greedy generate's, each step a
         }
     }
     // A stop token and the model's last position end it as they end generate, batched too.
-    ModelShape s = preset_shape("tiny");
-    s.max_position_embeddings = 24;
-    auto short_m = TargetModel::load(s, at::kCPU, at::kFloat, 12);
+    auto short_m = short_tiny_target();
     go.stop_tokens = {plain.outputs[0].tokens[5]};
     const auto plain2 = generate(short_m, reqs, go);
     for (std::int64_t batch : {1, 3}) {
-        SpecDecodeOptions so;
-        so.max_new_tokens = 19;
-        so.stop_tokens = go.stop_tokens;
-        so.batch = batch;
+        const SpecDecodeOptions so = spec_options_like(go, 0, batch);
         const auto spec2 = spec_decode(short_m, *d, reqs, so);
         for (std::size_t i = 0; i < reqs.size(); ++i) {
             INFO("prompt " << i << ", batch " << batch);
@@ -236,15 +228,9 @@ TEST_CASE("spec_decode with an EAGLE-3 drafter is greedy generate's, each step a
         }
     }
     // Sampled: generate's tokens for the same seeds.
-    std::vector<GenerateRequest> sreqs = reqs;
-    for (std::size_t i = 0; i < sreqs.size(); ++i) sreqs[i].seed = 100 + i;
-    GenerateOptions sg;
-    sg.max_new_tokens = 15;
-    sg.sampling = {1.0, 0.95};
-    SpecDecodeOptions ss;
-    ss.max_new_tokens = 15;
-    ss.sampling = sg.sampling;
-    ss.draft_tokens = 3;
+    const std::vector<GenerateRequest> sreqs = spec_prompts({100, 101, 102});
+    const GenerateOptions sg = generate_options(15, {1.0, 0.95});
+    const SpecDecodeOptions ss = spec_options_like(sg, 3);
     const auto sampled_plain = generate(m, sreqs, sg);
     const auto sampled = spec_decode(m, *d, sreqs, ss);
     for (std::size_t i = 0; i < sreqs.size(); ++i) CHECK(sampled.outputs[i].tokens == sampled_plain.outputs[i].tokens);
@@ -266,22 +252,14 @@ TEST_CASE("a chain that drafts what the target says is accepted whole: acceptanc
     // low fused layer through (fc = [I, 0, 0]) and whose layer adds nothing (o_proj, down_proj = 0)
     // outputs the target's layer-1 state of the last verified token, whose argmax under the tied
     // head is that token: every draft is the echoed token.
-    ModelShape s = preset_shape("tiny");
-    s.tie_word_embeddings = true;
-    auto m = TargetModel::from_weights(s, random_target_weights(s, 4, at::kCPU, at::kFloat), at::kCPU, at::kFloat,
-                                       "test");
+    auto m = echoing_tiny_target();
     const std::vector<GenerateRequest> reqs{{iota_tokens(6, 30), 0}, {iota_tokens(9, 77, 11), 0}};
-    GenerateOptions go;
-    go.max_new_tokens = 20;
-    const auto plain = generate(m, reqs, go);
-    for (std::size_t i = 0; i < reqs.size(); ++i)
-        REQUIRE_MESSAGE(plain.outputs[i].tokens == std::vector<std::int64_t>(20, reqs[i].prompt.back()),
-                        "the tied target does not echo prompt " << i);
+    const auto plain = require_echoes(m, reqs, 20);
     auto d = eagle3_for(m, 0, 0.0, 6);
     {
         at::NoGradGuard ng;
         Eagle3Drafter& e = module_of(*d);
-        const std::int64_t h = s.hidden_size;
+        const std::int64_t h = m.shape().hidden_size;
         e->fc->weight.zero_();
         e->fc->weight.narrow(1, 0, h).copy_(at::eye(h));
         e->midlayer->self_attn->o_proj->weight.zero_();
@@ -289,11 +267,7 @@ TEST_CASE("a chain that drafts what the target says is accepted whole: acceptanc
     }
     for (std::int64_t batch : {1, 2}) {
         INFO("batch " << batch);
-        SpecDecodeOptions so;
-        so.max_new_tokens = 20;
-        so.draft_tokens = 3;
-        so.batch = batch;
-        const auto spec = spec_decode(m, *d, reqs, so);
+        const auto spec = spec_decode(m, *d, reqs, spec_options_like(generate_options(20), 3, batch));
         for (std::size_t i = 0; i < reqs.size(); ++i) {
             CHECK(spec.outputs[i].tokens == plain.outputs[i].tokens);
             // 1 (prefill) + 4 x 4 = 17 <= 20: a fifth step runs, its tokens past the limit dropped.
@@ -312,9 +286,7 @@ TEST_CASE("an exported EAGLE-3 drafter decodes through the registry and hsring-m
     REQUIRE(drafter_type_of(drafter) == "eagle3");
     auto back = load_drafter(drafter, at::kCPU);
     const std::vector<GenerateRequest> reqs{{{1, 2, 3}, 0}, {{5, 6, 7}, 0}, {{40, 41}, 0}};
-    SpecDecodeOptions so;
-    so.max_new_tokens = 9;
-    so.draft_tokens = 3;
+    const SpecDecodeOptions so = spec_options_like(generate_options(9), 3);
     const auto mine = spec_decode(m, *d, reqs, so), loaded = spec_decode(m, *back, reqs, so);
     for (std::size_t i = 0; i < reqs.size(); ++i) {
         CHECK(loaded.outputs[i].tokens == mine.outputs[i].tokens);

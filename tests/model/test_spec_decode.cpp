@@ -1,7 +1,7 @@
 // Speculative decoding: a random or perfect drafter's output is greedy/sampled generate's, the
 // drafter's decode state (cached context keys/values) drafts what the whole-context recompute
 // drafts, and the spec-decode CLI (suite "generate").
-#include "decode_fixture.hpp"
+#include "spec_decode_fixture.hpp"
 #include "model_test_util.hpp"
 
 #include <ATen/ATen.h>
@@ -20,11 +20,9 @@ TEST_SUITE("generate") {
 TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each step accepting 1..B tokens") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
     DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
-    const std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 0}, {iota_tokens(17, 200, 3), 0}, {{7}, 0}};
-    SpecDecodeOptions so;
-    so.max_new_tokens = 13;
-    GenerateOptions go;
-    go.max_new_tokens = 13;
+    const std::vector<GenerateRequest> reqs = spec_prompts();
+    GenerateOptions go = generate_options(13);
+    SpecDecodeOptions so = spec_options_like(go);
     const auto plain = generate(m, reqs, go);
     const auto spec = spec_decode(m, d, reqs, so);
     std::int64_t steps = 0;
@@ -67,9 +65,7 @@ TEST_CASE("spec_decode: a random drafter's output is greedy generate's, each ste
         same_as_alone(spec_decode(m, d, reqs, bo), spec);
     }
     // A stop token and max positions end it as they end generate.
-    ModelShape s = preset_shape("tiny");
-    s.max_position_embeddings = 24;
-    auto short_m = TargetModel::load(s, at::kCPU, at::kFloat, 12);
+    auto short_m = short_tiny_target();
     go.stop_tokens = so.stop_tokens = {plain.outputs[0].tokens[5]};
     const auto plain2 = generate(short_m, reqs, go);
     const auto spec2 = spec_decode(short_m, d, reqs, so);
@@ -194,14 +190,10 @@ TEST_CASE("sampled spec_decode emits generate's sampled tokens for the same seed
     }
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
     DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, at::kCPU);
-    std::vector<GenerateRequest> reqs{{iota_tokens(5, 1), 101}, {iota_tokens(17, 200, 3), 202}, {{7}, 303}};
-    SpecDecodeOptions so;
-    so.max_new_tokens = 20;
-    so.sampling = {1.0, 0.95};
-    GenerateOptions go;
-    go.max_new_tokens = 20;
-    go.sampling = so.sampling;
+    std::vector<GenerateRequest> reqs = spec_prompts({101, 202, 303});
+    GenerateOptions go = generate_options(20, {1.0, 0.95});
     go.batch = 3;
+    SpecDecodeOptions so = spec_options_like(go);
     const auto plain = generate(m, reqs, go);
     const auto spec = spec_decode(m, d, reqs, so);
     for (std::size_t i = 0; i < reqs.size(); ++i) {
@@ -235,24 +227,17 @@ TEST_CASE("spec_decode accepts whole blocks when the drafter drafts what the tar
     // A tiny random target with tied embeddings echoes its last token; a drafter whose layers add
     // nothing (o_proj, down_proj = 0) outputs norm(embed(block token)), whose argmax under the tied
     // head is that token: with the mask token = the echoed one every draft is accepted.
-    ModelShape s = preset_shape("tiny");
-    s.tie_word_embeddings = true;
-    auto m = TargetModel::from_weights(s, random_target_weights(s, 4, at::kCPU, at::kFloat), at::kCPU, at::kFloat,
-                                       "test");
+    auto m = echoing_tiny_target();
     const std::vector<GenerateRequest> reqs{{iota_tokens(6, 30), 0}};
-    GenerateOptions go;
-    go.max_new_tokens = 17;
-    const auto plain = generate(m, reqs, go);
-    const std::int64_t echo = plain.outputs[0].tokens[0];
-    REQUIRE_MESSAGE(plain.outputs[0].tokens == std::vector<std::int64_t>(17, echo), "the tied target does not echo");
-    DFlashDrafter d(dflash_config_for(s, 1, 4, echo, {1, 4, 6}), 3, at::kCPU);
+    const auto plain = require_echoes(m, reqs, 17);
+    const std::int64_t echo = reqs[0].prompt.back();
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, echo, {1, 4, 6}), 3, at::kCPU);
     {
         at::NoGradGuard ng;
         for (auto& p : d->named_parameters())
             if (p.key().ends_with("o_proj.weight") || p.key().ends_with("down_proj.weight")) p.value().zero_();
     }
-    SpecDecodeOptions so;
-    so.max_new_tokens = 17;
+    SpecDecodeOptions so = spec_options_like(generate_options(17));
     const auto spec = spec_decode(m, d, reqs, so);
     CHECK(spec.outputs[0].tokens == plain.outputs[0].tokens);
     // 1 (prefill) + 4 x 4 = 17 tokens exist after four steps; as in z-lab's loop a fifth step runs

@@ -1,7 +1,7 @@
 """`hsring plan` as a user runs it: exit codes (0 fits, 1 does not, 2 usage/config), the knob it
 names for an over-budget drafter (and that the value it names fits when planned again), the
 --json shape of issue 14, capacity from nvidia-smi (a fake one via $HSRING_NVIDIA_SMI), bad input
-messages, and --measure without a GPU."""
+messages, --measure without a GPU, and an EAGLE-3 drafter's plan (--measure refused after it)."""
 import json
 import os
 import re
@@ -224,6 +224,49 @@ class PlanCli(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("--measure needs an NVIDIA GPU, and this machine shows none", r.stderr)
         self.assertIn("--device cpu", r.stderr)
+
+    def eagle3_config(self, name):
+        """The QWEN config with an EAGLE-3 drafter (7 training-time-test steps, 32,000 draft tokens)."""
+        path = os.path.join(self.tmp, name + ".toml")
+        text = QWEN.format(data=self.data, mbt=6144).replace(
+            "[drafter]\nnum_layers = 5\n", '[drafter]\ntype = "eagle3"\nnum_layers = 1\nttt_steps = 7\ndraft_vocab = 32000\n')
+        self.assertIn('type = "eagle3"', text)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_eagle3_demo_fits(self):
+        r = self.plan(os.path.join(ROOT, "config", "demo-eagle3.toml"), "--host-mem", "8GiB")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("drafter  EAGLE-3: micro-batches of", r.stdout)
+        self.assertIn("rows x 3 training-time-test steps, draft vocabulary 256", r.stdout)
+        self.assertIn("drafter.0 on the CPU", r.stdout)
+        self.assertIn("everything fits", r.stdout)
+
+    def test_eagle3_json(self):
+        r = self.plan(self.eagle3_config("eagle3-json"), "--gpu-mem", "141GiB", "--host-mem", "1TiB", "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["workload"]["drafter_type"], "eagle3")
+        self.assertEqual(j["workload"]["ttt_steps"], 7)
+        self.assertEqual(j["workload"]["draft_vocab"], 32000)
+        worst = j["workload"]["worst_micro_batch"]
+        self.assertEqual(worst["rows"], worst["tokens"] - worst["samples"])
+        drafter = j["gpus"][1]
+        self.assertEqual(sum(drafter["parts"].values()), drafter["predicted_peak_bytes"])
+        for part in ("embedding_and_lm_head", "draft_lm_head", "fp32_master_weights", "bf16_weight_casts",
+                     "adamw_state", "activations", "attention", "ttt_logits", "inflight_slots"):
+            self.assertIn(part, drafter["parts"])
+        self.assertNotIn("loss_chunk_logits", drafter["parts"])
+
+    def test_eagle3_measure_is_refused_after_the_estimate(self):
+        r = self.plan(self.eagle3_config("eagle3-measure"), "--measure", "--gpu-mem", "141GiB")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("drafter  EAGLE-3", r.stdout)  # the estimate is printed
+        errors = [line for line in r.stderr.splitlines() if line.startswith("hsring plan:")]
+        self.assertEqual(len(errors), 1, r.stderr)  # one error (besides the data set's log line)
+        self.assertIn("--measure times DFlash drafters only for now", r.stderr)
+        self.assertIn('type = "eagle3": nothing was measured, the estimate above stands', r.stderr)
 
 
 if __name__ == "__main__":

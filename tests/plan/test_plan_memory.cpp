@@ -1,10 +1,11 @@
 // `hsring plan`'s arithmetic against hand computations (each written out above its checks),
 // the knobs it suggests (re-planned: the suggested value fits, the next larger one does not),
-// several workers per GPU and several drafters, and the GPU split.
+// several workers per GPU and several drafters, the GPU split, and an EAGLE-3 drafter's memory.
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/units.hpp"
+#include "plan/eagle3_memory.hpp"
 #include "plan/measure.hpp"
 #include "plan/plan.hpp"
 #include "plan/report.hpp"
@@ -810,4 +811,169 @@ TEST_CASE("a gang rank whose bucket rebuild outweighs its micro-batch peaks ther
     CHECK(part(m, "allreduce_buffers").bytes == 0);  // Gloo on the CPU
     CHECK(part(m, "activations").bytes == 0);
     CHECK(m.allocated() == part(m, "embedding_and_lm_head").bytes + p * 4 * 5 + part(m, "inflight_slots").bytes);
+}
+
+namespace {
+
+// Qwen3-8B with an EAGLE-3 drafter (layers 1, 17, 32 fused + 35, the last, captured), 16,384-token
+// slots; `drafter` adds [drafter] keys, `extra` whole tables.
+Config qwen_eagle3(const std::string& drafter = "", const std::string& extra = "") {
+    std::string text = R"(
+[run]
+name = "plan-eagle3"
+[topology]
+targets = [0]
+drafters = [1]
+[ring]
+size = "16GiB"
+slot_tokens = 16384
+[target]
+model = "preset:qwen3-8b"
+[drafter]
+type = "eagle3"
+num_layers = 1
+)";
+    text += drafter + "\n[data]\npath = \"unused.jsonl\"\n" + extra;
+    return parse_config(text, "t.toml");
+}
+
+// The drafter's predicted allocated bytes for the config's worst micro-batch of 3,072-token samples.
+std::uint64_t eagle3_drafter_bytes(const Config& c, Place place = Place{1}, std::uint64_t sample_tokens = 3072) {
+    const Planner planner(c, SampleSource::synthetic(sample_tokens), machine(1024 * GiB));
+    const Plan p = planner.plan();
+    return drafter_memory(c, p.derived, "drafter.0", place, p.worst, p.workload.micro_batches_per_step > 1, 1).allocated();
+}
+
+} // namespace
+
+TEST_CASE("EAGLE-3 parameter count and ring geometry: 3 fused layers + the last, 4 per slot") {
+    const Config c = qwen_eagle3();
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    CHECK(d.layer_ids == std::vector<int>{1, 17, 32, 35});
+    // fc 3 x 4096^2 = 50,331,648; q/k/v over [8192]: 8192 x (4096 + 2 x 1024) = 50,331,648; o
+    // 16,777,216; MLP 3 x 4096 x 12,288 = 150,994,944; 4 norms 16,384
+    CHECK(eagle3_params(d.target) == 268'451'840ull);
+    // 16,384 tokens x 4 layers x 4096 x 2 B = 512 MiB per slot
+    CHECK(d.slot_payload_bytes == 512 * MiB);
+    CHECK(d.slot_stride == 512 * MiB);
+}
+
+TEST_CASE("EAGLE-3 drafter memory for 2 samples of 3,072 tokens on a GPU, by hand") {
+    const Config c = qwen_eagle3("ttt_steps = 7\ndraft_vocab = 32000\n", "[train]\nmicro_batch_tokens = 6144\n");
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const Workload w = make_workload(SampleSource::synthetic(3072), c, d);
+    // 5 samples per slot, micro-batches of 2, 2 and 1: one optimizer step holds 3.
+    REQUIRE(w.micro_batches(0).size() == 3);
+    const MicroBatch mb = w.micro_batches(0).at(0);
+    REQUIRE(mb.tokens == 6144);
+    CHECK(eagle3_rows(mb) == 6142);  // every token of a sample but its last
+
+    // Asked for as the first micro-batch of a step (no gradients yet).
+    const WorkerMemory m = drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1);
+    const std::uint64_t p = 268'451'840ull, r = 6142;
+    CHECK(part(m, "embedding_and_lm_head").bytes == 2ull * 151936 * 4096 * 2);
+    // 32,000 rows x 4096 x 4 B + d2t 32,000 x 8 B + t2d 151,936 x 1 B
+    CHECK(part(m, "draft_lm_head").bytes == 524'695'936ull);
+    CHECK(part(m, "fp32_master_weights").bytes == p * 4);
+    CHECK(part(m, "adamw_state").bytes == p * 8);
+    CHECK(part(m, "fp32_gradients").bytes == 0);
+    // fc 50,331,648 once + 7 steps x (layer 218,103,808 + norms 16,384 + LM head rows 131,072,000)
+    CHECK(part(m, "bf16_weight_casts").bytes == (50'331'648ull + 7 * 349'192'192ull) * 2);
+    // per step and row: (6H + 2Q + 2K + 3I + 2 x 128 = 71,936) x 2 + 16 = 143,888 B x 7 steps
+    //   = 6,186,320,672; fc's and the 7 steps' outputs 8 x r x H x 2 = 402,522,112; fused rows
+    //   3 x r x H x 2 = 150,945,792; row indices r x (32 + 20 x 7) = 1,056,424
+    CHECK(part(m, "activations").bytes == 6'186'320'672ull + 402'522'112ull + 150'945'792ull + 1'056'424ull);
+    // flash: 7 x r x 32 heads x 4 B of log-sum-exp, no score matrix
+    CHECK(part(m, "attention").bytes == 7 * r * 32 * 4);
+    // r x 32,000 x (8 B x 7 steps + 16 + 2)
+    CHECK(part(m, "ttt_logits").bytes == r * 32000 * 74);
+    CHECK(part(m, "backward_transients").bytes == 0);
+    CHECK(m.peak_phase == "the forward's loss of the last training-time-test step");
+    // 2 x 4 layers x 16,384 x 4096 x 2 B
+    CHECK(part(m, "inflight_slots").bytes == 1'073'741'824ull);
+    CHECK(m.part("loss_chunk_logits") == nullptr);
+    CHECK(m.allocated() == 33'589'137'480ull);  // 31.28 GiB
+
+    // Later micro-batches of the step: the gradients exist during their forward.
+    const WorkerMemory later = drafter_memory(c, d, "drafter.0", Place{1}, mb, true, 1);
+    CHECK(part(later, "fp32_gradients").bytes == p * 4);
+    CHECK(later.allocated() == m.allocated() + p * 4);
+}
+
+TEST_CASE("EAGLE-3 drafter memory grows with ttt_steps, draft_vocab and micro_batch_tokens") {
+    const std::uint64_t base = eagle3_drafter_bytes(qwen_eagle3("ttt_steps = 4\ndraft_vocab = 32000\n",
+                                                                "[train]\nmicro_batch_tokens = 6144\n"));
+    const std::uint64_t steps = eagle3_drafter_bytes(qwen_eagle3("ttt_steps = 8\ndraft_vocab = 32000\n",
+                                                                 "[train]\nmicro_batch_tokens = 6144\n"));
+    const std::uint64_t vocab = eagle3_drafter_bytes(qwen_eagle3("ttt_steps = 4\ndraft_vocab = 64000\n",
+                                                                 "[train]\nmicro_batch_tokens = 6144\n"));
+    const std::uint64_t tokens = eagle3_drafter_bytes(qwen_eagle3("ttt_steps = 4\ndraft_vocab = 32000\n",
+                                                                  "[train]\nmicro_batch_tokens = 12288\n"));
+    MESSAGE("EAGLE-3 drafter: " << base / double(GiB) << " GiB; 8 steps " << steps / double(GiB) << ", vocabulary 64,000 "
+                                << vocab / double(GiB) << ", 12,288 tokens " << tokens / double(GiB));
+    CHECK(steps > base);
+    CHECK(vocab > base);
+    CHECK(tokens > base);
+    // draft_vocab = 0: the target's whole vocabulary (151,936 rows).
+    CHECK(eagle3_drafter_bytes(qwen_eagle3("ttt_steps = 4\n", "[train]\nmicro_batch_tokens = 6144\n")) > vocab);
+}
+
+TEST_CASE("EAGLE-3 on the CPU: the eager attention's [heads, R, R + k] probabilities outgrow a GPU's flash path") {
+    // One 16,384-token sample: 16,383 rows.
+    const Config c = qwen_eagle3("ttt_steps = 3\ndraft_vocab = 32000\n");
+    const std::uint64_t gpu = eagle3_drafter_bytes(c, Place{1}, 16384);
+    const std::uint64_t cpu = eagle3_drafter_bytes(c, Place{}, 16384);
+    MESSAGE("one 16,384-token sample: GPU " << gpu / double(GiB) << " GiB, CPU " << cpu / double(GiB) << " GiB");
+    CHECK(cpu > 2 * gpu);
+    const Derived d = derive(c, preset_shape("qwen3-8b"));
+    const MicroBatch mb = make_workload(SampleSource::synthetic(16384), c, d).micro_batches(0).at(0);
+    const WorkerMemory on_cpu = drafter_memory(c, d, "drafter.0", Place{}, mb, false, 1);
+    // 32 heads x 16,383 rows x (3 x 16,383 + 0 + 1 + 2) x 4 B of probabilities + 4 negated/causal
+    // masks of 16,383^2 B + the repeated keys and values of grouped heads, 16,383 x 4096 x 4 B x 3 x 4
+    const std::uint64_t r = 16383;
+    CHECK(part(on_cpu, "attention").bytes == 32 * r * (3 * r + 3) * 4 + 4 * r * r + r * 4096 * 4 * 12);
+    CHECK(part(drafter_memory(c, d, "drafter.0", Place{1}, mb, false, 1), "attention").bytes == 3 * r * 32 * 4);
+    // Long rows: the attention's backward is the CPU's peak.
+    CHECK(on_cpu.peak_phase == "the backward of the last training-time-test step's attention (eager, CPU)");
+}
+
+TEST_CASE("plan with an EAGLE-3 drafter: the report names it, its rows and steps, its slot of 4 captured layers") {
+    const Config c = qwen_eagle3("ttt_steps = 7\ndraft_vocab = 32000\n", "[train]\nmicro_batch_tokens = 6144\n");
+    const Planner planner(c, SampleSource::synthetic(3072), machine(80 * GiB));
+    const Plan p = planner.plan();
+    CHECK(p.fits());
+    const std::string text = format_plan(p, planner.suggestions(p), planner.capacity());
+    CHECK(text.find("drafter  EAGLE-3: micro-batches of <= 6,144 tokens") != std::string::npos);
+    CHECK(text.find("2 samples, 6,144 tokens = 6,142 rows x 7 training-time-test steps, draft vocabulary 32,000") !=
+          std::string::npos);
+    CHECK(text.find("4 captured layers (3 fused + the last) x 16,384 tokens") != std::string::npos);
+    CHECK(text.find("ttt_logits") != std::string::npos);
+    CHECK(text.find("draft_lm_head") != std::string::npos);
+    CHECK(text.find("blocks of") == std::string::npos);
+    CHECK(text.find("loss_chunk") == std::string::npos);
+    CHECK(text.find("recompute") == std::string::npos);
+    const nlohmann::json j = plan_json(p, {}, planner.capacity());
+    CHECK(j["workload"]["drafter_type"] == "eagle3");
+    CHECK(j["workload"]["worst_micro_batch"]["rows"] == 6142);
+    CHECK(j["workload"]["ttt_steps"] == 7);
+    CHECK(j["gpus"][1]["parts"].contains("ttt_logits"));
+    // The ring's slots hold the 4 captured layers: 512 MiB each.
+    CHECK(p.host.memory.parts.front().how.find("512.00 MiB") != std::string::npos);
+}
+
+TEST_CASE("an over-budget EAGLE-3 drafter is told a micro_batch_tokens that fits; DFlash's knobs are not offered") {
+    const Config c = qwen_eagle3("ttt_steps = 7\ndraft_vocab = 32000\n", "[train]\nmicro_batch_tokens = 16384\n");
+    const Planner planner(c, SampleSource::synthetic(3072), machine(40 * GiB));
+    const Plan p = planner.plan();
+    REQUIRE(!p.fits());
+    const auto s = planner.suggestions(p);
+    REQUIRE(!s.empty());
+    CHECK(s.front().knob == "[train] micro_batch_tokens");
+    for (const auto& x : s) {
+        CHECK(x.knob != "[train] recompute");
+        CHECK(x.knob != "[train] loss_chunk");
+    }
+    Config fixed = c;
+    fixed.train.micro_batch_tokens = std::stoull(s.front().value);
+    CHECK(planner.plan(fixed).gpu(1)->fits());
 }

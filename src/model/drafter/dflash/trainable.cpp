@@ -5,6 +5,7 @@
 #include "model/drafter/dflash/eval.hpp"
 #include "model/drafter/dflash/export.hpp"
 #include "model/drafter/dflash/loss.hpp"
+#include "model/drafter/interface/target_fit.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -78,15 +79,8 @@ std::string DFlashTrainable::describe() const {
 
 std::string DFlashTrainable::misfit(const ModelShape& t) const {
     const DFlashConfig& c = config_;
-    if (c.hidden_size != t.hidden_size)
-        return fmt::format("the drafter's hidden_size {} does not match the target {}'s {}", c.hidden_size, t.source,
-                           t.hidden_size);
-    if (c.vocab_size != t.vocab_size)
-        return fmt::format("the drafter's vocab_size {} does not match the target {}'s {}", c.vocab_size, t.source,
-                           t.vocab_size);
-    if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
-        return fmt::format("the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers",
-                           c.num_target_layers, t.source, t.num_layers);
+    if (std::string why = target_shape_misfit(c.hidden_size, c.vocab_size, c.num_target_layers, t); !why.empty())
+        return why;
     if (c.target_layer_ids.empty()) return "the drafter has no target layers (dflash_config.target_layer_ids)";
     for (int k : c.target_layer_ids)
         if (k < 0 || k >= t.num_layers)

@@ -5,6 +5,7 @@
 #include "model/drafter/eagle3/export.hpp"
 #include "model/drafter/eagle3/loss.hpp"
 #include "model/drafter/eagle3/vocab.hpp"
+#include "model/drafter/interface/target_fit.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -103,15 +104,8 @@ std::string Eagle3Trainable::describe() const {
 
 std::string Eagle3Trainable::misfit(const ModelShape& t) const {
     const Eagle3Config& c = config_;
-    if (c.hidden_size != t.hidden_size)
-        return fmt::format("the drafter's hidden_size {} does not match the target {}'s {}", c.hidden_size, t.source,
-                           t.hidden_size);
-    if (c.vocab_size != t.vocab_size)
-        return fmt::format("the drafter's vocab_size {} does not match the target {}'s {}", c.vocab_size, t.source,
-                           t.vocab_size);
-    if (c.num_target_layers > 0 && c.num_target_layers != t.num_layers)
-        return fmt::format("the drafter was trained on a {}-layer target (num_target_layers) but {} has {} layers",
-                           c.num_target_layers, t.source, t.num_layers);
+    if (std::string why = target_shape_misfit(c.hidden_size, c.vocab_size, c.num_target_layers, t); !why.empty())
+        return why;
     for (int k : c.aux_layer_ids)
         if (k < 0 || k >= t.num_layers)
             return fmt::format("fused target layer {} (eagle_config.eagle_aux_hidden_state_layer_ids: {}) is out of "
