@@ -13,8 +13,10 @@
 # SAMPLES (240) x 3,072 tokens; PIPELINE_LIMIT_S (200) per run; MODES ("sync bg") the runs to make
 # EPOCHS (1) of them (issue 35's measurement: MODES=bg SAMPLES=300 CKPT_EVERY=6 EPOCHS=4: 60 steps).
 # TOKENS (65536) sets slot_tokens and tokens_per_step: target and drafter at 65,536 need an H200's
-# memory when they share one GPU; 32,768 fits an H100 and checkpoints the same state (weights and
-# AdamW moments do not depend on the step's tokens), at twice the steps.
+# memory when they share one GPU. 32,768 would checkpoint the same state (weights and AdamW moments
+# do not depend on the step's tokens) at twice the steps, but on an H100 (2026-12-06) the drafter
+# ran out of memory at its second step beside the target (drafter 54.7 GiB + target 22.7 GiB of
+# 79.2): there, give the drafter its own GPU or use fewer tokens.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "$@"
