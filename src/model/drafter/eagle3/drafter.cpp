@@ -77,37 +77,43 @@ std::vector<at::Tensor> Eagle3DrafterImpl::forward_steps(const Eagle3Rows& rows,
     const Eagle3LayerImpl& l = *midlayer;
     const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
     const double rope_factor = rope_attention_factor(c.rope_scaling);
+    // The layer's weights cast to the compute dtype once for all steps (as autocast's weight cache
+    // does in SpecForge's trainer): one cast each, its gradient summed over the steps; casting per
+    // step kept K copies for the backward (4.6 GiB at Qwen3-8B dims) and K casts each way.
+    const auto& a = *l.self_attn;
+    const auto& mlp = *l.mlp;
+    const at::Tensor w_q = a.q_proj->weight.to(dt), w_k = a.k_proj->weight.to(dt), w_v = a.v_proj->weight.to(dt),
+                     w_o = a.o_proj->weight.to(dt), w_gate = mlp.gate_proj->weight.to(dt),
+                     w_up = mlp.up_proj->weight.to(dt), w_down = mlp.down_proj->weight.to(dt),
+                     n_in = l.input_layernorm->weight.to(dt), n_hidden = l.hidden_norm->weight.to(dt),
+                     n_post = l.post_attention_layernorm->weight.to(dt);
     std::vector<at::Tensor> keys, values, outs;
     at::Tensor causal = rows.same_seq_causal;
     for (std::size_t k = 0; k < rows.step_tokens.size(); ++k) {
         const at::Tensor emb = at::embedding(embed, rows.step_tokens[k]).detach().to(dt);
-        const at::Tensor x = at::cat({rms_norm(emb, l.input_layernorm->weight, eps),
-                                      rms_norm(hidden, l.hidden_norm->weight, eps)}, -1);
+        const at::Tensor x = at::cat({rms_norm(emb, n_in, eps), rms_norm(hidden, n_hidden, eps)}, -1);
         const RopeTables rope =
             rope_tables(inv_freq_, rows.positions + static_cast<std::int64_t>(k), dt, rope_factor);
-        const auto& a = *l.self_attn;
-        at::Tensor q = apply_rope(dense(x, a.q_proj->weight).view({r, hq, d}), rope);
-        keys.push_back(apply_rope(dense(x, a.k_proj->weight).view({r, hkv, d}), rope));
-        values.push_back(dense(x, a.v_proj->weight).view({r, hkv, d}));
+        at::Tensor q = apply_rope(dense(x, w_q).view({r, hq, d}), rope);
+        keys.push_back(apply_rope(dense(x, w_k).view({r, hkv, d}), rope));
+        values.push_back(dense(x, w_v).view({r, hkv, d}));
         if (!causal.defined() && !ttt_attention_flash(q, rows.seqs)) {
             if (rows.seqs.cu.size() < 2 || rows.seqs.total() != r)
                 fail("EAGLE-3 drafter: the rows' sequences cover {} of {} rows", rows.seqs.cu.empty() ? 0 : rows.seqs.total(), r);
             causal = packed_causal_mask(rows.seqs, q.device());  // once for all steps
         }
         const at::Tensor o = ttt_attention(q, keys, values, rows.seqs, causal, scale);
-        const at::Tensor y = hidden + dense(o.reshape({r, hq * d}), a.o_proj->weight);
-        const at::Tensor m = rms_norm(y, l.post_attention_layernorm->weight, eps);
-        const auto& mlp = *l.mlp;
-        hidden = y + dense(fused_swiglu(dense(m, mlp.gate_proj->weight), dense(m, mlp.up_proj->weight)),
-                           mlp.down_proj->weight);
+        const at::Tensor y = hidden + dense(o.reshape({r, hq * d}), w_o);
+        const at::Tensor m = rms_norm(y, n_post, eps);
+        hidden = y + dense(fused_swiglu(dense(m, w_gate), dense(m, w_up)), w_down);
         outs.push_back(hidden);
     }
     return outs;
 }
 
-at::Tensor Eagle3DrafterImpl::logits(const at::Tensor& out, at::ScalarType dt) {
+at::Tensor Eagle3DrafterImpl::logits(const at::Tensor& out, at::ScalarType dt, const at::Tensor& head_rows) {
     HSRING_ASSERT(lm_head.defined(), "EAGLE-3 drafter: the LM head rows were never set");
-    return dense(norm->forward(out.to(dt)), lm_head.to(dt));
+    return dense(norm->forward(out.to(dt)), head_rows.defined() ? head_rows : lm_head.to(dt));
 }
 
 } // namespace hsring::model

@@ -68,8 +68,9 @@ public:
     // Each step's layer output (before the final norm) [R, H] in `dtype`; `embed` the target's
     // embedding (frozen).
     std::vector<at::Tensor> forward_steps(const Eagle3Rows& rows, const at::Tensor& embed, at::ScalarType dtype);
-    // lm_head(norm(out)) [R, draft vocab] in `dtype`.
-    at::Tensor logits(const at::Tensor& out, at::ScalarType dtype);
+    // lm_head(norm(out)) [R, draft vocab] in `dtype`; `head_rows`: lm_head already cast to `dtype`
+    // (the loss casts it once for all steps).
+    at::Tensor logits(const at::Tensor& out, at::ScalarType dtype, const at::Tensor& head_rows = {});
 
     const Eagle3Config& config() const { return config_; }
     // Rotary frequencies [head_dim/2] fp32 on the drafter's device (eagle3/decode.cpp reuses them).
