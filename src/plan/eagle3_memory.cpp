@@ -92,8 +92,9 @@ Batch batch(const Config& cfg, const Derived& d, Place place, const MicroBatch& 
     // The loss per step (eagle3_loss): the log-softmax of the logits and the target distribution,
     // [R, Vd] in fp32, saved for backward (8 B); while the last step's KL runs besides: the
     // target's log-probabilities (fp32), the logits (e B), p log p, p log q and their difference
-    // (fp32): 16 + e B.
-    x.logits = r * m.vd * (8 * k + 16 + e);
+    // (fp32): 16 + e B. The target's log-probabilities at every packed position, [T, Vd] fp32,
+    // formed once before the steps, live through all of them.
+    x.logits = r * m.vd * (8 * k + 16 + e) + mb.tokens * m.vd * 4;
     x.grads = eagle3_params(d.target) * 4;
     x.grads_now = grads_in_forward ? x.grads : 0;
 
@@ -176,14 +177,13 @@ WorkerMemory eagle3_drafter_memory(const Config& cfg, const Derived& d, const st
     w.parts.push_back({"fp32_master_weights", p * 4,
                        fmt::format("{} parameters x 4 B: fc [{}, 3 x {}], one Llama layer over a [2 x {}] input, 4 norms",
                                    num(p), m.h, m.h, m.h)});
-    // dense() and rms_norm() cast the fp32 weights in every call, so each step saves its own casts
-    // for backward (the layer's, its norms', the final norm's, the draft LM head rows'); fc is cast once.
-    const u64 per_step = layer_linear(m) + 4 * m.h + m.vd * m.h;
-    w.parts.push_back({"bf16_weight_casts", e < 4 ? (3 * m.h * m.h + k * per_step) * e : 0,
-                       e < 4 ? fmt::format("fc ({} parameters) once + per training-time-test step the layer, its "
-                                           "norms and the draft LM head rows ({} parameters) x {} steps, x {} B: "
-                                           "the forward's casts, saved for backward",
-                                           num(3 * m.h * m.h), num(per_step), k, e)
+    // forward_steps casts the layer's weights and norms once for all steps, the loss the draft LM
+    // head rows once (eagle3/drafter.cpp, loss.cpp); the final norm is cast at each step's logits.
+    const u64 once = 3 * m.h * m.h + layer_linear(m) + 3 * m.h + m.vd * m.h;
+    w.parts.push_back({"bf16_weight_casts", e < 4 ? (once + k * m.h) * e : 0,
+                       e < 4 ? fmt::format("fc, the layer, its norms and the draft LM head rows ({} parameters) once "
+                                           "+ the final norm ({}) x {} steps, x {} B: the forward's casts, saved for "
+                                           "backward", num(once), num(m.h), k, e)
                              : std::string("none: the CPU computes in fp32")});
     w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
     if (gang)
@@ -220,8 +220,9 @@ WorkerMemory eagle3_drafter_memory(const Config& cfg, const Derived& d, const st
     w.parts.push_back({"ttt_logits", loss ? x.logits : 0,
                        loss ? fmt::format("{} rows x {} draft vocabulary: per step the log-softmax and the target "
                                           "distribution in fp32 (8 B) x {} steps, + the last step's logits ({} B), "
-                                          "target log-probabilities and KL terms (16 B)",
-                                          num(r), num(m.vd), k, e)
+                                          "target log-probabilities and KL terms (16 B); + the target's "
+                                          "log-probabilities at all {} tokens (fp32, formed once)",
+                                          num(r), num(m.vd), k, e, num(mb.tokens))
                             : std::string("freed before the backward peak")});
     w.parts.push_back({"backward_transients", x.transient,
                        x.peak == Peak::MlpBackward

@@ -877,22 +877,23 @@ TEST_CASE("EAGLE-3 drafter memory for 2 samples of 3,072 tokens on a GPU, by han
     CHECK(part(m, "fp32_master_weights").bytes == p * 4);
     CHECK(part(m, "adamw_state").bytes == p * 8);
     CHECK(part(m, "fp32_gradients").bytes == 0);
-    // fc 50,331,648 once + 7 steps x (layer 218,103,808 + norms 16,384 + LM head rows 131,072,000)
-    CHECK(part(m, "bf16_weight_casts").bytes == (50'331'648ull + 7 * 349'192'192ull) * 2);
+    // once: fc 50,331,648 + layer 218,103,808 + its 3 norms 12,288 + LM head rows 131,072,000;
+    // per step the final norm 4,096
+    CHECK(part(m, "bf16_weight_casts").bytes == (399'519'744ull + 7 * 4096ull) * 2);
     // per step and row: (6H + 2Q + 2K + 3I + 2 x 128 = 71,936) x 2 + 16 = 143,888 B x 7 steps
     //   = 6,186,320,672; fc's and the 7 steps' outputs 8 x r x H x 2 = 402,522,112; fused rows
     //   3 x r x H x 2 = 150,945,792; row indices r x (32 + 20 x 7) = 1,056,424
     CHECK(part(m, "activations").bytes == 6'186'320'672ull + 402'522'112ull + 150'945'792ull + 1'056'424ull);
     // flash: 7 x r x 32 heads x 4 B of log-sum-exp, no score matrix
     CHECK(part(m, "attention").bytes == 7 * r * 32 * 4);
-    // r x 32,000 x (8 B x 7 steps + 16 + 2)
-    CHECK(part(m, "ttt_logits").bytes == r * 32000 * 74);
+    // r x 32,000 x (8 B x 7 steps + 16 + 2) + the target's log-probabilities at all 6,144 tokens
+    CHECK(part(m, "ttt_logits").bytes == r * 32000 * 74 + 6144ull * 32000 * 4);
     CHECK(part(m, "backward_transients").bytes == 0);
     CHECK(m.peak_phase == "the forward's loss of the last training-time-test step");
     // 2 x 4 layers x 16,384 x 4096 x 2 B
     CHECK(part(m, "inflight_slots").bytes == 1'073'741'824ull);
     CHECK(m.part("loss_chunk_logits") == nullptr);
-    CHECK(m.allocated() == 33'589'137'480ull);  // 31.28 GiB
+    CHECK(m.allocated() == 30'185'312'328ull);  // 28.11 GiB
 
     // Later micro-batches of the step: the gradients exist during their forward.
     const WorkerMemory later = drafter_memory(c, d, "drafter.0", Place{1}, mb, true, 1);

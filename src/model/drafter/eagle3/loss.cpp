@@ -85,15 +85,18 @@ DrafterLoss eagle3_loss(Eagle3Drafter& drafter, const TargetHead& head, const Dr
     if (R == 0) return r;
     const std::vector<at::Tensor> outs = drafter->forward_steps(b.rows, head.embed, dt);
     const double eps = drafter->config().rms_norm_eps;
+    const at::Tensor head_rows = drafter->lm_head.to(dt);  // frozen: one cast for all steps
+    // The target's distribution over the draft vocabulary at every packed position [T, Vd] fp32,
+    // formed once (as SpecForge does; each step's rows are a shifted selection of it).
+    at::Tensor all_target_logp;
+    {
+        at::NoGradGuard no_grad;
+        const at::Tensor last = batch.hidden[3].to(dt);
+        all_target_logp = at::log_softmax(dense(rms_norm(last, head.norm, eps), head_rows), -1, at::kFloat);
+    }
     for (int k = 0; k < steps; ++k) {
-        at::Tensor target_logp;
-        {
-            at::NoGradGuard no_grad;  // the target's distribution over the draft vocabulary
-            const at::Tensor last = batch.hidden[3].index_select(0, b.target_positions[k]).to(dt);
-            const at::Tensor t_logits = dense(rms_norm(last, head.norm, eps), drafter->lm_head.to(dt));
-            target_logp = at::log_softmax(t_logits, -1, at::kFloat);
-        }
-        const at::Tensor logits = drafter->logits(outs[static_cast<std::size_t>(k)], dt);
+        const at::Tensor target_logp = all_target_logp.index_select(0, b.target_positions[k]);
+        const at::Tensor logits = drafter->logits(outs[static_cast<std::size_t>(k)], dt, head_rows);
         const at::Tensor logq = at::log_softmax(logits, -1, at::kFloat);
         // kl_div(log q, p): p (log p - log q), 0 where p = 0.
         const at::Tensor p = target_logp.exp();
