@@ -12,9 +12,9 @@
 //   lm_head   2 R H Vd per step, x2 (frozen rows: forward + the input's gradient)
 //   target    2 R H Vd once: the target's distribution over the draft vocabulary (no grad)
 //
-// eagle3_loss computes the target's distribution again at every step (for the positions that
-// step scores); those K - 1 more products are work but not useful, so they are reported apart
-// (target_recomputed), not in total().
+// eagle3_loss forms the target's distribution once at every packed position, each sequence's
+// first included, which no step scores: those S products are work but not useful, so they are
+// reported apart (target_unscored), not in total().
 #include <cstdint>
 #include <vector>
 
@@ -22,17 +22,18 @@ namespace hsring::bench {
 
 struct Eagle3StepFlops {
     double fc = 0, layers = 0, attention = 0, lm_head = 0, target = 0;
-    double target_recomputed = 0;  // not counted in total()
+    double target_unscored = 0;  // not counted in total()
     double total() const { return fc + layers + attention + lm_head + target; }
-    double computed() const { return total() + target_recomputed; }
+    double computed() const { return total() + target_unscored; }
 };
 
 // `seq_lens`: the batch's sequences (tokens each); hq/hkv/d: attention heads, kv heads, head dim.
 inline Eagle3StepFlops eagle3_step_flops(const std::vector<std::int64_t>& seq_lens, std::int64_t hidden,
                                          std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
                                          std::int64_t intermediate, std::int64_t draft_vocab, int steps) {
-    double rows = 0, pairs = 0;  // pairs: (row, step-0 key) with the key at or before the row
+    double rows = 0, pairs = 0, firsts = 0;  // pairs: (row, step-0 key) with the key at or before the row
     for (const std::int64_t len : seq_lens) {
+        if (len > 0) firsts += 1;
         const double n = len > 1 ? double(len - 1) : 0.0;
         rows += n;
         pairs += n * (n + 1) / 2;
@@ -48,7 +49,7 @@ inline Eagle3StepFlops eagle3_step_flops(const std::vector<std::int64_t>& seq_le
         f.lm_head += 2 * (2.0 * rows * h * vd);
     }
     f.target = 2.0 * rows * h * vd;
-    f.target_recomputed = (steps - 1) * f.target;
+    f.target_unscored = 2.0 * firsts * h * vd;
     return f;
 }
 

@@ -195,7 +195,7 @@ TEST_CASE("hsring-bench drafter --type eagle3 --json: a finite loss, the step's 
     CHECK(double(f.at("attention")) == doctest::Approx(3 * 4 * q * (3 * pairs + R * (0 + 1 + 2))));
     CHECK(double(f.at("lm_head")) == doctest::Approx(3 * 2 * 2 * R * H * Vd));
     CHECK(double(f.at("target")) == doctest::Approx(2 * R * H * Vd));
-    CHECK(double(f.at("target_recomputed")) == doctest::Approx(2 * double(f.at("target"))));
+    CHECK(double(f.at("target_unscored")) == doctest::Approx(2 * 2 * H * Vd));  // the 2 sequences' first tokens
     const double total = f.at("total");
     CHECK(total == doctest::Approx(double(f.at("fc")) + double(f.at("layers")) + double(f.at("attention")) +
                                    double(f.at("lm_head")) + double(f.at("target"))));
