@@ -29,25 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drafter_eager import RMSNorm, rotate_half  # the DFlash baseline's: the same layers
 from presets import PRESETS
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight.to(dtype) * x.to(dtype)
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def repeat_kv(x, rep):  # [B, kv_heads, L, D] -> [B, heads, L, D]
