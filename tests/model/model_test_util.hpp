@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 
 #include <doctest/doctest.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/cuda.h>
@@ -76,6 +77,12 @@ inline void run_python_script(const std::string& script, const std::string& args
 
 // GPU-only tests: exit 77 (meson's "skipped") without a CUDA device, unless
 // HSRING_GPU_TESTS=required, where a missing GPU fails.
+// ||got - want|| / ||want|| in fp64 on the CPU, whatever the devices and dtypes of the two.
+inline double relative_error(const at::Tensor& got, const at::Tensor& want) {
+    const at::Tensor w = want.to(at::kCPU, at::kDouble);
+    return (got.to(at::kCPU, at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
+}
+
 inline void require_gpu_or_skip() {
     if (torch::cuda::is_available()) return;
     const char* req = std::getenv("HSRING_GPU_TESTS");

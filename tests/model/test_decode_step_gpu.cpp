@@ -18,11 +18,6 @@ namespace {
 
 const at::Device kCuda("cuda:0");
 
-double rel_err(const at::Tensor& got, const at::Tensor& want) {
-    const at::Tensor w = want.to(at::kCPU, at::kDouble);
-    return (got.to(at::kCPU, at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
-}
-
 struct Case {
     at::ScalarType dtype;
     std::int64_t heads, kv_heads, head_dim, n;
@@ -66,14 +61,14 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
             const at::Tensor q_cpu = qkv_to_cache(qkv, h, qn, kn, 1e-6, rope, slot, kc, vc);
             const at::Tensor q_gpu = qkv_to_cache(qkv.to(kCuda), h, norms ? qn.to(kCuda) : at::Tensor(),
                                                   norms ? kn.to(kCuda) : at::Tensor(), 1e-6, rope_gpu, slot.to(kCuda), kg, vg);
-            CHECK(rel_err(q_gpu, q_cpu) < tol);
-            CHECK(rel_err(kg, kc) < tol);
+            CHECK(test::relative_error(q_gpu, q_cpu) < tol);
+            CHECK(test::relative_error(kg, kc) < tol);
             CHECK(at::equal(vg.cpu(), vc));  // v is copied, not computed
             const at::Tensor o_cpu = cached_attention(q_cpu, kc, vc, positions, c.n, window, scale);
             const at::Tensor o_gpu = cached_attention(q_cpu.to(kCuda), kc.to(kCuda), vc.to(kCuda), positions.to(kCuda),
                                                       c.n, window, scale);
             CHECK(o_gpu.sizes() == o_cpu.sizes());
-            CHECK(rel_err(o_gpu, o_cpu) < tol);
+            CHECK(test::relative_error(o_gpu, o_cpu) < tol);
             CHECK(at::isfinite(o_gpu).all().item<bool>());
         }
         // Residual add + RMSNorm, with and without the residual.
@@ -81,9 +76,9 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
         const at::Tensor w = (at::rand({width}) + 0.5).to(c.dtype);
         const SumAndNorm cpu = add_rms_norm(x, res, w, 1e-6), gpu = add_rms_norm(x.to(kCuda), res.to(kCuda), w.to(kCuda), 1e-6);
         CHECK(at::equal(gpu.sum.cpu(), cpu.sum));  // one rounding of the same fp32 sum
-        CHECK(rel_err(gpu.normed, cpu.normed) < tol);
+        CHECK(test::relative_error(gpu.normed, cpu.normed) < tol);
         const SumAndNorm cpu1 = add_rms_norm(x, {}, w, 1e-6), gpu1 = add_rms_norm(x.to(kCuda), {}, w.to(kCuda), 1e-6);
-        CHECK(rel_err(gpu1.normed, cpu1.normed) < tol);
+        CHECK(test::relative_error(gpu1.normed, cpu1.normed) < tol);
     }
 }
 
@@ -104,9 +99,9 @@ TEST_CASE("decode step GEMV on the GPU: one row against a weight [out, in] equal
         const at::Tensor y = dense_rows(x, w);
         CHECK((y.sizes() == at::IntArrayRef{1, out}));
         const at::Tensor want = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
-        CHECK(rel_err(y, want) < (dtype == at::kFloat ? 1e-6 : 8e-3));
+        CHECK(test::relative_error(y, want) < (dtype == at::kFloat ? 1e-6 : 8e-3));
         // Two rows take dense() (cuBLAS): the same product.
-        CHECK(rel_err(dense_rows(x.repeat({2, 1}), w).narrow(0, 1, 1), want) < (dtype == at::kFloat ? 1e-5 : 8e-3));
+        CHECK(test::relative_error(dense_rows(x.repeat({2, 1}), w).narrow(0, 1, 1), want) < (dtype == at::kFloat ? 1e-5 : 8e-3));
     }
 }
 

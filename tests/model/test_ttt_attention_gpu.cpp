@@ -18,11 +18,6 @@ namespace {
 
 const at::Device kCuda("cuda:0");
 
-double rel_err(const at::Tensor& got, const at::Tensor& want) {
-    const at::Tensor w = want.to(at::kCPU, at::kDouble);
-    return (got.to(at::kCPU, at::kDouble) - w).norm().item<double>() / w.norm().item<double>();
-}
-
 } // namespace
 
 TEST_SUITE("gpu") {
@@ -62,17 +57,17 @@ TEST_CASE("EAGLE-3 ttt attention on the GPU: the flash path equals the eager fp3
                 vf.push_back(f32(values[static_cast<std::size_t>(s)]));
             }
             const at::Tensor want = ttt_attention_eager(qf, kf, vf, packed_causal_mask(seqs, kCuda), scale);
-            CHECK(rel_err(out, want) < 1e-2);
+            CHECK(test::relative_error(out, want) < 1e-2);
 
             const at::Tensor d_out = at::randn_like(want);
             out.backward(d_out.to(at::kBFloat16));
             want.backward(d_out);
-            CHECK(rel_err(q.grad(), qf.grad()) < 2e-2);
+            CHECK(test::relative_error(q.grad(), qf.grad()) < 2e-2);
             for (int s = 0; s < steps; ++s) {
                 INFO("step " << s);
                 const auto i = static_cast<std::size_t>(s);
-                CHECK(rel_err(keys[i].grad(), kf[i].grad()) < 2e-2);
-                CHECK(rel_err(values[i].grad(), vf[i].grad()) < 2e-2);
+                CHECK(test::relative_error(keys[i].grad(), kf[i].grad()) < 2e-2);
+                CHECK(test::relative_error(values[i].grad(), vf[i].grad()) < 2e-2);
             }
         }
     }
