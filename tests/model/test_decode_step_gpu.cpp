@@ -95,14 +95,39 @@ TEST_CASE("decode step GEMV on the GPU: one row against a weight [out, in] equal
         // The GEMV itself, not dense()'s equal numbers: its precondition once failed on every
         // call from the decode step and the step silently ran cuBLAS (issue 35).
         CHECK(dense_rows_on_kernel(x, w));
-        CHECK_FALSE(dense_rows_on_kernel(x.repeat({2, 1}), w));
+        // More rows: the tensor-core kernel, bf16 / fp16 with in a multiple of 32 (the tiny width of
+        // 16 takes one row only, on the SIMT kernel).
+        CHECK(dense_rows_on_kernel(x.repeat({2, 1}), w) == (dtype != at::kFloat && in % 32 == 0));
+        CHECK_FALSE(dense_rows_on_kernel(x.repeat({17, 1}), w));
         const at::Tensor y = dense_rows(x, w);
         CHECK((y.sizes() == at::IntArrayRef{1, out}));
         const at::Tensor want = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
         CHECK(test::relative_error(y, want) < (dtype == at::kFloat ? 1e-6 : 8e-3));
-        // Two rows take dense() (cuBLAS): the same product.
+        // Two rows (fp32: dense(), cuBLAS): the same product.
         CHECK(test::relative_error(dense_rows(x.repeat({2, 1}), w).narrow(0, 1, 1), want) < (dtype == at::kFloat ? 1e-5 : 8e-3));
     }
+}
+
+TEST_CASE("decode step GEMV on the GPU: 1-16 rows in bf16 / fp16 equal the fp64 product, each row bit for bit as if alone") {
+    test::require_gpu_or_skip();
+    at::manual_seed(5);
+    // A verify step's 16 rows, rows that are not a whole half-tile (3, 9), Qwen3-8B's qkv and down
+    // projections, a partial block of weight rows (37, 101), and the narrowest width (32).
+    for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf})
+        for (const auto& [in, out] : std::vector<std::pair<std::int64_t, std::int64_t>>{{4096, 6144}, {12288, 37}, {32, 101}})
+            for (const std::int64_t rows : {1, 3, 9, 16}) {
+                INFO(c10::toString(dtype) << ", " << rows << " rows, " << out << " x " << in);
+                const at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kCuda)).to(dtype);
+                const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).to(dtype);
+                REQUIRE(dense_rows_on_kernel(x, w));
+                const at::Tensor y = dense_rows(x, w);
+                CHECK((y.sizes() == at::IntArrayRef{rows, out}));
+                const at::Tensor want = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+                CHECK(test::relative_error(y, want) < 8e-3);
+                CHECK(at::isfinite(y).all().item<bool>());
+                // Why a 16-token verify step and plain decoding agree in bf16: the same bits per row.
+                for (std::int64_t r = 0; r < rows; ++r) CHECK(at::equal(y.narrow(0, r, 1), dense_rows(x.narrow(0, r, 1), w)));
+            }
 }
 
 } // TEST_SUITE

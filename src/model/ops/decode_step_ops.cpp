@@ -47,12 +47,14 @@ namespace {
 // The GEMV's arguments for x @ w^T, or nothing when the kernel does not take them (y unset).
 std::optional<kernels::GemvArgs> gemv_args(const at::Tensor& x, const at::Tensor& w) {
     const auto t = x.scalar_type();
-    if (!(kernel_call::supported(t) && x.dim() == 2 && x.size(0) == 1 && kernel_tensor(x, t, x.device()) &&
+    if (!(kernel_call::supported(t) && x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kernels::kGemvMaxRows &&
+          kernel_tensor(x, t, x.device()) &&
           kernel_tensor(w, t, x.device()) && w.dim() == 2 && w.size(1) == x.size(1)))
         return std::nullopt;
     kernels::GemvArgs a;
     a.x = x.data_ptr();
     a.weight = w.data_ptr();
+    a.rows = x.size(0);
     a.in = w.size(1);
     a.out = w.size(0);
     a.dtype = kernel_call::dtype(t);
@@ -76,10 +78,11 @@ at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w) {
 #if HSRING_KERNELS_ON
     if (auto a = gemv_args(x, w)) {
         const c10::cuda::CUDAGuard guard(x.device());
-        at::Tensor y = at::empty({1, a->out}, x.options());
+        at::Tensor y = at::empty({a->rows, a->out}, x.options());
         a->y = y.data_ptr();
         a->stream = kernel_call::stream(x);
-        kernel_call::check(kernels::gemv_rows(*a), "gemv kernel on {} [{} x {}]", x.device().str(), a->out, a->in);
+        kernel_call::check(kernels::gemv_rows(*a), "gemv kernel on {} [{} rows, {} x {}]", x.device().str(), a->rows,
+                           a->out, a->in);
         return y;
     }
 #endif

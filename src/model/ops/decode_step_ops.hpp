@@ -10,7 +10,9 @@
 
 namespace hsring::model {
 
-// x @ w^T (dense()); one row of x on the GPU: a GEMV that streams w once (gemv_rows.hpp).
+// x @ w^T (dense()); on the GPU, 1-16 rows of x (a plain step, a verify step): a GEMV that streams
+// w once (gemv_rows.hpp; more than one row: bf16 / fp16 only). In bf16 / fp16 a row's result does
+// not depend on how many rows came with it.
 at::Tensor dense_rows(const at::Tensor& x, const at::Tensor& w);
 
 // Whether dense_rows(x, w) runs the GEMV kernel (false: dense()). The decode test asserts it for
