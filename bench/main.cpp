@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
                    "  ring     --writers P --readers C --slot-mib S --slots N --seconds T [--cuda]\n"
                    "  target   packed forward tokens/s of a target preset vs PyTorch eager\n"
                    "  drafter  DFlash (--type eagle3: EAGLE-3) training step time vs PyTorch eager\n"
+                   "  gemv     the decode step's projections at 1 and 16 rows: GEMV kernels vs cuBLAS vs copy bandwidth\n"
                    "  gang     1 vs N data-parallel drafter ranks (c10d): scaling, all-reduce hidden by backward\n"
                    "each mode prints its own --help\n");
         return 2;
