@@ -18,15 +18,13 @@
 // dominate), keeping one cache's storage from prompt to prompt. Models with MoE routing, sinks or
 // FP8 weights (not TargetModel::graphable()) run forward_cached. Not thread-safe: one caller
 // drives the model and its cache.
+#include "model/ops/step_graphs.hpp"
 #include "model/target/kv_cache.hpp"
 #include "model/target/target.hpp"
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <tuple>
 #include <vector>
 
 namespace hsring::model {
@@ -41,7 +39,7 @@ public:
 
     // Whether steps go through forward_static (graphable model) and are captured (a CUDA device).
     bool fixed_shapes() const { return fixed_; }
-    bool captured() const { return capture_; }
+    bool captured() const { return graphs_.capturing(); }
     std::size_t graphs() const { return graphs_.size(); }
 
     // tokens: n per row, row after row, at positions cache.length(r) onwards; the rows' lengths
@@ -52,16 +50,11 @@ public:
                     const std::vector<int>& layer_ids = {}, const TargetModel::LayerCallback& on_layer = {});
 
 private:
-    struct Graph;
-    // (every layer's key and value storage, rows, capacity, n, window, captured layer ids)
-    using Key = std::tuple<std::vector<const void*>, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::vector<int>>;
     TargetModel& model_;
-    bool fixed_ = false, capture_ = false;
+    bool fixed_ = false;
     std::int64_t bucket_;
-    const void* storage_ = nullptr;  // the cache the graphs write into (its first layer's keys)
-    std::map<Key, std::unique_ptr<Graph>> graphs_;
-    at::Tensor host_;                // pinned staging of the ids (CUDA)
+    // Key: (rows, capacity, n, window, every layer's key and value storage, captured layer ids)
+    StepGraphs graphs_;
 };
 
 } // namespace hsring::model

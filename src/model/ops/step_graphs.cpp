@@ -1,0 +1,124 @@
+#include "model/ops/step_graphs.hpp"
+
+#include "hsring/log.hpp"
+
+#include <ATen/ATen.h>
+#ifdef HSRING_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+namespace hsring::model {
+
+struct StepGraphs::Graph {
+    at::Tensor longs;                 // [n] int64 on the device: the graph's input
+    std::vector<at::Tensor> tensors;  // its copies of the tensor inputs
+    std::vector<at::Tensor> outputs;  // its outputs
+#ifdef HSRING_TORCH_CUDA
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+};
+
+StepGraphs::StepGraphs(at::Device device, bool capture, std::string what)
+    : device_(device), capture_(capture && device.is_cuda()), what_(std::move(what)) {
+#ifndef HSRING_TORCH_CUDA
+    capture_ = false;
+#endif
+}
+
+StepGraphs::~StepGraphs() = default;
+
+void StepGraphs::bind(const void* storage) {
+    if (storage == storage_) return;
+    graphs_.clear();
+    storage_ = storage;
+}
+
+void StepGraphs::clear() {
+    graphs_.clear();
+    storage_ = nullptr;
+}
+
+std::vector<at::Tensor> StepGraphs::run(const Key& key, const std::vector<std::int64_t>& longs,
+                                        const std::vector<at::Tensor>& tensors, const Body& body) {
+    if (!capture_) return body(at::tensor(longs, at::kLong).to(device_), tensors);
+#ifdef HSRING_TORCH_CUDA
+    std::unique_ptr<Graph>& slot = graphs_[key];
+    if (!slot) {
+        auto made = std::make_unique<Graph>();
+        std::vector<at::Tensor> out = capture(*made, key, longs, tensors, body);
+        if (capture_) slot = std::move(made);  // else the capture failed and out came from a direct run
+        return out;
+    }
+    Graph& g = *slot;
+    if (!longs.empty()) {
+        if (!host_.defined() || host_.numel() < static_cast<std::int64_t>(longs.size()))
+            host_ = at::empty({std::max<std::int64_t>(static_cast<std::int64_t>(longs.size()), 64)},
+                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+        std::memcpy(host_.data_ptr<std::int64_t>(), longs.data(), longs.size() * sizeof(std::int64_t));
+        // A blocking copy: the pinned buffer is free for the next run once it returns.
+        g.longs.copy_(host_.narrow(0, 0, static_cast<std::int64_t>(longs.size())));
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) g.tensors[i].copy_(tensors[i]);
+    g.graph->replay();  // on the current stream
+    return g.outputs;
+#else
+    (void)key;
+    return body(at::tensor(longs, at::kLong).to(device_), tensors);
+#endif
+}
+
+std::vector<at::Tensor> StepGraphs::capture(Graph& g, const Key& key, const std::vector<std::int64_t>& longs,
+                                            const std::vector<at::Tensor>& tensors, const Body& body) {
+#ifdef HSRING_TORCH_CUDA
+    g.longs = at::tensor(longs, at::kLong).to(device_);
+    for (const at::Tensor& t : tensors) g.tensors.push_back(t.to(device_).clone());
+    // Warm up and capture on a side stream (a capture must not run on the default stream).
+    const c10::DeviceIndex dev = device_.index();
+    c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(dev);
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dev);
+    at::cuda::CUDAEvent ready, captured;
+    ready.record(current);
+    ready.block(side);
+    try {
+        c10::cuda::CUDAStreamGuard guard(side);
+        body(g.longs, g.tensors);
+        g.graph = std::make_unique<at::cuda::CUDAGraph>();
+        g.graph->capture_begin();
+        g.outputs = body(g.longs, g.tensors);
+        g.graph->capture_end();
+    } catch (const std::exception& e) {
+        // Something in the step could not be captured: the same fixed-shape work runs directly
+        // from now on. A capture left open would keep the pool stream capturing: end it.
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+            cudaGraph_t dead = nullptr;
+            cudaStreamEndCapture(side.stream(), &dead);
+            if (dead) cudaGraphDestroy(dead);
+        }
+        (void)cudaGetLastError();
+        captured.record(side);
+        captured.block(current);
+        graphs_.erase(key);
+        capture_ = false;
+        log::warn("{}: a step could not be captured as a CUDA graph ({}); running them without graphs", what_,
+                  e.what());
+        return body(at::tensor(longs, at::kLong).to(device_), tensors);
+    }
+    captured.record(side);
+    captured.block(current);
+    g.graph->replay();  // the captured run wrote nothing yet: this run's outputs
+    return g.outputs;
+#else
+    (void)g;
+    (void)key;
+    return body(at::tensor(longs, at::kLong).to(device_), tensors);
+#endif
+}
+
+} // namespace hsring::model
