@@ -94,13 +94,6 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
     const std::vector<int> ids = e->config().aux_layer_ids;
     const at::Tensor draft_ids = e->draft_ids();
     const std::int64_t K = 4;
-    auto state = d->decoder(m.shape(), head, 1, 32, at::kCPU, at::kFloat, K);
-    REQUIRE(state->max_block() == K + 1);
-    CHECK(state->target_layer_ids() == ids);
-    auto& chain = dynamic_cast<Eagle3DecodeDrafter&>(*state);
-    const auto seq = iota_tokens(24, 11, 5);
-    const at::Tensor ctx = captured_layers(m, seq, ids);  // [3, 24, H]
-
     // Row `row` of `s` verified up to position n (last token seq[n]): its drafts and their logits
     // equal the training forward's chain over the same tokens.
     auto check_chain = [&](DecodeDrafter& s, const std::vector<const std::vector<std::int64_t>*>& seqs,
@@ -133,16 +126,27 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
     };
 
     at::NoGradGuard ng;
-    state->extend(ctx.narrow(1, 0, 5), {5}, tokens_after(seq, 0, 5));  // the prompt 0..4 with the first new token 5
-    CHECK(chain.length(0) == 5);
-    check_chain(*state, {&seq}, {&ctx}, {5}, {K + 1});
-    state->extend(ctx.narrow(1, 5, 3), {3}, tokens_after(seq, 5, 3));  // a step accepting 2 drafts + the target's token
-    check_chain(*state, {&seq}, {&ctx}, {8}, {K + 1});
-    state->extend(ctx.narrow(1, 8, 1), {1}, tokens_after(seq, 8, 1));  // a step accepting nothing
-    check_chain(*state, {&seq}, {&ctx}, {9}, {3});                     // a short chain: its first drafts
-    CHECK(state->draft({seq[9]}, {1}, Recorder{}.pick()).empty());
+    const auto seq = iota_tokens(24, 11, 5);
+    const at::Tensor ctx = captured_layers(m, seq, ids);  // [3, 24, H]
+    // One sequence op by op, and in the fixed shapes of its CUDA graphs (run directly on the CPU:
+    // a window of cached positions, those past the length masked).
+    for (const bool graphs : {false, true}) {
+        INFO("graphs " << graphs);
+        auto state = d->decoder(m.shape(), head, 1, 32, at::kCPU, at::kFloat, K, graphs);
+        REQUIRE(state->max_block() == K + 1);
+        CHECK(state->target_layer_ids() == ids);
+        auto& chain = dynamic_cast<Eagle3DecodeDrafter&>(*state);
+        state->extend(ctx.narrow(1, 0, 5), {5}, tokens_after(seq, 0, 5));  // the prompt 0..4 with the first new token 5
+        CHECK(chain.length(0) == 5);
+        check_chain(*state, {&seq}, {&ctx}, {5}, {K + 1});
+        state->extend(ctx.narrow(1, 5, 3), {3}, tokens_after(seq, 5, 3));  // a step accepting 2 drafts + the target's token
+        check_chain(*state, {&seq}, {&ctx}, {8}, {K + 1});
+        state->extend(ctx.narrow(1, 8, 1), {1}, tokens_after(seq, 8, 1));  // a step accepting nothing
+        check_chain(*state, {&seq}, {&ctx}, {9}, {3});                     // a short chain: its first drafts
+        CHECK(state->draft({seq[9]}, {1}, Recorder{}.pick()).empty());
+    }
     {  // room for 4 positions + one verify step of 2
-        auto small = d->decoder(m.shape(), head, 1, 4, at::kCPU, at::kFloat, 1);
+        auto small = d->decoder(m.shape(), head, 1, 4, at::kCPU, at::kFloat, 1, false);
         CHECK(test::error_of([&] { small->extend(ctx.narrow(1, 0, 7), {7}, tokens_after(seq, 0, 7)); })
                   .find("room for 6") != std::string::npos);
     }
@@ -151,7 +155,7 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
     // drafts alone (shorter caches are masked), through a packed extend and dropping a row.
     const auto seq2 = iota_tokens(24, 40, 7);
     const at::Tensor ctx2 = captured_layers(m, seq2, ids);
-    auto rows = d->decoder(m.shape(), head, 3, 32, at::kCPU, at::kFloat, K);
+    auto rows = d->decoder(m.shape(), head, 3, 32, at::kCPU, at::kFloat, K, false);
     rows->extend(at::cat({ctx.narrow(1, 0, 6), ctx2.narrow(1, 0, 11), ctx.narrow(1, 0, 3)}, 1), {6, 11, 3},
                  cat(cat(tokens_after(seq, 0, 6), tokens_after(seq2, 0, 11)), tokens_after(seq, 0, 3)));
     check_chain(*rows, {&seq, &seq2, &seq}, {&ctx, &ctx2, &ctx}, {6, 11, 3}, {K + 1, 3, K + 1});
@@ -162,11 +166,11 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
     check_chain(*rows, {&seq, &seq2}, {&ctx, &ctx2}, {8, 11}, {K + 1, 4});
     CHECK(dynamic_cast<Eagle3DecodeDrafter&>(*rows).length(0) == 8);
 
-    CHECK(test::error_of([&] { d->decoder(m.shape(), head, 1, 32, at::kCPU, at::kFloat, -1); }).find("draft_tokens must be >= 1") !=
+    CHECK(test::error_of([&] { d->decoder(m.shape(), head, 1, 32, at::kCPU, at::kFloat, -1, false); }).find("draft_tokens must be >= 1") !=
           std::string::npos);
     ModelShape wide = m.shape();
     wide.hidden_size = 96;
-    CHECK(test::error_of([&] { d->decoder(wide, head, 1, 32, at::kCPU, at::kFloat, 0); })
+    CHECK(test::error_of([&] { d->decoder(wide, head, 1, 32, at::kCPU, at::kFloat, 0, false); })
               .find("the drafter's hidden_size 64 does not match") != std::string::npos);
     CHECK(d->misfit(m.shape()).empty());
     ModelShape shallow = m.shape();

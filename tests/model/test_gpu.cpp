@@ -14,6 +14,7 @@
 #include "model/decode/generate.hpp"
 #include "model/target/kv_cache.hpp"
 #include "model/decode/spec_decode.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/ops/expert_dispatch.hpp"
 #include "model/ops/fp8_linear.hpp"
 #include "model/ops/fp8_weights.hpp"
@@ -667,11 +668,38 @@ TEST_CASE("decode engine on the GPU: steps captured as CUDA graphs equal forward
     se.decode_graphs = false;
     const auto g1 = generate(m, reqs, go), g0 = generate(m, reqs, ge);
     const auto s1 = spec_decode(m, d, reqs, so), s0 = spec_decode(m, d, reqs, se);
+    CHECK(s1.draft_graphs);  // DFlash's draft steps were captured too
+    CHECK_FALSE(s0.draft_graphs);
     for (std::size_t i = 0; i < reqs.size(); ++i) {
         CHECK(g1.outputs[i].tokens == g0.outputs[i].tokens);
         CHECK(s1.outputs[i].tokens == s0.outputs[i].tokens);
         CHECK(s1.outputs[i].acceptance_lengths == s0.outputs[i].acceptance_lengths);
         CHECK(s1.outputs[i].tokens == g1.outputs[i].tokens);
+    }
+
+    // An EAGLE-3 drafter: its chain steps as CUDA graphs draft what they draft op by op.
+    DrafterSpec spec;
+    spec.type = "eagle3";
+    spec.target = m.shape();
+    spec.layer_ids = eagle3_layer_ids(static_cast<int>(m.shape().num_layers));
+    spec.token_counts.assign(static_cast<std::size_t>(m.shape().vocab_size), 1);
+    const TargetHead head = m.head();
+    spec.head = &head;
+    auto e = make_drafter(spec, 7, at::kCPU);
+    {
+        at::NoGradGuard ng;
+        at::Generator g = cpu_generator(7);
+        for (auto& p : e->module().parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+    }
+    e->module().eval();
+    const auto e1 = spec_decode(m, *e, reqs, so), e0 = spec_decode(m, *e, reqs, se);
+    CHECK(e1.draft_graphs);
+    CHECK_FALSE(e0.draft_graphs);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        INFO("EAGLE-3, prompt " << i);
+        CHECK(e1.outputs[i].tokens == e0.outputs[i].tokens);
+        CHECK(e1.outputs[i].acceptance_lengths == e0.outputs[i].acceptance_lengths);
+        CHECK(e1.outputs[i].tokens == g1.outputs[i].tokens);
     }
 }
 

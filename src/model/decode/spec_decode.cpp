@@ -319,7 +319,8 @@ SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, con
     std::int64_t longest = 1;
     for (const auto& p : prompts) longest = std::max(longest, static_cast<std::int64_t>(p.prompt.size()));
     const std::unique_ptr<DecodeDrafter> draft_state = drafter.decoder(
-        s, target.head(), batch, longest + options.max_new_tokens, target.device(), target.dtype(), options.draft_tokens);
+        s, target.head(), batch, longest + options.max_new_tokens, target.device(), target.dtype(), options.draft_tokens,
+        options.decode_graphs && batch == 1);
     res.block = draft_state->max_block();
     const std::int64_t capacity = std::min(longest + options.max_new_tokens + res.block, s.max_position_embeddings);
     DecodeGraphs engine(target, options.decode_graphs);
@@ -330,6 +331,7 @@ SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, con
             run.rows.push_back(Row{&prompts[j], &res.outputs[j]});
         run.run();
     }
+    res.draft_graphs = draft_state->graphs_captured();
     return res;
 }
 

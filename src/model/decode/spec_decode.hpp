@@ -56,7 +56,8 @@ struct SpecDecodeOptions {
     // between batched and single kernels).
     std::int64_t batch = 1;
     // At one prompt at a time, verify steps through the decode engine's fixed shapes
-    // (decode_graphs.hpp: CUDA graphs on a GPU); false, or several rows: forward_cached.
+    // (decode_graphs.hpp: CUDA graphs on a GPU) and draft steps through the drafter's (its
+    // decoder's `graphs`); false, or several rows: forward_cached and the drafter op by op.
     bool decode_graphs = true;
     // Drafts per step: 0 = the drafter type's default (DFlash: its block - 1, always; EAGLE-3: 5).
     std::int64_t draft_tokens = 0;
@@ -84,6 +85,7 @@ struct SpecDecodeResult {
     std::vector<SpecDecodeOutput> outputs;  // one per prompt, in order
     SpecDecodeStats stats;
     std::int64_t block = 0;  // tokens of a whole verify step: the last accepted one + the drafts per step
+    bool draft_graphs = false;  // the draft steps ran as CUDA graphs (DecodeDrafter::graphs_captured)
 };
 
 // Throws hsring::Error when the drafter does not fit the target (hidden size, vocabulary, captured

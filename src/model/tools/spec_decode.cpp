@@ -259,6 +259,7 @@ int spec_decode(int argc, char** argv) {
             {"target_tokens_per_s", plain_tps},
             {"speedup", speedup},
             {"decode_graphs", !o.eager},
+            {"draft_graphs", spec.draft_graphs},
             {"plain_ms_per_token", plain_tps > 0 ? 1000.0 / plain_tps : 0.0},
             {"verify_ms_per_step", st.verify_steps > 0 ? 1000.0 * st.verify_seconds / double(st.verify_steps) : 0.0},
             {"draft_ms_per_step", st.verify_steps > 0 ? 1000.0 * st.draft_seconds / double(st.verify_steps) : 0.0},

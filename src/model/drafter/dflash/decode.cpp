@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -38,6 +39,15 @@ DFlashDecodeState::DFlashDecodeState(DFlashDrafter& drafter, const TargetHead& h
 
 void DFlashDecodeState::reset(std::int64_t rows) {
     if (rows < 0) fail("DFlash decode state: {} rows", rows);
+    lengths_.assign(static_cast<std::size_t>(rows), 0);
+    // The same number of rows: the same storage, zeroed (a draft step's CUDA graphs stay valid).
+    if (!keys_.empty() && keys_[0].size(0) == rows) {
+        for (std::size_t i = 0; i < keys_.size(); ++i) {
+            keys_[i].zero_();
+            values_[i].zero_();
+        }
+        return;
+    }
     const auto opts = at::TensorOptions().device(device_).dtype(dtype_);
     keys_.clear();
     values_.clear();
@@ -46,7 +56,6 @@ void DFlashDecodeState::reset(std::int64_t rows) {
         keys_.push_back(at::zeros({rows, capacity_, config_.num_kv_heads, config_.head_dim}, opts));
         values_.push_back(at::zeros({rows, capacity_, config_.num_kv_heads, config_.head_dim}, opts));
     }
-    lengths_.assign(static_cast<std::size_t>(rows), 0);
 }
 
 std::int64_t DFlashDecodeState::length(std::int64_t row) const {
@@ -54,7 +63,7 @@ std::int64_t DFlashDecodeState::length(std::int64_t row) const {
     return lengths_[static_cast<std::size_t>(row)];
 }
 
-void DFlashDecodeState::extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts) {
+void DFlashDecodeState::extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts, StepGraphs* graphs) {
     const std::int64_t l = config_.num_context_layers(), h = config_.hidden_size;
     if (captured.dim() != 3 || captured.size(0) != l || captured.size(2) != h)
         fail("DFlash decode state: context rows must be [{} layers, n, {}], got {}", l, h, shape_str(captured.sizes()));
@@ -75,22 +84,36 @@ void DFlashDecodeState::extend(const at::Tensor& captured, const std::vector<std
         fail("DFlash decode state: {} context rows for counts that add up to {}", captured.size(1), n);
     if (n == 0) return;
     at::NoGradGuard no_grad;
+    const auto longs = at::TensorOptions().dtype(at::kLong);
+    if (graphs && rows() == 1 && n <= config_.block_size) {
+        // A verify step's extend of one row in fixed shapes (a graph per count; a prompt's runs op
+        // by op): longs = the positions, which are the slots too. Idempotent: it writes the same
+        // keys/values again.
+        graphs->bind(storage());
+        graphs->run({-1, n}, positions, {captured}, [&](const at::Tensor& in, const std::vector<at::Tensor>& t) {
+            write_context(t[0], in, in);
+            return std::vector<at::Tensor>{};
+        });
+    } else {
+        write_context(captured, at::tensor(positions, longs).to(device_), at::tensor(slots, longs).to(device_));
+    }
+    for (std::size_t r = 0; r < lengths_.size(); ++r) lengths_[r] += counts[r];
+}
+
+void DFlashDecodeState::write_context(const at::Tensor& captured, const at::Tensor& positions, const at::Tensor& slots) {
+    const std::int64_t l = config_.num_context_layers(), n = positions.size(0);
     const at::Tensor x = captured.to(dtype_);
     at::Tensor fused = at::matmul(x[0], fc_[0].t());
     for (std::int64_t i = 1; i < l; ++i) fused = at::addmm(fused, x[i], fc_[static_cast<std::size_t>(i)].t());
     fused = rms_norm(fused, hidden_norm_, config_.rms_norm_eps);
-    const auto longs = at::TensorOptions().dtype(at::kLong);
-    const RopeTables rope = rope_tables(inv_freq_, at::tensor(positions, longs).to(device_), dtype_,
-                                        rope_attention_factor(config_.rope_scaling));
-    const at::Tensor slot = at::tensor(slots, longs).to(device_);
+    const RopeTables rope = rope_tables(inv_freq_, positions, dtype_, rope_attention_factor(config_.rope_scaling));
     const std::int64_t hkv = config_.num_kv_heads, d = config_.head_dim;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
         const Layer& w = layers_[i];
         keys_[i].view({-1, hkv, d}).index_copy_(
-            0, slot, apply_rope(rms_norm(at::linear(fused, w.k).view({n, hkv, d}), w.k_norm, config_.rms_norm_eps), rope));
-        values_[i].view({-1, hkv, d}).index_copy_(0, slot, at::linear(fused, w.v).view({n, hkv, d}));
+            0, slots, apply_rope(rms_norm(at::linear(fused, w.k).view({n, hkv, d}), w.k_norm, config_.rms_norm_eps), rope));
+        values_[i].view({-1, hkv, d}).index_copy_(0, slots, at::linear(fused, w.v).view({n, hkv, d}));
     }
-    for (std::size_t r = 0; r < lengths_.size(); ++r) lengths_[r] += counts[r];
 }
 
 void DFlashDecodeState::crop(std::int64_t row, std::int64_t length) {
@@ -141,8 +164,6 @@ at::Tensor DFlashDecodeState::draft(const std::vector<std::int64_t>& lasts, cons
             host[static_cast<std::size_t>(r * b + j)] = j == 0 ? lasts[static_cast<std::size_t>(r)] : config_.mask_token_id;
             host[static_cast<std::size_t>(t + r * b + j)] = lengths_[static_cast<std::size_t>(r)] + j;
         }
-    const at::Tensor ids = at::tensor(host, host_longs).to(device_);
-    const RopeTables rope = rope_tables(inv_freq_, ids.narrow(0, t, t), dtype_, rope_attention_factor(config_.rope_scaling));
     // Keys of row r: its context padded to the longest, then its block padded to b; the mask
     // (true = attended) hides both paddings. [rows, 1, 1, keys] broadcasts over heads and queries.
     std::optional<at::Tensor> mask;
@@ -155,25 +176,46 @@ at::Tensor DFlashDecodeState::draft(const std::vector<std::int64_t>& lasts, cons
         mask = at::tensor(at::ArrayRef<std::uint8_t>(m), at::TensorOptions().dtype(at::kByte))
                    .to(at::kBool).view({rs, 1, 1, keys}).to(device_);
     }
+    return block_forward(at::tensor(host, host_longs).to(device_).view({2, t}), b, longest, mask);
+}
+
+at::Tensor DFlashDecodeState::draft_fixed(const at::Tensor& longs, std::int64_t b, std::int64_t window) const {
+    HSRING_ASSERT(rows() == 1 && b >= 2 && b <= config_.block_size && window >= 1 && window <= capacity_ &&
+                      longs.numel() == 2 * b + 1,
+                  "DFlash fixed draft: {} rows, block {}, window {}, {} inputs", rows(), b, window, longs.numel());
+    at::NoGradGuard no_grad;
+    // Key j of the window is attended while j < the row's length (from the device: one graph
+    // serves every length in its window); the block's own keys always.
+    const at::Tensor length = longs.narrow(0, 2 * b, 1);
+    const at::Tensor mask = at::cat({at::arange(window, longs.options()).lt(length),
+                                     at::ones({b}, longs.options().dtype(at::kBool))})
+                                .view({1, 1, 1, window + b});
+    return block_forward(longs.narrow(0, 0, 2 * b).view({2, b}), b, window, mask);
+}
+
+at::Tensor DFlashDecodeState::block_forward(const at::Tensor& ids, std::int64_t b, std::int64_t window,
+                                            const std::optional<at::Tensor>& mask) const {
+    const std::int64_t rs = rows(), t = rs * b;
+    const RopeTables rope = rope_tables(inv_freq_, ids[1], dtype_, rope_attention_factor(config_.rope_scaling));
     const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads, d = config_.head_dim;
     const double eps = config_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
     const std::int64_t rep = hq / hkv;
     // The memory-efficient kernel: no per-shape plan, and the context grows every step.
     SdpaBackendScope backend(AttentionKernel::Efficient, embed_.is_cuda());
-    at::Tensor x = embed_.index_select(0, ids.narrow(0, 0, t));
+    at::Tensor x = embed_.index_select(0, ids[0]);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
         const Layer& w = layers_[i];
         const at::Tensor hn = rms_norm(x, w.input_norm, eps);
         const at::Tensor q = apply_rope(rms_norm(at::linear(hn, w.q).view({t, hq, d}), w.q_norm, eps), rope);
         const at::Tensor k_blk = apply_rope(rms_norm(at::linear(hn, w.k).view({t, hkv, d}), w.k_norm, eps), rope);
         const at::Tensor v_blk = at::linear(hn, w.v).view({t, hkv, d});
-        // Keys [rows, Hkv, keys, D]: every block row sees its sequence's context rows and its whole
-        // block (non-causal). GQA without repeating K/V: the r query heads of one kv head become
-        // r x b query rows, as block_attention does.
+        // Keys [rows, Hkv, window + b, D]: every block row sees its sequence's context rows and its
+        // whole block (non-causal). GQA without repeating K/V: the r query heads of one kv head
+        // become r x b query rows, as block_attention does.
         const at::Tensor k =
-            at::cat({keys_[i].narrow(1, 0, longest), k_blk.view({rs, b, hkv, d})}, 1).transpose(1, 2);
+            at::cat({keys_[i].narrow(1, 0, window), k_blk.view({rs, b, hkv, d})}, 1).transpose(1, 2);
         const at::Tensor v =
-            at::cat({values_[i].narrow(1, 0, longest), v_blk.view({rs, b, hkv, d})}, 1).transpose(1, 2);
+            at::cat({values_[i].narrow(1, 0, window), v_blk.view({rs, b, hkv, d})}, 1).transpose(1, 2);
         const at::Tensor qg = q.view({rs, b, hkv, rep, d}).permute({0, 2, 3, 1, 4}).reshape({rs, hkv, rep * b, d});
         at::Tensor o = at::scaled_dot_product_attention(qg, k, v, mask, 0.0, /*is_causal=*/false, scale);
         o = o.view({rs, hkv, rep, b, d}).permute({0, 3, 1, 2, 4}).reshape({t, hq * d});
@@ -185,12 +227,32 @@ at::Tensor DFlashDecodeState::draft(const std::vector<std::int64_t>& lasts, cons
 }
 
 DFlashDecodeDrafter::DFlashDecodeDrafter(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows,
-                                         std::int64_t capacity, at::Device device, at::ScalarType dtype)
+                                         std::int64_t capacity, at::Device device, at::ScalarType dtype,
+                                         bool graphs)
     : state_(drafter, head, rows, capacity, device, dtype), ids_(drafter->config().target_layer_ids),
-      block_(drafter->config().block_size), lm_head_(head.lm_head) {}
+      block_(drafter->config().block_size), lm_head_(head.lm_head), fixed_(graphs),
+      graphs_(device, graphs, "the DFlash drafter's draft steps") {}
 
 std::vector<std::int64_t> DFlashDecodeDrafter::draft(const std::vector<std::int64_t>& lasts,
                                                      const std::vector<std::int64_t>& ks, const PickDrafts& pick) {
+    if (fixed_ && state_.rows() == 1 && ks.size() == 1 && lasts.size() == 1 && ks[0] >= 2 && ks[0] <= block_) {
+        const std::int64_t b = ks[0], len = state_.length(0);
+        constexpr std::int64_t kBucket = 256;
+        const std::int64_t window = std::min(state_.capacity(), std::max<std::int64_t>(1, (len + kBucket - 1) / kBucket * kBucket));
+        std::vector<std::int64_t> longs(static_cast<std::size_t>(2 * b + 1));
+        for (std::int64_t j = 0; j < b; ++j) {
+            longs[static_cast<std::size_t>(j)] = j == 0 ? lasts.at(0) : state_.mask_token_id();
+            longs[static_cast<std::size_t>(b + j)] = len + j;
+        }
+        longs.back() = len;
+        graphs_.bind(state_.storage());
+        // Idempotent: reads the cache, writes only its outputs.
+        const at::Tensor logits = graphs_.run({b, window}, longs, {}, [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
+            const at::Tensor hidden = state_.draft_fixed(in, b, window);  // [1, b, H]
+            return std::vector<at::Tensor>{at::matmul(hidden[0].narrow(0, 1, b - 1), lm_head_.t())};
+        })[0];
+        return pick(logits, 0, b - 1);
+    }
     const at::Tensor hidden = state_.draft(lasts, ks);  // [rows, bmax, H]
     const std::int64_t bmax = hidden.size(1);
     const std::vector<std::int64_t> all = pick(at::matmul(hidden.narrow(1, 1, bmax - 1), lm_head_.t()).flatten(0, 1), 0, bmax - 1);

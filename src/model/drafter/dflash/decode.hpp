@@ -23,11 +23,13 @@
 // must not convert a billion parameters.
 #include "model/drafter/dflash/drafter.hpp"
 #include "model/drafter/interface/decode_drafter.hpp"
+#include "model/ops/step_graphs.hpp"
 #include "model/target/target.hpp"
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace hsring::model {
@@ -44,7 +46,8 @@ public:
     void reset(std::int64_t rows);
     // Appends context rows to every sequence: captured [L, T, H] (any float dtype) holds, packed
     // sequence after sequence, counts[r] tokens of sequence r at positions length(r) onwards.
-    void extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts);
+    // With `graphs`, one sequence's extend by at most a block runs in fixed shapes through them.
+    void extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts, StepGraphs* graphs = nullptr);
     // Forgets sequence r's rows at positions >= length (crop only shortens).
     void crop(std::int64_t row, std::int64_t length);
     // Keeps only the given sequences, in that order (drops finished ones).
@@ -56,8 +59,24 @@ public:
     // are its block [lasts[r], MASK x (blocks[r]-1)] at positions length(r).. (what draft_hidden
     // computes over the same context), the rest is padding. 2 <= blocks[r] <= the block size.
     at::Tensor draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& blocks) const;
+    // draft() of one sequence in fixed shapes (what a CUDA graph captures): longs [2b + 1] int64 on
+    // the device holds the block's tokens, their positions and the sequence's length; the block
+    // attends the first `window` cached rows (length <= window <= capacity), those past the length
+    // masked. [1, b, H].
+    at::Tensor draft_fixed(const at::Tensor& longs, std::int64_t b, std::int64_t window) const;
+    std::int64_t capacity() const { return capacity_; }
+    std::int64_t mask_token_id() const { return config_.mask_token_id; }
+    // The cache's storage (moves on keep_rows and on a reset to another number of rows).
+    const void* storage() const { return keys_.empty() ? nullptr : keys_[0].data_ptr(); }
 
 private:
+    // extend's device work: each layer's keys/values of the captured rows [L, n, H] at RoPE
+    // `positions`, written to the cache's (row * capacity + position) `slots`.
+    void write_context(const at::Tensor& captured, const at::Tensor& positions, const at::Tensor& slots);
+    // The blocks' forward: ids [2, rows * b] (tokens, positions), each row's first `window` cached
+    // rows and its block as keys, `mask` [rows, 1, 1, window + b] (true = attended) or none.
+    at::Tensor block_forward(const at::Tensor& ids, std::int64_t b, std::int64_t window,
+                             const std::optional<at::Tensor>& mask) const;
     struct Layer {
         at::Tensor input_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down;
     };
@@ -76,26 +95,31 @@ private:
 
 // DFlash behind the decode seam (drafter/interface/decode_drafter.hpp): one block per step, its
 // drafts the target's LM head over the block's slots 1.. (picked together).
+// With `graphs`, one sequence's draft steps run in fixed shapes (draft_fixed + the LM head, its
+// window the length rounded up to 256 rows), captured as CUDA graphs on a GPU (ops/step_graphs.hpp).
 class DFlashDecodeDrafter final : public DecodeDrafter {
 public:
     DFlashDecodeDrafter(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
-                        at::Device device, at::ScalarType dtype);
+                        at::Device device, at::ScalarType dtype, bool graphs = false);
     const std::vector<int>& target_layer_ids() const override { return ids_; }
     std::int64_t max_block() const override { return block_; }
     void reset(std::int64_t rows) override { state_.reset(rows); }
     void extend(const at::Tensor& captured, const std::vector<std::int64_t>& counts,
                 const std::vector<std::int64_t>&) override {
-        state_.extend(captured, counts);
+        state_.extend(captured, counts, fixed_ ? &graphs_ : nullptr);
     }
     void keep_rows(const std::vector<std::int64_t>& rows) override { state_.keep_rows(rows); }
     std::vector<std::int64_t> draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& ks,
                                     const PickDrafts& pick) override;
+    bool graphs_captured() const override { return graphs_.capturing() && graphs_.size() > 0; }
 
 private:
     DFlashDecodeState state_;
     std::vector<int> ids_;
     std::int64_t block_;
     at::Tensor lm_head_;
+    bool fixed_;
+    StepGraphs graphs_;  // key: (block, window) for a draft, (-1, count) for an extend
 };
 
 } // namespace hsring::model

@@ -95,7 +95,8 @@ std::string DFlashTrainable::misfit(const ModelShape& t) const {
 
 std::unique_ptr<DecodeDrafter> DFlashTrainable::decoder(const ModelShape& target, const TargetHead& head,
                                                         std::int64_t rows, std::int64_t tokens, at::Device device,
-                                                        at::ScalarType dtype, std::int64_t draft_tokens) {
+                                                        at::ScalarType dtype, std::int64_t draft_tokens,
+                                                        bool graphs) {
     if (const std::string why = misfit(target); !why.empty()) fail("speculative decoding: {}", why);
     // A DFlash block drafts all its slots at once, and a shorter block is not a prefix of the full
     // one: block - 1 drafts per step is the only choice.
@@ -104,7 +105,7 @@ std::unique_ptr<DecodeDrafter> DFlashTrainable::decoder(const ModelShape& target
              "{}: draft tokens are for EAGLE-3 chains (leave them unset)",
              config_.block_size - 1, config_.block_size, draft_tokens);
     const std::int64_t capacity = std::min(tokens + config_.block_size, target.max_position_embeddings);
-    return std::make_unique<DFlashDecodeDrafter>(drafter_, head, rows, capacity, device, dtype);
+    return std::make_unique<DFlashDecodeDrafter>(drafter_, head, rows, capacity, device, dtype, graphs);
 }
 
 } // namespace hsring::model

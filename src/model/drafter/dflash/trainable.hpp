@@ -30,7 +30,7 @@ public:
     std::string misfit(const ModelShape& target) const override;
     std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                            std::int64_t tokens, at::Device device, at::ScalarType dtype,
-                                           std::int64_t draft_tokens) override;
+                                           std::int64_t draft_tokens, bool graphs) override;
 
     DFlashDrafter& drafter() { return drafter_; }
     const DFlashConfig& config() const { return config_; }

@@ -8,15 +8,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace hsring::model {
 
 Eagle3DecodeDrafter::Eagle3DecodeDrafter(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows,
                                          std::int64_t capacity, at::Device device, at::ScalarType dtype,
-                                         std::int64_t draft_tokens)
+                                         std::int64_t draft_tokens, bool graphs)
     : config_(drafter->config()), ids_(config_.aux_layer_ids), draft_tokens_(draft_tokens), capacity_(capacity),
-      device_(device), dtype_(dtype) {
+      device_(device), dtype_(dtype), fixed_(graphs), graphs_(device, graphs, "the EAGLE-3 drafter's chain steps") {
     if (draft_tokens_ < 1) fail("EAGLE-3 decoding: at least one draft token per step, got {}", draft_tokens_);
     if (capacity_ < 1) fail("EAGLE-3 decoding: capacity must be >= 1 positions, got {}", capacity_);
     HSRING_ASSERT(ids_.size() == 3, "EAGLE-3 decoding: {} fused layers", ids_.size());
@@ -40,17 +41,28 @@ Eagle3DecodeDrafter::Eagle3DecodeDrafter(Eagle3Drafter& drafter, const TargetHea
     norm_ = cast(drafter->norm->weight);
     lm_head_ = cast(drafter->lm_head);
     draft_ids_ = drafter->draft_ids().to(device);
+    const auto o = at::TensorOptions().dtype(dtype_).device(device_);
+    chain_h_ = at::zeros({draft_tokens_, 1, config_.hidden_size}, o);
+    chain_k_ = at::zeros({draft_tokens_, 1, config_.num_kv_heads, config_.head_dim}, o);
+    chain_v_ = at::zeros_like(chain_k_);
     reset(rows);
 }
 
 void Eagle3DecodeDrafter::reset(std::int64_t rows) {
     if (rows < 0) fail("EAGLE-3 decoding: {} rows", rows);
+    lengths_.assign(static_cast<std::size_t>(rows), 0);
+    // Zeros, not empty: positions past a row's length are masked, but stay finite anyway. The same
+    // number of rows keeps the storage (the chain steps' CUDA graphs stay valid).
+    if (keys_.defined() && keys_.size(0) == rows) {
+        keys_.zero_();
+        values_.zero_();
+        last_out_.zero_();
+        return;
+    }
     const auto o = at::TensorOptions().dtype(dtype_).device(device_);
-    // Zeros, not empty: positions past a row's length are masked, but stay finite anyway.
     keys_ = at::zeros({rows, capacity_, config_.num_kv_heads, config_.head_dim}, o);
     values_ = at::zeros_like(keys_);
     last_out_ = at::zeros({rows, config_.hidden_size}, o);
-    lengths_.assign(static_cast<std::size_t>(rows), 0);
 }
 
 Eagle3DecodeDrafter::Qkv Eagle3DecodeDrafter::project(const at::Tensor& emb, const at::Tensor& hidden,
@@ -69,18 +81,17 @@ at::Tensor Eagle3DecodeDrafter::finish(const at::Tensor& hidden, const at::Tenso
     return y + dense(fused_swiglu(dense(m, gate_), dense(m, up_)), down_);
 }
 
-at::Tensor Eagle3DecodeDrafter::attend(const at::Tensor& q, const at::Tensor& rows, const std::vector<std::int64_t>& lengths,
-                                       const std::vector<at::Tensor>& chain_k,
+at::Tensor Eagle3DecodeDrafter::attend(const at::Tensor& q, const at::Tensor& rows, std::int64_t window,
+                                       const at::Tensor& len, const std::vector<at::Tensor>& chain_k,
                                        const std::vector<at::Tensor>& chain_v) const {
     const std::int64_t rep = config_.num_heads / config_.num_kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
     auto heads = [rep](const at::Tensor& t, int dim) { return rep == 1 ? t : t.repeat_interleave(rep, dim); };
-    const std::int64_t lmax = *std::max_element(lengths.begin(), lengths.end());
-    HSRING_ASSERT(lmax >= 1, "EAGLE-3 decoding: attention over an empty cache");
+    const std::int64_t lmax = window;
+    HSRING_ASSERT(lmax >= 1 && lmax <= capacity_, "EAGLE-3 decoding: attention over {} cached positions", lmax);
     const at::Tensor keys = keys_.index_select(0, rows).narrow(1, 0, lmax),
                      values = values_.index_select(0, rows).narrow(1, 0, lmax);  // [n, L, hkv, d]
     at::Tensor scores = at::einsum("nhd,nlhd->nhl", {q, heads(keys, 2)}) * scale;  // [n, hq, L]
-    const at::Tensor len = at::tensor(lengths, at::TensorOptions().dtype(at::kLong)).to(device_);
     const at::Tensor pad = at::arange(lmax, len.options()).unsqueeze(0).ge(len.unsqueeze(1));  // [n, L]
     scores = scores.masked_fill(pad.unsqueeze(1), -std::numeric_limits<double>::infinity());
     std::vector<at::Tensor> cols{scores};
@@ -126,20 +137,47 @@ void Eagle3DecodeDrafter::extend(const at::Tensor& captured, const std::vector<s
     }
     const auto i64 = at::TensorOptions().dtype(at::kLong);
     auto on_device = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, i64).to(device_); };
+    const std::int64_t window = *std::max_element(lengths.begin(), lengths.end());
+    if (fixed_ && lengths_.size() == 1 && total <= max_block()) {
+        // A verify step's extend of one row in fixed shapes (a graph per count and window; a
+        // prompt's runs op by op): longs = next tokens, RoPE positions, slots, the new length. Idempotent: it writes the same keys/values and
+        // last_out_ from its inputs alone.
+        const std::int64_t n = total, len = lengths[0];
+        constexpr std::int64_t kBucket = 256;
+        const std::int64_t w = std::min(capacity_, (len + kBucket - 1) / kBucket * kBucket);
+        std::vector<std::int64_t> longs = next_tokens;
+        longs.insert(longs.end(), rope_pos.begin(), rope_pos.end());
+        longs.insert(longs.end(), slot.begin(), slot.end());
+        longs.push_back(len);
+        graphs_.bind(keys_.data_ptr());
+        const auto last_out = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(last_out_.data_ptr()));
+        graphs_.run({-1, n, w, last_out}, longs, {captured}, [&](const at::Tensor& in, const std::vector<at::Tensor>& t) {
+            const at::Tensor row0 = at::zeros({n}, in.options());
+            write_rows(t[0], in.narrow(0, 0, n), in.narrow(0, n, n), row0, in.narrow(0, 2 * n, n),
+                       at::full({1}, n - 1, in.options()), row0.narrow(0, 0, 1), w, in.narrow(0, 3 * n, 1));
+            return std::vector<at::Tensor>{};
+        });
+    } else {
+        write_rows(captured, on_device(next_tokens), on_device(rope_pos), on_device(row_of), on_device(slot),
+                   on_device(last_index), on_device(extended), window, on_device(lengths));
+    }
+    for (std::size_t r = 0; r < counts.size(); ++r) lengths_[r] += counts[r];
+}
+
+void Eagle3DecodeDrafter::write_rows(const at::Tensor& captured, const at::Tensor& next, const at::Tensor& rope_pos,
+                                     const at::Tensor& rows, const at::Tensor& slots, const at::Tensor& last_index,
+                                     const at::Tensor& extended, std::int64_t window, const at::Tensor& lengths) {
+    const std::int64_t h = config_.hidden_size;
     // fc over the concatenated layers as a sum of per-layer products (no [T, 3H] copy), as in training.
     const at::Tensor x = captured.to(dtype_);
     at::Tensor fused = at::matmul(x[0], fc_.narrow(1, 0, h).t());
     for (std::int64_t i = 1; i < 3; ++i) fused = at::addmm(fused, x[i], fc_.narrow(1, i * h, h).t());
-    const at::Tensor emb = at::embedding(embed_, on_device(next_tokens));
-    const Qkv p = project(emb, fused, on_device(rope_pos));
-    const at::Tensor rows_t = on_device(row_of), slots_t = on_device(slot);
-    keys_.index_put_({rows_t, slots_t}, p.k);
-    values_.index_put_({rows_t, slots_t}, p.v);
-    for (std::size_t r = 0; r < counts.size(); ++r) lengths_[r] += counts[r];
+    const Qkv p = project(at::embedding(embed_, next), fused, rope_pos);
+    keys_.index_put_({rows, slots}, p.k);
+    values_.index_put_({rows, slots}, p.v);
     // The last new position of each extended row attends its row's cached positions (itself included).
-    const at::Tensor last_t = on_device(last_index), ext_t = on_device(extended);
-    const at::Tensor o = attend(p.q.index_select(0, last_t), ext_t, lengths, {}, {});
-    last_out_.index_copy_(0, ext_t, finish(fused.index_select(0, last_t), o));
+    const at::Tensor o = attend(p.q.index_select(0, last_index), extended, window, lengths, {}, {});
+    last_out_.index_copy_(0, extended, finish(fused.index_select(0, last_index), o));
 }
 
 void Eagle3DecodeDrafter::keep_rows(const std::vector<std::int64_t>& rows) {
@@ -164,6 +202,7 @@ std::vector<std::int64_t> Eagle3DecodeDrafter::draft(const std::vector<std::int6
     }
     const std::int64_t steps = rows == 0 ? 0 : *std::max_element(ks.begin(), ks.end()) - 1;
     if (steps == 0) return {};
+    if (fixed_ && rows == 1) return draft_fixed(steps, pick);
     at::NoGradGuard no_grad;
     const auto i64 = at::TensorOptions().dtype(at::kLong);
     const at::Tensor all_rows = at::arange(rows, i64.device(device_));
@@ -171,26 +210,69 @@ std::vector<std::int64_t> Eagle3DecodeDrafter::draft(const std::vector<std::int6
     // the chain embeds it at RoPE position length(r) + s + 1, as training's step s + 1 of the last
     // cached position (RoPE length(r) at step 0).
     const at::Tensor base = at::tensor(lengths_, i64).to(device_);
+    const std::int64_t window = *std::max_element(lengths_.begin(), lengths_.end());
     std::vector<std::vector<std::int64_t>> drafts(static_cast<std::size_t>(rows));
     at::Tensor h = last_out_;
     std::vector<at::Tensor> chain_k, chain_v;
     for (std::int64_t s = 0; s < steps; ++s) {
-        const at::Tensor logits = dense(rms_norm(h, norm_, config_.rms_norm_eps), lm_head_).to(at::kFloat);  // [R, Vd]
-        at::Tensor full = at::full({rows, config_.vocab_size}, -std::numeric_limits<float>::infinity(), logits.options());
-        full.index_copy_(1, draft_ids_, logits);
-        const std::vector<std::int64_t> toks = pick(full, s, 1);
+        const std::vector<std::int64_t> toks = pick(draft_logits(h), s, 1);
         for (std::int64_t r = 0; r < rows; ++r) drafts[static_cast<std::size_t>(r)].push_back(toks[static_cast<std::size_t>(r)]);
         if (s + 1 == steps) break;
         const Qkv p = project(at::embedding(embed_, at::tensor(toks, i64).to(device_)), h, base + (s + 1));
         chain_k.push_back(p.k);
         chain_v.push_back(p.v);
-        h = finish(h, attend(p.q, all_rows, lengths_, chain_k, chain_v));
+        h = finish(h, attend(p.q, all_rows, window, base, chain_k, chain_v));
     }
     std::vector<std::int64_t> out;
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t j = 0; j + 1 < ks[static_cast<std::size_t>(r)]; ++j)
             out.push_back(drafts[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)]);
     return out;
+}
+
+at::Tensor Eagle3DecodeDrafter::draft_logits(const at::Tensor& h) const {
+    const at::Tensor logits = dense(rms_norm(h, norm_, config_.rms_norm_eps), lm_head_).to(at::kFloat);  // [R, Vd]
+    at::Tensor full = at::full({h.size(0), config_.vocab_size}, -std::numeric_limits<float>::infinity(), logits.options());
+    return full.index_copy_(1, draft_ids_, logits);
+}
+
+std::vector<std::int64_t> Eagle3DecodeDrafter::draft_fixed(std::int64_t steps, const PickDrafts& pick) {
+    // One row in fixed shapes, one graph per chain step and window: step 0 takes the last cached
+    // position's output into chain_h_[0]; step s embeds draft s at RoPE position length + s with
+    // chain_h_[s - 1], writes its key/value to chain slot s - 1, attends the window's cached
+    // positions (those past the length masked) and chain slots 0..s - 1, and writes chain_h_[s].
+    // Each step reads one slot and writes the next: idempotent, as a graph's warm-up needs.
+    at::NoGradGuard no_grad;
+    constexpr std::int64_t kBucket = 256;
+    const std::int64_t len = lengths_[0];
+    const std::int64_t window = std::min(capacity_, (len + kBucket - 1) / kBucket * kBucket);
+    graphs_.bind(keys_.data_ptr());
+    const auto last_out = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(last_out_.data_ptr()));
+    std::vector<std::int64_t> drafts;
+    for (std::int64_t s = 0; s < steps; ++s) {
+        const at::Tensor logits =
+            s == 0 ? graphs_.run({0, 0, last_out}, {}, {}, [&](const at::Tensor&, const std::vector<at::Tensor>&) {
+                chain_h_[0].copy_(last_out_.narrow(0, 0, 1));
+                return std::vector<at::Tensor>{draft_logits(chain_h_[0])};
+            })[0]
+                   : graphs_.run({s, window, last_out}, {drafts.back(), len + s, len}, {},
+                                 [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
+                const at::Tensor h = chain_h_[s - 1];
+                const Qkv p = project(at::embedding(embed_, in.narrow(0, 0, 1)), h, in.narrow(0, 1, 1));
+                chain_k_[s - 1].copy_(p.k);
+                chain_v_[s - 1].copy_(p.v);
+                std::vector<at::Tensor> ck, cv;
+                for (std::int64_t j = 0; j < s; ++j) {
+                    ck.push_back(chain_k_[j]);
+                    cv.push_back(chain_v_[j]);
+                }
+                const at::Tensor o = attend(p.q, at::zeros({1}, in.options()), window, in.narrow(0, 2, 1), ck, cv);
+                chain_h_[s].copy_(finish(h, o));
+                return std::vector<at::Tensor>{draft_logits(chain_h_[s])};
+            })[0];
+        drafts.push_back(pick(logits, s, 1).at(0));
+    }
+    return drafts;
 }
 
 } // namespace hsring::model

@@ -17,9 +17,12 @@
 // reads it): the layer's keys/values are projections of its input, not of other rows.
 //
 // Drafts are over the draft vocabulary, mapped to the target's ids by d2t (the other ids' logits
-// are -inf). Weights are cast to the compute dtype once.
+// are -inf). Weights are cast to the compute dtype once. With `graphs`, one sequence's chain steps
+// run in fixed shapes (the cached positions in a window of the length rounded up to 256, those past
+// the length masked), one CUDA graph per step and window on a GPU (ops/step_graphs.hpp).
 #include "model/drafter/eagle3/drafter.hpp"
 #include "model/drafter/interface/decode_drafter.hpp"
+#include "model/ops/step_graphs.hpp"
 #include "model/target/target.hpp"
 
 #include <cstdint>
@@ -32,7 +35,7 @@ public:
     // Room for `rows` sequences of `capacity` verified positions each; `draft_tokens` (>= 1) drafts
     // per step (a verify step is one more token).
     Eagle3DecodeDrafter(Eagle3Drafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
-                        at::Device device, at::ScalarType dtype, std::int64_t draft_tokens);
+                        at::Device device, at::ScalarType dtype, std::int64_t draft_tokens, bool graphs = false);
     const std::vector<int>& target_layer_ids() const override { return ids_; }
     std::int64_t max_block() const override { return draft_tokens_ + 1; }
     void reset(std::int64_t rows) override;
@@ -41,6 +44,7 @@ public:
     void keep_rows(const std::vector<std::int64_t>& rows) override;
     std::vector<std::int64_t> draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& ks,
                                     const PickDrafts& pick) override;
+    bool graphs_captured() const override { return graphs_.capturing() && graphs_.size() > 0; }
     std::int64_t length(std::int64_t row) const { return lengths_.at(static_cast<std::size_t>(row)); }
 
 private:
@@ -51,10 +55,22 @@ private:
     Qkv project(const at::Tensor& emb, const at::Tensor& hidden, const at::Tensor& positions) const;
     // The layer's output [n, H] for the hidden states `hidden` [n, H] and their attention o [n, hq, d].
     at::Tensor finish(const at::Tensor& hidden, const at::Tensor& o) const;
-    // Attention of q [n, hq, d] over the cached rows of the rows `rows` (one per query; each its
-    // first lengths[i] cached positions, the rest masked) and the chain's keys/values (each [n, hkv, d]).
-    at::Tensor attend(const at::Tensor& q, const at::Tensor& rows, const std::vector<std::int64_t>& lengths,
+    // Attention of q [n, hq, d] over the first `window` cached positions of the rows `rows` (one
+    // per query; positions past len[i] (int64 [n] on the device) masked) and the chain's keys/values
+    // (each [n, hkv, d]).
+    at::Tensor attend(const at::Tensor& q, const at::Tensor& rows, std::int64_t window, const at::Tensor& len,
                       const std::vector<at::Tensor>& chain_k, const std::vector<at::Tensor>& chain_v) const;
+    // extend's device work: the cached keys/values of rows `rows` at `slots` from the captured
+    // layers [3, n, H] with the next tokens `next` at RoPE positions `rope_pos`; the outputs of
+    // positions `last_index` into last_out_ of rows `extended` (their new `lengths`, attending
+    // `window` cached positions). What a CUDA graph of a one-row extend captures.
+    void write_rows(const at::Tensor& captured, const at::Tensor& next, const at::Tensor& rope_pos, const at::Tensor& rows,
+                    const at::Tensor& slots, const at::Tensor& last_index, const at::Tensor& extended,
+                    std::int64_t window, const at::Tensor& lengths);
+    // Logits [R, target vocab] (fp32; -inf outside the draft vocabulary) of the outputs h [R, H].
+    at::Tensor draft_logits(const at::Tensor& h) const;
+    // draft() of one row through the fixed-shape steps (graphs).
+    std::vector<std::int64_t> draft_fixed(std::int64_t steps, const PickDrafts& pick);
 
     Eagle3Config config_;
     std::vector<int> ids_;
@@ -67,6 +83,10 @@ private:
     at::Tensor keys_, values_;  // [rows, capacity, kv heads, head_dim]
     at::Tensor last_out_;       // [rows, H]: each row's last cached position's output (draft 1 reads it)
     std::vector<std::int64_t> lengths_;
+    bool fixed_;
+    StepGraphs graphs_;                  // key: (chain step or -1 for extend, [count,] window, last_out_'s storage)
+    at::Tensor chain_h_;                 // [draft tokens, 1, H]: step s's output (fixed shapes)
+    at::Tensor chain_k_, chain_v_;       // [draft tokens, 1, kv heads, head_dim]: the chain's keys/values
 };
 
 } // namespace hsring::model

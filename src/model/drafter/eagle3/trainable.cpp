@@ -115,14 +115,15 @@ std::string Eagle3Trainable::misfit(const ModelShape& t) const {
 
 std::unique_ptr<DecodeDrafter> Eagle3Trainable::decoder(const ModelShape& target, const TargetHead& head,
                                                         std::int64_t rows, std::int64_t tokens, at::Device device,
-                                                        at::ScalarType dtype, std::int64_t draft_tokens) {
+                                                        at::ScalarType dtype, std::int64_t draft_tokens,
+                                                        bool graphs) {
     if (const std::string why = misfit(target); !why.empty()) fail("speculative decoding: {}", why);
     if (draft_tokens < 0)
         fail("speculative decoding: draft_tokens must be >= 1 (or 0: {}), got {}", kDefaultDraftTokens, draft_tokens);
     // 5 drafts per step by default: a chain of the length SGLang's and vLLM's EAGLE-3 examples run.
     const std::int64_t drafts = draft_tokens > 0 ? draft_tokens : kDefaultDraftTokens;
     const std::int64_t capacity = std::min(tokens + drafts + 1, target.max_position_embeddings);
-    return std::make_unique<Eagle3DecodeDrafter>(drafter_, head, rows, capacity, device, dtype, drafts);
+    return std::make_unique<Eagle3DecodeDrafter>(drafter_, head, rows, capacity, device, dtype, drafts, graphs);
 }
 
 } // namespace hsring::model

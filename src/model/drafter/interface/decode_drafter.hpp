@@ -39,6 +39,9 @@ public:
     // Row r's drafts (ks[r] - 1 of them, 1 <= ks[r] <= max_block()), concatenated row after row.
     virtual std::vector<std::int64_t> draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& ks,
                                             const PickDrafts& pick) = 0;
+    // Whether its draft steps ran as CUDA graphs (a decoder made with `graphs`, one row on a GPU,
+    // no capture failed).
+    virtual bool graphs_captured() const { return false; }
 };
 
 } // namespace hsring::model

@@ -128,10 +128,11 @@ public:
     // verify step, up to the target's max_position_embeddings), weights cast to `dtype` once.
     // `draft_tokens`: drafts per step, 0 = the type's default (DFlash: its block - 1, the only
     // choice; EAGLE-3: 5). Throws when the drafter does not fit `target` (misfit) or for a
-    // draft_tokens the type cannot draft.
+    // draft_tokens the type cannot draft. `graphs`: one sequence's draft steps run in fixed shapes,
+    // captured as CUDA graphs on a GPU (the decode engine's batch-1 case; ops/step_graphs.hpp).
     virtual std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                                    std::int64_t tokens, at::Device device, at::ScalarType dtype,
-                                                   std::int64_t draft_tokens) = 0;
+                                                   std::int64_t draft_tokens, bool graphs) = 0;
 
     // The export format from the live parameters.
     void export_to(const std::filesystem::path& dir, at::ScalarType dtype);
