@@ -14,7 +14,8 @@
 # DRAFTER=eagle3: sections p and s with config/real-pycode-eagle3.toml (an EAGLE-3 drafter on the same
 # target and answers; spec-decode drafts a chain of 5; no public DFlash loop for it).
 # PIPELINE_LIMIT_S (420) bounds the run; EPOCHS overrides the config's; GEN_SAMPLES answers only the first N prompts; SPEC_MAX_NEW
-# (128) new tokens per prompt; FP32_BEFORE_S skips the fp32 and reference runs after that second.
+# (128) new tokens per prompt; SPEC_MODES (bf16 bf16-eager fp32) the spec-decode runs of section s; FP32_BEFORE_S skips
+# the fp32 and reference runs after that second; WORK (/tmp/real-target-work) the logs' folder (one per concurrent run).
 set -uo pipefail
 build=${1:?usage: $0 BUILD_DIR OUT_DIR}
 sections=${SECTIONS:-bcmgps}
@@ -34,7 +35,7 @@ fi
 mkdir -p "$build"
 source "$root/bench/gpu/lib.sh"
 session_init "$build" "${2:?usage: $0 BUILD_DIR OUT_DIR}"
-work=/tmp/real-target-work   # logs stay on the machine: OUT brings back at most 8 files
+work=${WORK:-/tmp/real-target-work}   # logs stay on the machine: OUT brings back at most 8 files
 mkdir -p "$work"
 model=models/pycode-25m
 name=real-pycode${DRAFTER:+-$DRAFTER}   # config/$name.toml, runs/$name
@@ -116,7 +117,7 @@ fi
 if [[ $sections == *s* ]] && [ -f "runs/$name/drafter/config.json" ]; then
   export_dir=runs/$name/drafter
   max_new=${SPEC_MAX_NEW:-128}
-  for mode in bf16 bf16-eager fp32; do
+  for mode in ${SPEC_MODES:-bf16 bf16-eager fp32}; do
     dtype=${mode%-eager}
     flag=()
     [ $mode = bf16-eager ] && flag=(--eager)   # the same, decode and verify steps op by op (no CUDA graphs)
@@ -133,10 +134,10 @@ steps = j["verify_steps"]
 print(f"   tau {j['tau']:.3f} over {steps} verify steps, {j['new_tokens']} new tokens, lossless {lossless}/{len(j['prompts'])}; "
       f"speculative {j['spec_tokens_per_s']:.1f} tokens/s vs plain {j['target_tokens_per_s']:.1f}: speedup {j['speedup']:.2f}x; "
       f"per verify step draft {1000 * j['draft_seconds'] / steps:.2f} ms, verify {1000 * j['verify_seconds'] / steps:.2f} ms, "
-      f"plain {1000 / j['target_tokens_per_s']:.2f} ms per token")
+      f"plain {1000 / j['target_tokens_per_s']:.2f} ms per token; graphs: verify {j['decode_graphs']}, draft {j.get('draft_graphs')}")
 PY
   done
-  if [ $name = real-pycode ]; then
+  if [ $name = real-pycode ] && [ -s "$out/spec_fp32.json" ]; then
     say "== the same export through the public DFlash loop (fp32, transformers on the GPU)"
     "$py" bench/gpu/spec_reference.py "$export_dir" "$model" "$model/data/eval.jsonl" "$out/spec_fp32.json" \
       --max-new "$max_new" > "$work/reference.txt" 2>&1
