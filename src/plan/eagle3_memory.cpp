@@ -185,22 +185,10 @@ WorkerMemory eagle3_drafter_memory(const Config& cfg, const Derived& d, const st
                                            "+ the final norm ({}) x {} steps, x {} B: the forward's casts, saved for "
                                            "backward", num(once), num(m.h), k, e)
                              : std::string("none: the CPU computes in fp32")});
-    w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
-    if (gang)
-        w.parts.push_back({"fp32_gradients", x.grads,
-                           fmt::format("{} parameters x 4 B: the gang's gradient buckets, allocated at start (the "
-                                       "gradients are views of them, reduced in place)", num(p))});
-    else if (grads_in_forward)
-        w.parts.push_back({"fp32_gradients", x.grads,
-                           fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))});
-    else if (x.early_grads)
-        w.parts.push_back({"fp32_gradients", x.early_grads,
-                           fmt::format("o_proj, the MLP, the post-attention and final norms: {} parameters x 4 B, "
-                                       "accumulated before the last step's attention backward (one micro-batch per "
-                                       "optimizer step)", num(x.early_grads / 4))});
-    else
-        w.parts.push_back({"fp32_gradients", 0,
-                           std::string("none at the peak: one micro-batch per optimizer step (zero_grad frees them)")});
+    add_optimizer_parts(w, p, x.grads, gang, grads_in_forward, x.early_grads,
+                        fmt::format("o_proj, the MLP, the post-attention and final norms: {} parameters x 4 B, "
+                                    "accumulated before the last step's attention backward (one micro-batch per "
+                                    "optimizer step)", num(x.early_grads / 4)));
     w.parts.push_back(
         {"activations", x.saved + x.flowing,
          fmt::format("worst micro-batch: {} samples, {} tokens = {} rows x {} training-time-test steps; {} B per row "

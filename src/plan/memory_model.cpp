@@ -44,6 +44,23 @@ void add_overheads(WorkerMemory& w) {
                        true});
 }
 
+void add_optimizer_parts(WorkerMemory& w, u64 p, u64 grads, bool gang, bool grads_in_forward, u64 early,
+                         const std::string& early_what) {
+    w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
+    if (gang)
+        w.parts.push_back({"fp32_gradients", grads,
+                           fmt::format("{} parameters x 4 B: the gang's gradient buckets, allocated at start (the "
+                                       "gradients are views of them, reduced in place)", num(p))});
+    else if (grads_in_forward)
+        w.parts.push_back({"fp32_gradients", grads,
+                           fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))});
+    else if (early)
+        w.parts.push_back({"fp32_gradients", early, early_what});
+    else
+        w.parts.push_back({"fp32_gradients", 0,
+                           std::string("none at the peak: one micro-batch per optimizer step (zero_grad frees them)")});
+}
+
 void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t p, std::uint64_t world) {
     if (world <= 1) return;
     const u64 nccl = w.place.is_cpu() ? 0 : kNcclBytes;
@@ -470,22 +487,10 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
                                num(n_ctx * m.h * m.h + 2 * m.h), e, num(drafter_layer_params(m)), e)
                  : fmt::format("fc and norms ({} parameters) x {} B, saved (recompute frees the layers' casts)",
                                num(n_ctx * m.h * m.h + 2 * m.h), e)});
-    w.parts.push_back({"adamw_state", 2 * p * 4, fmt::format("exp_avg + exp_avg_sq: 2 x {} parameters x 4 B", num(p))});
-    if (gang)
-        w.parts.push_back({"fp32_gradients", x.grads,
-                           fmt::format("{} parameters x 4 B: the gang's gradient buckets, allocated at start (the "
-                                       "gradients are views of them, reduced in place)", num(p))});
-    else if (grads_in_forward)
-        w.parts.push_back({"fp32_gradients", x.grads,
-                           fmt::format("{} parameters x 4 B (a step holds several micro-batches)", num(p))});
-    else if (x.layer_grads)
-        w.parts.push_back({"fp32_gradients", x.layer_grads,
-                           fmt::format("layers 1-{}: {} x {} parameters x 4 B, accumulated before layer 0's backward "
-                                       "(one micro-batch per optimizer step)",
-                                       nl - 1, nl - 1, num(drafter_layer_params(m)))});
-    else
-        w.parts.push_back({"fp32_gradients", 0,
-                           std::string("none at the peak: one micro-batch per optimizer step (zero_grad frees them)")});
+    add_optimizer_parts(w, p, x.grads, gang, grads_in_forward, x.layer_grads,
+                        fmt::format("layers 1-{}: {} x {} parameters x 4 B, accumulated before layer 0's backward "
+                                    "(one micro-batch per optimizer step)",
+                                    nl - 1, nl - 1, num(drafter_layer_params(m))));
     const std::string batch = fmt::format("worst micro-batch: {} samples, {} context tokens, {} blocks x {} = {} rows",
                                           mb.samples, num(mb.tokens), num(mb.blocks), cfg.drafter.block_size,
                                           num(x.rows));

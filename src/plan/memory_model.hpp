@@ -83,6 +83,11 @@ void add_overheads(WorkerMemory& w);
 // instead (the frozen parts, master weights, AdamW state, slots and both bucket sets; the rest
 // freed). `grads`: the fp32 gradients' bytes (p parameters x 4 B).
 void add_gang_parts(WorkerMemory& w, std::uint64_t grads, std::uint64_t params, std::uint64_t world);
+// AdamW's two fp32 moments of `params`, then the fp32 gradients (`grads` bytes) at the peak: a
+// gang's buckets (allocated at start), a step of several micro-batches' (held through forward),
+// else the `early` bytes the type's backward accumulates before its peak (`early_what`; 0: none).
+void add_optimizer_parts(WorkerMemory& w, std::uint64_t params, std::uint64_t grads, bool gang, bool grads_in_forward,
+                         std::uint64_t early, const std::string& early_what);
 
 struct HostMemory {
     std::vector<Part> parts;
