@@ -190,6 +190,17 @@ inline std::optional<nlohmann::json> run_eager(const std::string& python, const 
     return result;
 }
 
+// The line that compares a step of `step` seconds over `samples` samples with the eager script's
+// result (its step_s; absent or <= 0: not run or failed).
+inline void print_eager_ratio(std::FILE* out, std::int64_t samples, double step, const std::optional<nlohmann::json>& eager) {
+    const double eager_step = eager ? eager->value("step_s", -1.0) : -1.0;
+    if (eager_step > 0)
+        fmt::print(out, "drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", double(samples) / step,
+                   double(samples) / eager_step, eager->value("note", ""), eager_step / step);
+    else
+        fmt::print(out, "drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", double(samples) / step);
+}
+
 inline std::string join(const std::vector<std::int64_t>& v) {
     std::string s;
     for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);

@@ -3,8 +3,9 @@
 // the same step in PyTorch eager (bench/python/drafter_eager.py), measured in the same run.
 // --type eagle3: the EAGLE-3 drafter's step instead (bench_eagle3.cpp).
 //
-// --config FILE: the run's drafter on epoch 0's slots as `hsring plan` packs them, worst slot
-// first, trained like TorchDrafter trains (whole-sequence micro-batches of [train]
+// --config FILE: the run's drafter (its [drafter] type, DFlash or EAGLE-3, through the drafter-type
+// seam) on epoch 0's slots as `hsring plan` packs them, worst slot first, trained like
+// TorchDrafter trains (whole-sequence micro-batches of [train]
 // micro_batch_tokens, loss_sum backward, a step per [train] tokens_per_step with grad clipping,
 // [drafter] inflight_slots slot buffers on the device); --json prints one result line for
 // `hsring plan --measure`, with the memory of each micro-batch of the first slot by phase.
@@ -22,6 +23,7 @@
 #include "model/drafter/dflash/config.hpp"
 #include "model/drafter/dflash/flops.hpp"
 #include "model/drafter/dflash/loss.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/ops/fused_adamw.hpp"
 #include "model/ops/tensor_init.hpp"
 #include "plan/workload.hpp"
@@ -47,18 +49,35 @@ int config_mode(const hsring::bench::Options& o) {
     const at::ScalarType compute = default_compute_dtype(dev);
 
     TargetHead head = load_target_head(d.target, dev, compute, cfg.run.seed);
-    DFlashConfig dcfg = dflash_config_for(d.target, static_cast<int>(cfg.drafter.num_layers),
-                                          static_cast<int>(cfg.drafter.block_size), d.mask_token_id, d.layer_ids);
-    DFlashDrafter drafter(dcfg, cfg.run.seed, dev);
-    drafter->train();
+    // The run's drafter of its [drafter] type, through the seam the worker trains it by
+    // (src/worker/torch_drafter.cpp: the same spec and [train] options).
+    DrafterSpec spec;
+    spec.type = cfg.drafter.type;
+    spec.target = d.target;
+    spec.num_layers = static_cast<int>(cfg.drafter.num_layers);
+    spec.layer_ids = d.layer_ids;
+    spec.block_size = static_cast<int>(cfg.drafter.block_size);
+    spec.mask_token_id = d.mask_token_id;
+    spec.draft_vocab = cfg.drafter.draft_vocab;
+    spec.head = &head;
+    if (spec.type == "eagle3" && spec.draft_vocab > 0 && spec.draft_vocab < spec.target.vocab_size) {
+        // The draft vocabulary from token counts, as the worker's from its data: here epoch 0's slots'.
+        spec.token_counts.assign(static_cast<std::size_t>(spec.target.vocab_size), 0);
+        for (std::size_t s = 0; s < w.slots.size(); ++s)
+            for (const std::int32_t t : cb.slot(s).tokens) ++spec.token_counts[static_cast<std::size_t>(t)];
+    }
+    const std::unique_ptr<TrainableDrafter> drafter = make_drafter(spec, cfg.run.seed, dev);
+    drafter->module().train();
     torch::optim::AdamWOptions ao(cfg.train.lr);
     ao.betas({cfg.train.beta1, cfg.train.beta2}).eps(cfg.train.eps).weight_decay(cfg.train.weight_decay);
-    torch::optim::AdamW adam(drafter->parameters(), ao);
+    torch::optim::AdamW adam(drafter->module().parameters(), ao);
     FusedAdamW fused_adam(adam);
-    DFlashLossOptions opt;
+    DrafterTrainOptions opt;
     opt.num_anchors = static_cast<int>(cfg.train.num_anchors);
     opt.gamma = cfg.train.loss_decay_gamma;
     opt.chunk = static_cast<int>(cfg.train.loss_chunk);
+    opt.ttt_steps = static_cast<int>(cfg.drafter.ttt_steps);
+    opt.ttt_decay = cfg.train.ttt_decay;
     opt.recompute_layers = cfg.train.recompute == Recompute::Layers;
     opt.fp8_matmul = cfg.train.matmul == Matmul::FP8;
     Fp8LmHead fp8_head;
@@ -115,22 +134,22 @@ int config_mode(const hsring::bench::Options& o) {
             const std::int64_t begin = cu[first], len = cu[last] - cu[first];
             std::vector<std::int64_t> sub;
             for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-            DFlashBatch batch{hidden.narrow(1, begin, len), tokens.narrow(0, begin, len), mask.narrow(0, begin, len), sub,
-                              mask_host.narrow(0, begin, len)};
+            DrafterBatch batch{hidden.narrow(1, begin, len), tokens.narrow(0, begin, len), mask.narrow(0, begin, len), sub,
+                               mask_host.narrow(0, begin, len)};
             at::Generator gen = cpu_generator(cfg.run.seed * 1000003 + s * 1009 + k);
             sync();
             const auto before = bench::memory_stats(cuda).allocated;
             if (record) take_peak();
-            DFlashLossResult loss = dflash_loss(drafter, head, batch, opt, gen);
+            DrafterLoss loss = drafter->loss(head, batch, opt, gen);
             sync();
             const auto fwd_peak = record ? take_peak() : 0;
             const auto saved = bench::memory_stats(cuda).allocated;
-            if (loss.num_blocks > 0) loss.loss_sum.backward();
+            if (loss.units > 0) loss.loss_sum.backward();
             step_weight += loss.weight_sum.item<double>();
             sync();
             if (record)
                 phases.push_back({{"slot", s}, {"micro_batch", k}, {"tokens", len}, {"samples", last - first},
-                                  {"blocks", loss.num_blocks}, {"before_bytes", before}, {"forward_peak_bytes", fwd_peak},
+                                  {"blocks", loss.units}, {"before_bytes", before}, {"forward_peak_bytes", fwd_peak},
                                   {"after_forward_bytes", saved}, {"backward_peak_bytes", take_peak()}});
             ++mbs_in_step;
         }
@@ -159,7 +178,7 @@ int config_mode(const hsring::bench::Options& o) {
     };
 
     if (grads_in_forward)
-        for (auto& p : drafter->parameters()) p.mutable_grad() = at::zeros_like(p);
+        for (auto& p : drafter->module().parameters()) p.mutable_grad() = at::zeros_like(p);
     step(/*record=*/true);  // warm-up: the worst slot, kernel plans, AdamW state
     sync();
     take_peak();
@@ -181,12 +200,13 @@ int config_mode(const hsring::bench::Options& o) {
     take_peak();
     const double tps = static_cast<double>(tokens) / dt, sps = static_cast<double>(samples) / dt;
     auto& out = json ? stderr : stdout;
-    fmt::print(out, "drafter ({}): {} timed steps, {:.0f} ms/step, {:.0f} trained tok/s, {:.2f} samples/s, peak {:.2f} GiB "
+    fmt::print(out, "drafter {} ({}): {} timed steps, {:.0f} ms/step, {:.0f} trained tok/s, {:.2f} samples/s, peak {:.2f} GiB "
                     "(after a step {:.2f} GiB)\n",
-               cfg.file.string(), steps, dt / static_cast<double>(steps) * 1e3, tps, sps,
+               cfg.drafter.type, cfg.file.string(), steps, dt / static_cast<double>(steps) * 1e3, tps, sps,
                double(overall_peak) / (1u << 30), double(static_bytes) / (1u << 30));
     if (json)
         bench::print_json_result({{"mode", "drafter"},
+                                  {"type", cfg.drafter.type},
                                   {"config", cfg.file.string()},
                                   {"device", dev.str()},
                                   {"slots", trained},
@@ -415,7 +435,7 @@ int main(int argc, char** argv) {
                          "run and the largest relative difference of those means (no timing run, no eager); the\n"
                          "--compare-fp8 layers|lm-head|both: what the second run does in FP8 (default layers);\n"
                          "batches are Markov chains over --compare-vocab token ids (0: vocab/16, at most 1024).\n"
-                         "--json: one result line; --config FILE: the run's drafter on its slots, worst first (no\n"
+                         "--json: one result line; --config FILE: the run's drafter of its [drafter] type on its slots, worst first (no\n"
                          "eager); --seconds N: time N seconds of steps instead of --iters steps (--config);\n"
                          "--sample-tokens N: samples of N tokens instead of [data] path (--config).\n"
                          "--workload specforge: the best published peer's trainer shape (SpecForge's DFlash\n"
@@ -427,9 +447,11 @@ int main(int argc, char** argv) {
                          "eager EAGLE-3 step); its defaults are SpecForge's EAGLE-3 trainer's: --seq-len 2048 (max_length),\n"
                          "--samples 1 (batch size per GPU); the command line wins. DFlash-only: --layers --anchors --block\n"
                          "--gamma --chunk --group --key-pad --attention-kernel --matmul --lm-head --recompute --adamw --phases\n"
-                         "--config --compare-*.");
+                         "--compare-*.");
             return 0;
         }
+        // A run's drafter, of its config's [drafter] type.
+        if (!o.str("config").empty()) return config_mode(o);
         if (o.str("type") == "eagle3") {
             o.preset("seq-len", "2048");
             o.preset("samples", "1");
@@ -445,7 +467,6 @@ int main(int argc, char** argv) {
         } else if (!o.str("workload").empty()) {
             fail("--workload '{}': known workloads are specforge", o.str("workload"));
         }
-        if (!o.str("config").empty()) return config_mode(o);
         if (o.num("compare-matmul") < 0) fail("--compare-matmul must be >= 0, got {}", o.num("compare-matmul"));
         if (o.num("compare-matmul") > 0) return compare_matmul_mode(o);
         const bool json = o.flag("json");
@@ -614,11 +635,7 @@ int main(int argc, char** argv) {
                         "and blocks beyond each row's mask, key padding), not counted -> {:.1f} TFLOP/s computed\n",
                    flops.attention_padded / 1e12, flops.computed() / step / 1e12);
         const double eager_step = eager ? eager->value("step_s", -1.0) : -1.0;
-        if (eager_step > 0)
-            fmt::print(out, "drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", samples / step,
-                       samples / eager_step, eager->value("note", ""), eager_step / step);
-        else
-            fmt::print(out, "drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", samples / step);
+        bench::print_eager_ratio(out, samples, step, eager);
         if (json) {
             nlohmann::json j = shape_json(o, dev, compute, cfg, samples, len, opt);
             j.update({{"mode", "drafter"},

@@ -27,7 +27,6 @@ int eagle3_mode(const Options& o) {
     auto& out = json ? stderr : stdout;  // --json: stdout holds the result line only
     // What the DFlash mode's other paths do has no EAGLE-3 counterpart here yet.
     if (!o.str("workload").empty()) fail("--type eagle3 has no --workload: its defaults are SpecForge's EAGLE-3 trainer's");
-    if (!o.str("config").empty()) fail("--type eagle3 does not take --config (a run's slots are DFlash-only here)");
     if (o.num("compare-matmul") != 0) fail("--type eagle3 does not take --compare-matmul");
     if (o.str("matmul") != "bf16" || o.str("lm-head") != "bf16" || o.str("recompute") != "none")
         fail("--type eagle3 trains in the compute dtype without recompute: --matmul, --lm-head and --recompute "
@@ -132,11 +131,7 @@ int eagle3_mode(const Options& o) {
                     "each sequence's first too), not counted -> {:.1f} TFLOP/s computed\n",
                flops.target_unscored / 1e12, flops.computed() / step / 1e12);
     const double eager_step = eager ? eager->value("step_s", -1.0) : -1.0;
-    if (eager_step > 0)
-        fmt::print(out, "drafter: {:.2f} samples/s, eager {:.2f} samples/s ({}), ratio {:.2f}\n", samples / step,
-                   samples / eager_step, eager->value("note", ""), eager_step / step);
-    else
-        fmt::print(out, "drafter: {:.2f} samples/s, eager n/a (not run or failed), ratio n/a\n", samples / step);
+    bench::print_eager_ratio(out, samples, step, eager);
     if (json) {
         nlohmann::json j{{"mode", "drafter"},
                          {"type", "eagle3"},

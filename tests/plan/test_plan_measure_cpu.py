@@ -78,6 +78,27 @@ class PlanMeasureCpu(unittest.TestCase):
         self.assertGreater(m["drafter"]["predicted_allocated_bytes"], 0)
         self.assertEqual(m["drafter"]["measured_peak_allocated_bytes"], 0)
 
+    def test_measure_an_eagle3_config_on_the_cpu(self):
+        """An EAGLE-3 run's drafter: hsring-bench drafter --config trains the config's [drafter] type
+        (through the drafter-type seam, as the worker does) on the plan's slots, worst first."""
+        r = subprocess.run([HSRING, "plan", os.path.join(ROOT, "config", "demo-eagle3.toml"), "--measure", "--device",
+                            "cpu", "--seconds", "1", "--gpus", "2", "--host-mem", "8GiB", "--json"],
+                           capture_output=True, text=True, env=self.env, timeout=500)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["workload"]["drafter_type"], "eagle3")
+        m = j["measure"]
+        self.assertTrue(m["ok"], m)
+        result = m["drafter"]["bench"]["result"]
+        self.assertEqual(result["type"], "eagle3")
+        self.assertEqual(result["slots"][0], j["workload"]["worst_micro_batch"]["slot"])
+        self.assertGreater(m["drafter"]["tokens_per_s"], 0)
+        self.assertGreater(m["drafter"]["samples_per_s"], 0)
+        self.assertGreater(m["drafter"]["predicted_allocated_bytes"], 0)
+        # Every micro-batch of the first slot trained rows (EAGLE-3's units) and ran its backward.
+        self.assertTrue(result["phases"])
+        self.assertTrue(all(ph["blocks"] > 0 for ph in result["phases"]), result["phases"])
+
     def test_plan_check_script_on_the_cpu(self):
         out = os.path.join(self.tmp, "out")
         env = dict(self.env, PLAN_BASE=os.path.join(ROOT, "config", "demo.toml"),
