@@ -42,12 +42,11 @@ at::Tensor DecodeGraphs::step(const std::vector<std::int64_t>& tokens, std::int6
             host[static_cast<std::size_t>(t + r * n + i)] = len + i;
         }
     }
-    const std::int64_t window = std::min(cap, (longest + bucket_ - 1) / bucket_ * bucket_);
+    const std::int64_t window = StepGraphs::window(longest, cap, bucket_);
     // The graphs write into this cache's storage: a cache that moved gets new ones.
     StepGraphs::Key key{rows, cap, n, window};
     for (std::int64_t l = 0; l < cache.num_layers(); ++l)
-        for (const at::Tensor& kv : {cache.keys(l), cache.values(l)})
-            key.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(kv.data_ptr())));
+        for (const at::Tensor& kv : {cache.keys(l), cache.values(l)}) key.push_back(StepGraphs::address(kv));
     key.insert(key.end(), layer_ids.begin(), layer_ids.end());
     graphs_.bind(cache.keys(0).data_ptr());
     // Outputs: the logits, then the captured layers in layer_ids' order. Idempotent: a replay

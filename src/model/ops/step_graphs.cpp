@@ -11,6 +11,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace hsring::model {
@@ -32,6 +33,14 @@ StepGraphs::StepGraphs(at::Device device, bool capture, std::string what)
 }
 
 StepGraphs::~StepGraphs() = default;
+
+std::int64_t StepGraphs::window(std::int64_t length, std::int64_t capacity, std::int64_t bucket) {
+    return std::min(capacity, std::max<std::int64_t>(1, (length + bucket - 1) / bucket * bucket));
+}
+
+std::int64_t StepGraphs::address(const at::Tensor& t) {
+    return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(t.data_ptr()));
+}
 
 void StepGraphs::bind(const void* storage) {
     if (storage == storage_) return;

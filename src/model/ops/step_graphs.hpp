@@ -57,6 +57,12 @@ public:
     std::vector<at::Tensor> run(const Key& key, const std::vector<std::int64_t>& longs,
                                 const std::vector<at::Tensor>& tensors, const Body& body);
 
+    // The key window of a step over `length` cached positions: rounded up to `bucket`, at most
+    // `capacity` (one graph serves every length of its bucket; the rest is masked).
+    static std::int64_t window(std::int64_t length, std::int64_t capacity, std::int64_t bucket = 256);
+    // A tensor's storage address, as a key element.
+    static std::int64_t address(const at::Tensor& t);
+
 private:
     struct Graph;
     std::vector<at::Tensor> capture(Graph& g, const Key& key, const std::vector<std::int64_t>& longs,

@@ -237,8 +237,7 @@ std::vector<std::int64_t> DFlashDecodeDrafter::draft(const std::vector<std::int6
                                                      const std::vector<std::int64_t>& ks, const PickDrafts& pick) {
     if (fixed_ && state_.rows() == 1 && ks.size() == 1 && lasts.size() == 1 && ks[0] >= 2 && ks[0] <= block_) {
         const std::int64_t b = ks[0], len = state_.length(0);
-        constexpr std::int64_t kBucket = 256;
-        const std::int64_t window = std::min(state_.capacity(), std::max<std::int64_t>(1, (len + kBucket - 1) / kBucket * kBucket));
+        const std::int64_t window = StepGraphs::window(len, state_.capacity());
         std::vector<std::int64_t> longs(static_cast<std::size_t>(2 * b + 1));
         for (std::int64_t j = 0; j < b; ++j) {
             longs[static_cast<std::size_t>(j)] = j == 0 ? lasts.at(0) : state_.mask_token_id();

@@ -87,7 +87,7 @@ at::Tensor Eagle3DecodeDrafter::attend(const at::Tensor& q, const at::Tensor& ro
     const std::int64_t rep = config_.num_heads / config_.num_kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
     auto heads = [rep](const at::Tensor& t, int dim) { return rep == 1 ? t : t.repeat_interleave(rep, dim); };
-    const std::int64_t lmax = window;
+    const std::int64_t lmax = window;  // keys past each row's len[i] are masked
     HSRING_ASSERT(lmax >= 1 && lmax <= capacity_, "EAGLE-3 decoding: attention over {} cached positions", lmax);
     const at::Tensor keys = keys_.index_select(0, rows).narrow(1, 0, lmax),
                      values = values_.index_select(0, rows).narrow(1, 0, lmax);  // [n, L, hkv, d]
@@ -140,18 +140,15 @@ void Eagle3DecodeDrafter::extend(const at::Tensor& captured, const std::vector<s
     const std::int64_t window = *std::max_element(lengths.begin(), lengths.end());
     if (fixed_ && lengths_.size() == 1 && total <= max_block()) {
         // A verify step's extend of one row in fixed shapes (a graph per count and window; a
-        // prompt's runs op by op): longs = next tokens, RoPE positions, slots, the new length. Idempotent: it writes the same keys/values and
-        // last_out_ from its inputs alone.
-        const std::int64_t n = total, len = lengths[0];
-        constexpr std::int64_t kBucket = 256;
-        const std::int64_t w = std::min(capacity_, (len + kBucket - 1) / kBucket * kBucket);
+        // prompt's runs op by op): longs = next tokens, RoPE positions, slots, the new length.
+        // Idempotent: it writes the same keys/values and last_out_ from its inputs alone.
+        const std::int64_t n = total, len = lengths[0], w = StepGraphs::window(len, capacity_);
         std::vector<std::int64_t> longs = next_tokens;
         longs.insert(longs.end(), rope_pos.begin(), rope_pos.end());
         longs.insert(longs.end(), slot.begin(), slot.end());
         longs.push_back(len);
         graphs_.bind(keys_.data_ptr());
-        const auto last_out = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(last_out_.data_ptr()));
-        graphs_.run({-1, n, w, last_out}, longs, {captured}, [&](const at::Tensor& in, const std::vector<at::Tensor>& t) {
+        graphs_.run({-1, n, w, StepGraphs::address(last_out_)}, longs, {captured}, [&](const at::Tensor& in, const std::vector<at::Tensor>& t) {
             const at::Tensor row0 = at::zeros({n}, in.options());
             write_rows(t[0], in.narrow(0, 0, n), in.narrow(0, n, n), row0, in.narrow(0, 2 * n, n),
                        at::full({1}, n - 1, in.options()), row0.narrow(0, 0, 1), w, in.narrow(0, 3 * n, 1));
@@ -243,11 +240,9 @@ std::vector<std::int64_t> Eagle3DecodeDrafter::draft_fixed(std::int64_t steps, c
     // positions (those past the length masked) and chain slots 0..s - 1, and writes chain_h_[s].
     // Each step reads one slot and writes the next: idempotent, as a graph's warm-up needs.
     at::NoGradGuard no_grad;
-    constexpr std::int64_t kBucket = 256;
-    const std::int64_t len = lengths_[0];
-    const std::int64_t window = std::min(capacity_, (len + kBucket - 1) / kBucket * kBucket);
+    const std::int64_t len = lengths_[0], window = StepGraphs::window(len, capacity_);
     graphs_.bind(keys_.data_ptr());
-    const auto last_out = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(last_out_.data_ptr()));
+    const std::int64_t last_out = StepGraphs::address(last_out_);
     std::vector<std::int64_t> drafts;
     for (std::int64_t s = 0; s < steps; ++s) {
         const at::Tensor logits =
