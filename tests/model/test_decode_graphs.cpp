@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 
@@ -16,6 +17,33 @@ using namespace hsring::model;
 using namespace hsring::test;
 
 TEST_SUITE("generate") {
+
+TEST_CASE("step graphs: bucketed key windows; on the CPU a step runs its body directly on its inputs, every time") {
+    CHECK(StepGraphs::window(1, 1000) == 256);
+    CHECK(StepGraphs::window(256, 1000) == 256);
+    CHECK(StepGraphs::window(257, 1000) == 512);
+    CHECK(StepGraphs::window(700, 600) == 600);  // never past the capacity
+    CHECK(StepGraphs::window(0, 10) == 1);
+    CHECK(StepGraphs::window(9, 24, 8) == 16);
+    const at::Tensor t = at::ones({3});
+    CHECK(StepGraphs::address(t) == static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(t.data_ptr())));
+
+    StepGraphs graphs(at::kCPU, /*capture=*/true, "test steps");
+    CHECK_FALSE(graphs.capturing());  // no CUDA device: nothing is captured
+    int calls = 0;
+    const StepGraphs::Body body = [&](const at::Tensor& longs, const std::vector<at::Tensor>& in) {
+        ++calls;
+        CHECK((longs.scalar_type() == at::kLong));
+        return std::vector<at::Tensor>{longs.to(at::kFloat).sum() + in.at(0).sum()};
+    };
+    CHECK(graphs.run({1}, {2, 3}, {t}, body)[0].item<float>() == 8.f);
+    CHECK(graphs.run({1}, {4, 5}, {t * 2}, body)[0].item<float>() == 15.f);  // the same key, new inputs
+    CHECK(calls == 2);
+    CHECK(graphs.size() == 0);
+    graphs.bind(t.data_ptr());
+    graphs.clear();
+    CHECK(graphs.size() == 0);
+}
 
 TEST_CASE("decode engine steps (fixed shapes, key windows in buckets) equal forward_cached: logits, captured layers, lengths") {
     auto m = TargetModel::load(preset_shape("tiny"), at::kCPU, at::kFloat, 12);
