@@ -9,7 +9,7 @@
 # OUT_DIR: summary.txt, the GPU tests' tail and one tarball per drafter type (metrics, spec JSON).
 # EPOCHS (3), PIPELINE_LIMIT_S (360), SPEC_MODES (bf16) pass through to real_target.sh.
 # Time on an H100 (2026-12-06, EPOCHS=3): build beside make-target 176 s, answers 29 s, the two runs
-# side by side ~300 s (each ~1.2x its time alone), spec-decode ~10 s each: ~530 s, close to one
+# side by side ~300 s (each ~1.5x its time alone), spec-decode ~10 s each: ~530 s, close to one
 # device call's 600 s; with EPOCHS=4 split it (sections b/m/g in one call, p and s in the next).
 set -uo pipefail
 build=${1:?usage: $0 BUILD_DIR OUT_DIR}
