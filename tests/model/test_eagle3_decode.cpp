@@ -103,6 +103,19 @@ TEST_CASE("the decode chain drafts what the training-time test computes, through
         std::vector<std::int64_t> lasts;
         for (std::size_t r = 0; r < seqs.size(); ++r) lasts.push_back((*seqs[r])[static_cast<std::size_t>(ns[r])]);
         const auto drafted = s.draft(lasts, ks, rec.pick());
+        // A greedy pick may run on the device: the same drafts; one graphed row never calls it
+        // (its whole chain is one graph), any other state does.
+        std::int64_t host_picks = 0;
+        const PickDrafts greedy(
+            [&](const at::Tensor& l, std::int64_t, std::int64_t) {
+                ++host_picks;
+                const at::Tensor a = l.argmax(-1).contiguous();
+                return std::vector<std::int64_t>(a.data_ptr<std::int64_t>(), a.data_ptr<std::int64_t>() + a.numel());
+            },
+            true);
+        CHECK(s.draft(lasts, ks, greedy) == drafted);
+        const bool chain_graph = dynamic_cast<Eagle3DecodeDrafter&>(s).fixed_shapes() && seqs.size() == 1;
+        CHECK((host_picks == 0) == (chain_graph || drafted.empty()));
         std::size_t off = 0;
         for (std::size_t r = 0; r < seqs.size(); ++r) {
             const std::int64_t n = ns[r], kr = ks[r] - 1;

@@ -175,11 +175,13 @@ struct Batch {
                 firsts.push_back(row.start + 1 - row.n);
             }
             // Draft j0 + j of row i is its new token firsts[i] + j0 + j, drawn from the drafts' own stream.
-            const PickDrafts pick_drafts = [&](const at::Tensor& l, std::int64_t j0, std::int64_t n) {
-                std::vector<std::int64_t> f = firsts;
-                for (auto& x : f) x += j0;
-                return pick(l, draft_seeds, f, n);
-            };
+            const PickDrafts pick_drafts(
+                [&](const at::Tensor& l, std::int64_t j0, std::int64_t n) {
+                    std::vector<std::int64_t> f = firsts;
+                    for (auto& x : f) x += j0;
+                    return pick(l, draft_seeds, f, n);
+                },
+                !sampled());
             const std::vector<std::int64_t> drafted = draft_state.draft(lasts, ks, pick_drafts);  // row after row
             std::vector<std::int64_t> block;  // row after row: last, drafts
             for (std::size_t i = 0, d = 0; i < rows.size(); ++i) {

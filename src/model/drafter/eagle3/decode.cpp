@@ -233,37 +233,59 @@ at::Tensor Eagle3DecodeDrafter::draft_logits(const at::Tensor& h) const {
     return full.index_copy_(1, draft_ids_, logits);
 }
 
+at::Tensor Eagle3DecodeDrafter::chain_first() {
+    chain_h_[0].copy_(last_out_.narrow(0, 0, 1));
+    return draft_logits(chain_h_[0]);
+}
+
+at::Tensor Eagle3DecodeDrafter::chain_step(std::int64_t s, const at::Tensor& token, const at::Tensor& len,
+                                           std::int64_t window) {
+    const at::Tensor h = chain_h_[s - 1];
+    const Qkv p = project(at::embedding(embed_, token), h, len + s);
+    chain_k_[s - 1].copy_(p.k);
+    chain_v_[s - 1].copy_(p.v);
+    std::vector<at::Tensor> ck, cv;
+    for (std::int64_t j = 0; j < s; ++j) {
+        ck.push_back(chain_k_[j]);
+        cv.push_back(chain_v_[j]);
+    }
+    const at::Tensor o = attend(p.q, at::zeros({1}, len.options()), window, len, ck, cv);
+    chain_h_[s].copy_(finish(h, o));
+    return draft_logits(chain_h_[s]);
+}
+
 std::vector<std::int64_t> Eagle3DecodeDrafter::draft_fixed(std::int64_t steps, const PickDrafts& pick) {
-    // One row in fixed shapes, one graph per chain step and window: step 0 takes the last cached
-    // position's output into chain_h_[0]; step s embeds draft s at RoPE position length + s with
-    // chain_h_[s - 1], writes its key/value to chain slot s - 1, attends the window's cached
-    // positions (those past the length masked) and chain slots 0..s - 1, and writes chain_h_[s].
-    // Each step reads one slot and writes the next: idempotent, as a graph's warm-up needs.
+    // One row in fixed shapes: step 0 takes the last cached position's output into chain_h_[0];
+    // step s embeds draft s at RoPE position length + s with chain_h_[s - 1], writes its key/value
+    // to chain slot s - 1, attends the window's cached positions (those past the length masked)
+    // and chain slots 0..s - 1, and writes chain_h_[s]. Each step reads one slot and writes the
+    // next: idempotent, as a graph's warm-up needs.
     at::NoGradGuard no_grad;
     const std::int64_t len = lengths_[0], window = StepGraphs::window(len, capacity_);
     graphs_.bind(keys_.data_ptr());
     const std::int64_t last_out = StepGraphs::address(last_out_);
+    if (pick.greedy) {
+        // The whole chain as one graph: each draft is the argmax of its logits (the loop's greedy
+        // rule) on the device and feeds the next step, so a verify step waits for the host once.
+        const at::Tensor drafts =
+            graphs_.run({-2, steps, window, last_out}, {len}, {}, [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
+                const at::Tensor n = in.narrow(0, 0, 1);
+                std::vector<at::Tensor> toks{chain_first().argmax(-1)};
+                for (std::int64_t s = 1; s < steps; ++s) toks.push_back(chain_step(s, toks.back(), n, window).argmax(-1));
+                return std::vector<at::Tensor>{at::cat(toks)};
+            })[0].to(at::kCPU);
+        return {drafts.data_ptr<std::int64_t>(), drafts.data_ptr<std::int64_t>() + drafts.numel()};
+    }
+    // Sampled: one graph per step, the loop's pick on the host between them.
     std::vector<std::int64_t> drafts;
     for (std::int64_t s = 0; s < steps; ++s) {
         const at::Tensor logits =
             s == 0 ? graphs_.run({0, 0, last_out}, {}, {}, [&](const at::Tensor&, const std::vector<at::Tensor>&) {
-                chain_h_[0].copy_(last_out_.narrow(0, 0, 1));
-                return std::vector<at::Tensor>{draft_logits(chain_h_[0])};
+                return std::vector<at::Tensor>{chain_first()};
             })[0]
-                   : graphs_.run({s, window, last_out}, {drafts.back(), len + s, len}, {},
+                   : graphs_.run({s, window, last_out}, {drafts.back(), len}, {},
                                  [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
-                const at::Tensor h = chain_h_[s - 1];
-                const Qkv p = project(at::embedding(embed_, in.narrow(0, 0, 1)), h, in.narrow(0, 1, 1));
-                chain_k_[s - 1].copy_(p.k);
-                chain_v_[s - 1].copy_(p.v);
-                std::vector<at::Tensor> ck, cv;
-                for (std::int64_t j = 0; j < s; ++j) {
-                    ck.push_back(chain_k_[j]);
-                    cv.push_back(chain_v_[j]);
-                }
-                const at::Tensor o = attend(p.q, at::zeros({1}, in.options()), window, in.narrow(0, 2, 1), ck, cv);
-                chain_h_[s].copy_(finish(h, o));
-                return std::vector<at::Tensor>{draft_logits(chain_h_[s])};
+                return std::vector<at::Tensor>{chain_step(s, in.narrow(0, 0, 1), in.narrow(0, 1, 1), window)};
             })[0];
         drafts.push_back(pick(logits, s, 1).at(0));
     }

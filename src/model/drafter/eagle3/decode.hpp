@@ -19,7 +19,8 @@
 // Drafts are over the draft vocabulary, mapped to the target's ids by d2t (the other ids' logits
 // are -inf). Weights are cast to the compute dtype once. With `graphs`, one sequence's chain steps
 // run in fixed shapes (the cached positions in a window of the length rounded up to 256, those past
-// the length masked), one CUDA graph per step and window on a GPU (ops/step_graphs.hpp).
+// the length masked) as CUDA graphs on a GPU (ops/step_graphs.hpp): greedy, the whole chain is one
+// graph per window (argmax on the device); sampled, one graph per step and window.
 #include "model/drafter/eagle3/drafter.hpp"
 #include "model/drafter/interface/decode_drafter.hpp"
 #include "model/ops/step_graphs.hpp"
@@ -46,6 +47,8 @@ public:
                                     const PickDrafts& pick) override;
     bool graphs_captured() const override { return graphs_.capturing() && graphs_.size() > 0; }
     std::int64_t length(std::int64_t row) const { return lengths_.at(static_cast<std::size_t>(row)); }
+    // Whether one row's steps run in fixed shapes (made with `graphs`; captured on a GPU).
+    bool fixed_shapes() const { return fixed_; }
 
 private:
     struct Qkv {
@@ -69,8 +72,13 @@ private:
                     std::int64_t window, const at::Tensor& lengths);
     // Logits [R, target vocab] (fp32; -inf outside the draft vocabulary) of the outputs h [R, H].
     at::Tensor draft_logits(const at::Tensor& h) const;
-    // draft() of one row through the fixed-shape steps (graphs).
+    // draft() of one row through the fixed-shape steps (graphs): the whole chain as one graph when
+    // the pick is greedy, else one graph per step.
     std::vector<std::int64_t> draft_fixed(std::int64_t steps, const PickDrafts& pick);
+    // The fixed-shape chain's step 0 (the last cached position's output into chain_h_[0]) and step
+    // s >= 1 (draft `token` [1] at RoPE position len + s; len [1] on the device); their logits [1, vocab].
+    at::Tensor chain_first();
+    at::Tensor chain_step(std::int64_t s, const at::Tensor& token, const at::Tensor& len, std::int64_t window);
 
     Eagle3Config config_;
     std::vector<int> ids_;

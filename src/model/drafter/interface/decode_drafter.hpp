@@ -13,13 +13,27 @@
 
 #include <cstdint>
 #include <functional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hsring::model {
 
 // Tokens of logits [rows * n, target vocab] (row-major: row i's draft j at i * n + j) for the
-// drafts j0 .. j0 + n - 1 of each row.
-using PickDrafts = std::function<std::vector<std::int64_t>(const at::Tensor& logits, std::int64_t j0, std::int64_t n)>;
+// drafts j0 .. j0 + n - 1 of each row. `greedy`: the loop's rule is argmax (the first of equal
+// maxima, sample_tokens at temperature 0), so a drafter may pick on the device instead of calling
+// it (EAGLE-3's chain then runs without a host round trip per draft).
+struct PickDrafts {
+    using Fn = std::function<std::vector<std::int64_t>(const at::Tensor& logits, std::int64_t j0, std::int64_t n)>;
+    template <class F>
+        requires std::is_invocable_r_v<std::vector<std::int64_t>, F&, const at::Tensor&, std::int64_t, std::int64_t>
+    PickDrafts(F f, bool greedy_rule = false) : fn(std::move(f)), greedy(greedy_rule) {}
+    std::vector<std::int64_t> operator()(const at::Tensor& logits, std::int64_t j0, std::int64_t n) const {
+        return fn(logits, j0, n);
+    }
+    Fn fn;
+    bool greedy;
+};
 
 class DecodeDrafter {
 public:
