@@ -13,6 +13,8 @@
 #      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
 #      the target's generation rate from its log
 # Each runs LIMIT_S (150) seconds, then `hsring stop`. OUT_DIR/target_speaks/summary.txt.
+# MICRO=8192 trains each 16,384-token step in two micro-batches ([train] micro_batch_tokens): the
+# drafter's peak drops from ~63 to ~35 GiB, so target (~18 GiB) and drafter fit one H100's 80 GB.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/target_speaks"
@@ -22,6 +24,7 @@ session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/target_speaks"
 export PIPELINE_LIMIT_S=${LIMIT_S:-150}
 ckpt=${CKPT:-10}
 shared=("s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" "s/^checkpoint_every = .*/checkpoint_every = $ckpt/")
+[ -n "${MICRO:-}" ] && shared+=("s/^tokens_per_step = .*/&\nmicro_batch_tokens = $MICRO/")
 sections=${SECTIONS:-abc}
 [[ $sections == *a* ]] && pipeline ts_a config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
 pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
