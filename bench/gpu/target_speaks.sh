@@ -12,12 +12,16 @@
 #   C. [data] responses = "target": the target answers every prompt (greedy, MAX_NEW (64) new
 #      tokens, no stop token: preset weights) before capturing; ledger verify, finite losses, and
 #      the target's generation rate from its log
-# Each runs LIMIT_S (150) seconds, then `hsring stop`. OUT_DIR/target_speaks/summary.txt.
+# SECTIONS (abc) picks the runs. Each runs LIMIT_S (150) seconds, then `hsring stop`. OUT_DIR/target_speaks/summary.txt.
 # MICRO=8192 trains each 16,384-token step in two micro-batches ([train] micro_batch_tokens): the
-# drafter's peak drops from ~63 to ~35 GiB, so target (~18 GiB) and drafter fit one H100's 80 GB.
+# drafter's peak drops from ~63 to ~39 GiB (`hsring plan`), so target (~20 GiB) and drafter fit
+# one H100's 80 GB.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/target_speaks"
+# WORK (a folder on the machine) keeps A's rows between device calls: SECTIONS=ab, then SECTIONS=r.
+work=${WORK:-$work}
+mkdir -p "$work"
 [ -x "$hs" ] || { say "FAIL: $hs is missing: build first"; exit 1; }
 [ -f runs/long.jsonl ] || "$py" bench/gpu/make_long_data.py runs/long.jsonl --samples "${SAMPLES:-300}" --length 3072
 "$py" bench/python/generate_hf.py make-prompts "$work/spec_prompts.jsonl" --count 8 --min-len 256 --max-len 512 --vocab 151000
@@ -27,25 +31,6 @@ shared=("s/^drafters = .*/drafters = [0]\nallow_shared_gpus = true/" "s/^checkpo
 [ -n "${MICRO:-}" ] && shared+=("s/^tokens_per_step = .*/&\nmicro_batch_tokens = $MICRO/")
 sections=${SECTIONS:-abc}
 [[ $sections == *a* ]] && pipeline ts_a config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
-pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
-  '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt" \
-  "\$a spec_samples = ${SPEC_SAMPLES:-2}"
-say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
-grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
-"$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
-import json, sys
-import statistics
-def steady(path):
-    rows = [json.loads(l) for l in open(path) if l.strip()]
-    rows = [r for r in rows if "loss" in r and "step_ms" in r]
-    rows = rows[len(rows) // 5:]
-    # Median: a checkpoint's pause lands in one step of either run and would swing a mean.
-    return (statistics.median(r["step_ms"] for r in rows), sum(r["data_wait_ms"] for r in rows) / len(rows),
-            len(rows), statistics.median(r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in rows))
-a, b = steady(sys.argv[1]), steady(sys.argv[2])
-print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
-      f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
-PY
 cat > "$work/paired.py" <<'PY'
 # Paired by step: the same slot is trained at the same step in A and B (invariant 10), and the
 # target's prefill competes for the GPU at the same steps in both, so B[i] / A[i] isolates tau.
@@ -77,14 +62,35 @@ if common:
         if xs:
             print(f"     steps {name}: {len(xs)}, median {label} {statistics.median(xs):.3f}, mean {statistics.mean(xs):.3f}")
 PY
-"$py" "$work/paired.py" "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" | tee -a "$out/summary.txt"
+if [[ $sections == *b* ]]; then
+  pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
+    '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt" \
+    "\$a spec_samples = ${SPEC_SAMPLES:-2}"
+  say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
+  grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
+  "$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+import statistics
+def steady(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    rows = [r for r in rows if "loss" in r and "step_ms" in r]
+    rows = rows[len(rows) // 5:]
+    # Median: a checkpoint's pause lands in one step of either run and would swing a mean.
+    return (statistics.median(r["step_ms"] for r in rows), sum(r["data_wait_ms"] for r in rows) / len(rows),
+            len(rows), statistics.median(r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in rows))
+a, b = steady(sys.argv[1]), steady(sys.argv[2])
+print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
+      f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
+PY
+  "$py" "$work/paired.py" "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" | tee -a "$out/summary.txt"
+fi
 # R: A again (no tau in either run): the same pairing shows the run-to-run noise the B / A cost sits in.
 if [[ $sections == *r* ]]; then
   pipeline ts_a2 config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}"
   "$py" "$work/paired.py" "$work/ts_a.metrics.jsonl" "$work/ts_a2.metrics.jsonl" "A2 / A (no tau in either)" |
     tee -a "$out/summary.txt"
 fi
-tar -czf "$out/target_speaks.tar.gz" -C "$out" work 2>/dev/null && rm -rf "$work"/*.logs "$work"/*.status.jsonl
+tar -czf "$out/target_speaks.tar.gz" -C "$(dirname "$work")" "$(basename "$work")" 2>/dev/null && rm -rf "$work"/*.logs "$work"/*.status.jsonl
 [[ $sections == *c* ]] || exit 0
 pipeline ts_c config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" 's/^epochs = .*/epochs = 1\nresponses = "target"/' \
   '$a [generate]' "\$a max_new_tokens = ${MAX_NEW:-64}" '$a stop_token_ids = []'
