@@ -96,6 +96,18 @@ for r in rows:
     late = f", row {end - done[r['step']]:.1f} s after step {r['step']} ended" if r["step"] in done else ""
     print(f"   tau {s['tau']:.3f} at step {r['step']}: {s['prompts']} prompts x {s['new_tokens'] // max(s['prompts'], 1)} "
           f"new tokens in one batch, {s['verify_steps']} verify steps (all rows), {s['seconds']:.2f} s of decoding{late}")
+# Within B alone (no pairing: also when A did not run): the time the steps that overlapped a
+# measurement took beyond B's median step elsewhere, against all of B's step time.
+import statistics
+windows = [w for r in rows if "spec" in r for w in r.get("windows", [])]
+steps = [r for r in rows if "loss" in r and "step_ms" in r][3:]
+ms = lambda r: r["step_ms"] - r.get("checkpoint_pause_ms", 0)
+hit = lambda r: any(w0 < r["unix_time"] and r["unix_time"] - r["step_ms"] / 1000.0 < w1 for w0, w1 in windows)
+busy, idle = [ms(r) for r in steps if hit(r)], [ms(r) for r in steps if not hit(r)]
+if busy and idle:
+    extra = sum(b - statistics.median(idle) for b in busy)
+    print(f"   within B: {len(busy)} steps overlapped decoding (median {statistics.median(busy):.0f} ms) vs {len(idle)} others "
+          f"(median {statistics.median(idle):.0f} ms): {extra:.0f} ms extra = {100 * extra / sum(ms(r) for r in steps):+.2f}% of B's step time")
 PY
 fi
 # R: A again (no tau in either run): the same pairing shows the run-to-run noise the B / A cost sits in.
