@@ -2,7 +2,7 @@
 # bench/gpu/target_speaks.sh BUILD_DIR OUT_DIR — issue 21 in the 1-GPU pipeline (one H200: target
 # and drafter share GPU 0, config/qwen3-8b-1t1d.toml, SAMPLES (300) x 3,072-token samples):
 #   A. no tau measurement, checkpoint every CKPT (10) steps          (the baseline)
-#   B. the same with [eval] spec_prompts (SPEC_SAMPLES (2) of 8 prompts), spec_every = CKPT:
+#   B. the same with [eval] spec_prompts (SPEC_SAMPLES (8) of 8 prompts), spec_every = CKPT:
 #      target.0 measures tau of committed checkpoints between its slots (on this shared GPU at most
 #      5% of the wall clock, spec_probe.cpp); the cost is B / A - 1 paired by step (the same slot
 #      trains at the same step in both runs), split by the steps that overlapped target.0's decoding
@@ -65,7 +65,7 @@ PY
 if [[ $sections == *b* ]]; then
   pipeline ts_b config/qwen3-8b-1t1d.toml "" 0 "${shared[@]}" \
     '$a [eval]' "\$a spec_prompts = \"$work/spec_prompts.jsonl\"" "\$a spec_every = $ckpt" \
-    "\$a spec_samples = ${SPEC_SAMPLES:-2}"
+    "\$a spec_samples = ${SPEC_SAMPLES:-8}"
   say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
   grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
   [ -f "$work/ts_a.metrics.jsonl" ] && "$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
