@@ -14,8 +14,8 @@
 #      the target's generation rate from its log
 # SECTIONS (abc) picks the runs. Each runs LIMIT_S (150) seconds, then `hsring stop`. OUT_DIR/target_speaks/summary.txt.
 # MICRO=8192 trains each 16,384-token step in two micro-batches ([train] micro_batch_tokens): the
-# drafter's peak drops from ~63 to ~39 GiB (`hsring plan`), so target (~20 GiB) and drafter fit
-# one H100's 80 GB.
+# drafter's allocated peak drops from 53.6 to 37.0 GiB (H100, 2026-12-07), a margin on an H100's
+# 80 GB, where the run without it used at most 76.9 GiB (BENCHMARKS.md "Planner").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 session_init "${1:-}" "${2:?usage: $0 BUILD_DIR OUT_DIR}/target_speaks"
