@@ -78,20 +78,6 @@ if [[ $sections == *b* ]]; then
     "\$a spec_samples = ${SPEC_SAMPLES:-8}"
   say "   tau rows (B): $(grep -c '"spec"' "$work/ts_b.metrics.jsonl" 2>/dev/null) in metrics.jsonl"
   grep -h "tau " "$work/ts_b.logs/target.0.log" 2>/dev/null | tail -n 5 | sed 's/^/     /' | tee -a "$out/summary.txt"
-  [ -f "$work/ts_a.metrics.jsonl" ] && "$py" - "$work/ts_a.metrics.jsonl" "$work/ts_b.metrics.jsonl" <<'PY' | tee -a "$out/summary.txt"
-import json, sys
-import statistics
-def steady(path):
-    rows = [json.loads(l) for l in open(path) if l.strip()]
-    rows = [r for r in rows if "loss" in r and "step_ms" in r]
-    rows = rows[len(rows) // 5:]
-    # Median: a checkpoint's pause lands in one step of either run and would swing a mean.
-    return (statistics.median(r["step_ms"] for r in rows), sum(r["data_wait_ms"] for r in rows) / len(rows),
-            len(rows), statistics.median(r["step_ms"] - r.get("checkpoint_pause_ms", 0) for r in rows))
-a, b = steady(sys.argv[1]), steady(sys.argv[2])
-print(f"   drafter step (steady, median): A {a[0]:.0f} ms (mean data wait {a[1]:.1f} ms, {a[2]} steps), "
-      f"B with tau {b[0]:.0f} ms (mean data wait {b[1]:.1f} ms, {b[2]} steps): cost {100 * (b[0] / a[0] - 1):+.2f}%")
-PY
   a_rows="$work/ts_a.metrics.jsonl"; [ -f "$a_rows" ] || a_rows=-
   "$py" "$work/paired.py" "$a_rows" "$work/ts_b.metrics.jsonl" | tee -a "$out/summary.txt"
   # Each measurement against issue 35's bound: decoded within 60 s, and its row written within 60 s
