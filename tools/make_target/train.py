@@ -9,12 +9,20 @@ import time
 import numpy as np
 import torch
 
-# shape: hidden, layers, heads, kv heads, head dim, MLP width, vocabulary; the run: window
+# shape: hidden, layers, heads, kv heads, head dim, MLP width, vocabulary (rope theta 1e4 and
+# RMSNorm eps 1e-6 unless given); the run: window
 # length (= max_position_embeddings), batch, steps, peak lr, warmup; eval_every in steps.
 PRESETS = {
     # tens of millions of parameters, minutes on one H200 (the GPU configs' target)
     "gpu": dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, vocab=8192,
                 seq=512, batch=64, steps=800, lr=1.5e-3, warmup=80, eval_every=100),
+    # ~14M parameters, minutes on one GPU: the real target that bin/widen-model embeds exactly into
+    # Qwen3-8B's shape (head_dim 128, 4 query heads per KV head, hidden 4096/16 so the norms' scale
+    # sqrt(256/4096) = 1/4 is exact in bf16; rope theta 1e6 and eps 16 x 1e-6, so the widened
+    # config says Qwen3-8B's 1e6 and 1e-6)
+    "gpu-widenable": dict(hidden=256, layers=8, heads=8, kv=2, head_dim=128, inter=1024, vocab=8192,
+                          seq=512, batch=64, steps=800, lr=1.5e-3, warmup=80, eval_every=100,
+                          theta=1e6, eps=1.6e-5),
     # ~1M parameters, trained on 2 CPU cores (bin/demo's target, checked in under models/)
     "cpu": dict(hidden=128, layers=4, heads=4, kv=2, head_dim=32, inter=384, vocab=2048,
                 seq=256, batch=16, steps=3000, lr=3e-3, warmup=100, eval_every=500),
@@ -32,8 +40,8 @@ def qwen3_config(p, eos_id):
     return Qwen3Config(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
                        num_hidden_layers=p["layers"], num_attention_heads=p["heads"],
                        num_key_value_heads=p["kv"], head_dim=p["head_dim"], hidden_act="silu",
-                       max_position_embeddings=p["seq"], rms_norm_eps=1e-6, tie_word_embeddings=True,
-                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=False,
+                       max_position_embeddings=p["seq"], rms_norm_eps=p.get("eps", 1e-6), tie_word_embeddings=True,
+                       rope_parameters={"rope_type": "default", "rope_theta": p.get("theta", 10000.0)}, attention_bias=False,
                        use_sliding_window=False, bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
 
 
