@@ -2,7 +2,8 @@
 // decoding with a drafter of any type (DFlash, EAGLE-3: drafter/registry reads its config.json) of
 // pre-tokenized prompts, greedy or sampled, one prompt at a time (model::spec_decode),
 // against plain generation of the same prompts with the same sampling and seeds (model::generate,
-// batch 1): acceptance lengths, tau, whether the output is the target's own (lossless: equal
+// batch 1). --batch N decodes N prompts as the rows of each step both ways (speculative: one
+// drafter call and one verify forward for the N rows; plain: N requests in flight): acceptance lengths, tau, whether the output is the target's own (lossless: equal
 // tokens, greedy or sampled) and the speedup in tokens/s.
 //
 // Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
@@ -49,7 +50,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR|random:LAYERS --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
-    "[--draft-tokens N] [--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
+    "[--draft-tokens N] [--batch N] [--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
 
 struct Options {
     fs::path dir;
@@ -57,6 +58,7 @@ struct Options {
     fs::path prompts;
     std::int64_t max_new_tokens = 128;
     std::int64_t draft_tokens = 0;     // 0 = the drafter type's default
+    std::int64_t batch = 1;            // prompts decoded as the rows of one step, both ways
     double temperature = 0.0;
     double top_p = 1.0;
     std::uint64_t seed = 0;
@@ -84,6 +86,10 @@ Options parse(int argc, char** argv) {
         else if (a == "--draft-tokens") {
             o.draft_tokens = number<std::int64_t>("spec-decode", a, value());
             if (o.draft_tokens < 1) throw UsageError("spec-decode: --draft-tokens must be at least 1");
+        }
+        else if (a == "--batch") {
+            o.batch = number<std::int64_t>("spec-decode", a, value());
+            if (o.batch < 1 || o.batch > 1024) throw UsageError("spec-decode: --batch must be in 1..1024");
         }
         else if (a == "--temperature") o.temperature = number<double>("spec-decode", a, value());
         else if (a == "--top-p") o.top_p = number<double>("spec-decode", a, value());
@@ -180,17 +186,19 @@ int spec_decode(int argc, char** argv) {
     gopts.max_new_tokens = o.max_new_tokens;
     gopts.sampling = sopts.sampling;
     gopts.stop_tokens = sopts.stop_tokens;
-    gopts.batch = 1;  // as the speculative loop: one prompt at a time
+    sopts.batch = gopts.batch = o.batch;  // the same rows per step both ways
     sopts.decode_graphs = gopts.decode_graphs = !o.eager;
 
     std::int64_t block = 0;  // a verify step's tokens: 1 + the drafts per step
-    {  // Warm-up (allocator, kernels), not timed: two verify steps of a block of 16.
+    {  // Warm-up (allocator, kernels), not timed: two verify steps of a block of 16, one batch.
         SpecDecodeOptions w = sopts;
         w.max_new_tokens = std::min<std::int64_t>(o.max_new_tokens, 32);
-        block = model::spec_decode(target, *drafter, {requests[0]}, w).block;
+        const std::vector<GenerateRequest> first(
+            requests.begin(), requests.begin() + std::min<std::ptrdiff_t>(o.batch, std::ssize(requests)));
+        block = model::spec_decode(target, *drafter, first, w).block;
         GenerateOptions gw = gopts;
         gw.max_new_tokens = w.max_new_tokens;
-        model::generate(target, {requests[0]}, gw);
+        model::generate(target, first, gw);
     }
     if (!o.trace.empty()) {  // after the warm-up, before the timed runs: 2 blocks of each loop
         SpecDecodeOptions ts = sopts;
@@ -245,6 +253,7 @@ int spec_decode(int argc, char** argv) {
             {"seed", o.seed},
             {"stop_tokens", sopts.stop_tokens},
             {"samples", requests.size()},
+            {"batch", o.batch},
             {"tau", st.tau()},
             {"verify_steps", st.verify_steps},
             {"new_tokens", st.new_tokens},
@@ -276,9 +285,9 @@ int spec_decode(int argc, char** argv) {
     const std::string how = o.temperature > 0 ? fmt::format("temperature {} top-p {} seed {}", o.temperature, o.top_p,
                                                             o.seed)
                                               : std::string("greedy");
-    fmt::print("{}: {}; {} drafts per step, on {} ({} {}), {} prompts, {}, batch 1, stop tokens [{}]\n",
+    fmt::print("{}: {}; {} drafts per step, on {} ({} {}), {} prompts, {}, batch {}, stop tokens [{}]\n",
                o.dir.string(), drafter->describe(), spec.block - 1, o.target, device.str(), c10::toString(dtype),
-               requests.size(), how, fmt::join(sopts.stop_tokens, ","));
+               requests.size(), how, o.batch, fmt::join(sopts.stop_tokens, ","));
     for (std::size_t i = 0; i < requests.size(); ++i) {
         const auto& out = spec.outputs[i];
         fmt::print("{}: {} prompt tokens -> {} new ({}) in {} verify steps, acceptance lengths {}\n", i,
