@@ -35,6 +35,15 @@ COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.j
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+def dtype_of(tensors):
+    """The DTYPES name of the first floating tensor's dtype (what the small model was written in)."""
+    names = {getattr(torch, v): k for k, v in DTYPES.items()}
+    for t in tensors.values():
+        if t.is_floating_point():
+            return names.get(t.dtype, "fp32")
+    return "fp32"
+
+
 def read_json(path, what):
     try:
         with open(path) as f:
@@ -166,9 +175,10 @@ def widen_target(a):
     pad_row = a.pad_row
     if pad_row is None:  # the DFlash mask token: a row no text produces, so greedy never picks it
         pad_row = read_json(record_path, "")["mask_token_id"] if os.path.exists(record_path) else 0
+    t = load_tensors(a.small)
+    a.dtype = a.dtype or dtype_of(t)
     g = widen.Geometry(small, large, depths, pad_row, a.dtype if a.dtype != "fp32" else None)
     large["eps"] = g.eps
-    t = load_tensors(a.small)
     tied = "lm_head.weight" not in t
     if tied and not cfg.get("tie_word_embeddings", False):
         raise WidenError(f"{a.small}: no lm_head.weight and tie_word_embeddings is false")
@@ -222,9 +232,10 @@ def geometry_of(wide_dir, dtype):
 
 def widen_drafter(a):
     cfg = read_json(os.path.join(a.small, "config.json"), "the drafter's config")
+    t = load_tensors(a.small)
+    a.dtype = a.dtype or dtype_of(t)
     g = geometry_of(a.target, a.dtype)
     arch = (cfg.get("architectures") or [""])[0]
-    t = load_tensors(a.small)
     s, l = g.small, g.large
     if cfg.get("hidden_size") != s["hidden"] or cfg.get("vocab_size") != s["vocab"]:
         raise WidenError(f"{a.small}: hidden {cfg.get('hidden_size')} / vocab {cfg.get('vocab_size')} are not the "
@@ -312,7 +323,7 @@ def main(argv):
     d.add_argument("--draft-vocab", type=int, help="EAGLE-3: the widened draft vocabulary (default 32000)")
     for p in (t, d):
         p.add_argument("--out", required=True)
-        p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weights written (default bf16)")
+        p.add_argument("--dtype", choices=sorted(DTYPES), help="weights written (default: the small model's)")
         p.add_argument("--force", action="store_true", help="overwrite OUT")
     a = ap.parse_args(argv)
     a.argv = argv
