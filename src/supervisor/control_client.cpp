@@ -44,7 +44,9 @@ ControlClient::~ControlClient() {
 }
 
 json ControlClient::request(const json& req, std::chrono::milliseconds timeout) {
-    std::string s = req.dump() + "\n";
+    // A worker name typed with bytes that are not UTF-8 reaches the supervisor replaced (U+FFFD),
+    // which then names no worker; dump() would throw instead.
+    std::string s = req.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     std::size_t off = 0;
     while (off < s.size()) {
         const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);

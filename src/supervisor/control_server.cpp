@@ -145,7 +145,9 @@ void ControlServer::read_conn(Conn& c, const ControlHandler& handler) {
 }
 
 void ControlServer::send_line(int fd, const json& body) {
-    std::string s = body.dump() + "\n";
+    // A reply may quote the request (an unknown worker's name): bytes that are not UTF-8 are
+    // replaced, never thrown, so no request can end the supervisor's loop.
+    std::string s = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     // Replies are small (a status of a few KiB); the client reads at once. Give a slow one a
     // moment rather than a partial answer, but never block the supervisor for long.
     std::size_t off = 0;

@@ -2,7 +2,9 @@
 user error (exit code 3) stops the run with its message; missing data files, a directory given as
 the config, bad topologies, unknown worker names, a changed ring layout, a second supervisor, a
 missing supervisor, an over-long socket path, removing a ring in use and a misspelled HSRING_FAULT
-are refused with messages that say what to do; `hsring ring rm` removes every region of a run."""
+are refused with messages that say what to do; `hsring ring rm` removes every region of a run; no
+bytes sent to the control socket end the run."""
+import json
 import os
 import re
 import shutil
@@ -318,6 +320,70 @@ def test_a_misspelled_fault_is_refused_at_start():
         r.cleanup()
 
 
+def control_exchange(path, payload, read=True):
+    """Sends raw bytes to the control socket; returns the reply line (bytes) or None."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(10)
+        c.connect(path)
+        try:
+            c.sendall(payload)
+        except OSError:
+            pass  # the server closed after a too-long request: its reply is still there
+        if not read:
+            return None
+        got = b""
+        while not got.endswith(b"\n"):
+            part = c.recv(65536)
+            if not part:
+                break
+            got += part
+        return got
+
+
+def test_the_control_socket_survives_any_bytes():
+    """Every request is answered or refused and the run goes on (issue: a byte that stops the
+    supervisor): bytes that are not UTF-8 (in the request and quoted back in the error), a 1 MB line,
+    a partial line and a hang-up, 40 connections at once with random bytes, typed worker names that
+    are not UTF-8; then the run stops gracefully and verifies."""
+    import random
+    import threading
+    r = Run("fuzz", step_ms=60)
+    try:
+        r.start()
+        r.wait_running()
+        sock = os.path.join(r.run_dir, "control.sock")
+        for payload in (b"\xff\n", b'{"cmd": "kill", "worker": "drafter.\xff\xfe"}\n', b"\xc3\x28 not json\n",
+                        b'{"cmd": 7}\n', b'{"cmd": "kill", "worker": [1]}\n', b"[]\n"):
+            reply = control_exchange(sock, payload)
+            body = json.loads(reply.decode("utf-8"))
+            check(body["ok"] is False and body["error"], f"{payload!r}: {reply!r}")
+        reply = control_exchange(sock, b"x" * (1 << 20))
+        check(b"request too long" in reply, f"a 1 MB line: {reply!r}")
+        control_exchange(sock, b'{"cmd": "sta', read=False)  # a partial line, then the client hangs up
+        rng = random.Random(5)
+        replies = []
+
+        def fuzz(i):
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))).replace(b"\n", b"") + b"\n"
+            replies.append(control_exchange(sock, data))
+
+        threads = [threading.Thread(target=fuzz, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        check(len(replies) == 40 and all(b'"ok":false' in x for x in replies), f"40 random requests: {replies[:3]}")
+        res = subprocess.run([HSRING, "kill", "drafter.\udcff".encode("utf-8", "surrogateescape"), "--run-dir", r.run_dir],
+                             capture_output=True, timeout=30)
+        check(res.returncode == 2 and b"unknown worker" in res.stderr, f"exit {res.returncode}: {res.stderr!r}")
+        check("drafter.0" in r.cli("status").stdout, "the supervisor still answers")
+        r.expect_exit(0, timeout=180)  # the run completes, every sample exactly once
+        r.verify()
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
           test_missing_data_and_config_paths_are_named, test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop,
@@ -326,4 +392,4 @@ if __name__ == "__main__":
           test_a_run_name_too_long_for_a_ring_is_a_config_error,
           test_an_unwritable_checkpoint_dir_is_a_user_error_not_a_crash_loop,
           test_a_suspended_worker_shows_suspended_with_no_rates, test_ring_rm_removes_the_evaluation_board_too,
-          test_a_misspelled_fault_is_refused_at_start])
+          test_a_misspelled_fault_is_refused_at_start, test_the_control_socket_survives_any_bytes])
