@@ -25,7 +25,8 @@ public:
     // `tensorboard_dir` empty: metrics.jsonl only.
     explicit MetricsFile(const std::filesystem::path& file, const std::filesystem::path& tensorboard_dir = {});
     ~MetricsFile();
-    // Appends `row` as one line; one write(2), so a reader never sees half a line. The
+    // Appends `row` as one line; one write(2), so a reader never sees half a line (a short write
+    // means a full disk: a UserError naming ENOSPC, since a restart cannot free space). The
     // TensorBoard mirror gets the same row; a mirror that fails (a full disk) warns once and
     // stops: metrics.jsonl is the record, the events are a view of it.
     void append(const nlohmann::json& row);

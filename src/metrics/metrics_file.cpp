@@ -15,6 +15,8 @@ class MetricsMirror {};
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 namespace hsring {
 
 bool tensorboard_built() {
@@ -47,9 +49,24 @@ MetricsFile::~MetricsFile() {
 }
 
 void MetricsFile::append(const nlohmann::json& row) {
-    std::string line = row.dump() + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-        fail("cannot append to metrics.jsonl: {}", errno_text(errno));
+    std::string line = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::size_t off = 0;
+    while (off < line.size()) {
+        const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
+        if (n > 0) {
+            off += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        // A short write leaves errno as it was (a stale value): a write that wrote nothing with no
+        // error is a full disk too.
+        const int err = n < 0 ? errno : ENOSPC;
+        if (err == ENOSPC || err == EDQUOT)  // a restart cannot free space: a user error (exit 3)
+            throw UserError(fmt::format("cannot append to metrics.jsonl: {}: free disk space, or choose another run "
+                                        "directory (--run-dir DIR); `hsring run` then resumes from the last checkpoint",
+                                        errno_text(err)));
+        fail("cannot append to metrics.jsonl: {}", errno_text(err));
+    }
 #ifdef HSRING_HAVE_TENSORBOARD
     if (!mirror_) return;
     try {

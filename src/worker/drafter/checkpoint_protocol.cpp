@@ -29,11 +29,13 @@ void CheckpointProtocol::require_room(std::uint64_t step, std::uint64_t bytes) {
     const std::filesystem::path dir = ctx_.env.run_dir / "checkpoints";
     auto space = std::filesystem::space(dir, ec);
     if (const char* f = std::getenv("HSRING_TEST_DISK_FREE")) space.available = std::strtoull(f, nullptr, 10);  // tests
-    if (ec || space.available >= bytes + (std::uint64_t{64} << 20)) return;
-    throw UserError(fmt::format("the checkpoint of step {} needs about {} but {} has {} free: free disk space (older "
-                                "runs' checkpoints, exports), or choose another run directory (--run-dir DIR); "
-                                "`hsring run` then resumes from the last checkpoint", step, format_bytes(bytes),
-                                dir.string(), format_bytes(space.available)));
+    constexpr std::uint64_t kMargin = std::uint64_t{64} << 20;  // metrics, logs and the export after it
+    if (ec || space.available >= bytes + kMargin) return;
+    throw UserError(fmt::format("the checkpoint of step {} needs about {} plus {} kept free for logs and metrics, but "
+                                "{} has {} free: free disk space (older runs' checkpoints, exports), or choose another "
+                                "run directory (--run-dir DIR); `hsring run` then resumes from the last checkpoint",
+                                step, format_bytes(bytes), format_bytes(kMargin), dir.string(),
+                                format_bytes(space.available)));
 }
 
 void CheckpointProtocol::barrier() {
