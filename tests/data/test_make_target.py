@@ -96,6 +96,17 @@ def main():
         r = make(os.path.join(tmp, "bad"), src, "--split", "90,3,9,3")
         check(r.returncode != 0 and "--split 90,3,9,3" in r.stderr and "adding up to 100" in r.stderr, r.stderr[-500:])
         check(not os.path.exists(os.path.join(tmp, "bad")), "a refused run left its OUT behind")
+        # Bad flags: exit 2 with one line naming the flag, no traceback; the test preset's own
+        # default --prompt-len is accepted (the run then stops at the bad --split).
+        for flags, words in ((["--prompt-len", "abc"], "--prompt-len abc"), (["--prompt-len", "5"], "--prompt-len 5"),
+                             (["--prompt-len", "96:32"], "--prompt-len 96:32"), (["--device", "tpu"], "--device tpu"),
+                             (["--threads", "-2"], "--threads -2"), (["--prompt-len", "16:60"], "MAX at most 48"),
+                             (["--split", "90,3,9,3"], "--split 90,3,9,3")):
+            code = 1 if flags[0] == "--split" else 2  # argparse's usage errors exit 2
+            r = subprocess.run([sys.executable, SCRIPT, "--preset", "test", "--out", os.path.join(tmp, "bad"), "--source",
+                                src, "--device", "cpu", *flags], capture_output=True, text=True, timeout=120)
+            check(r.returncode == code and words in r.stderr and "Traceback" not in r.stderr,
+                  f"{flags}: exit {r.returncode}: {r.stderr[-800:]}")
         # The checked-in demo target is what the script made.
         demo = os.path.join(ROOT, "models", "pycode-small")
         rec = json.load(open(os.path.join(demo, "make_target.json")))

@@ -15,6 +15,7 @@
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -65,6 +66,17 @@ def rewrite_data(a, argv, source, lo, hi, say):
         json.dump(record, f, indent=1)
 
 
+def parse_prompt_len(ap, text, seq):
+    """--prompt-len MIN:MAX (1 <= MIN <= MAX); the default is 32:96, MAX cut to the preset's room."""
+    if text is None:
+        hi = min(96, seq - 16)
+        return min(32, hi), hi
+    m = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        ap.error(f"--prompt-len {text}: write MIN:MAX, two whole numbers with 1 <= MIN <= MAX (e.g. 32:96)")
+    return int(m.group(1)), int(m.group(2))
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="bin/make-target", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,7 +89,8 @@ def main(argv):
     ap.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     ap.add_argument("--prompts", type=int, default=600, help="drafter training prompts (data/prompts.jsonl)")
     ap.add_argument("--eval-prompts", type=int, default=60, help="held-out prompts (data/eval.jsonl)")
-    ap.add_argument("--prompt-len", default="32:96", help="MIN:MAX tokens per prompt")
+    ap.add_argument("--prompt-len", help="MIN:MAX tokens per prompt (default 32:96, MAX at most the preset's "
+                                         "positions - 16: room for answers)")
     ap.add_argument("--split", default="85,3,9,3",
                     help="percent of the corpus's files for TRAIN,VAL,PROMPTS,EVAL (by a hash of each path; the "
                          "target trains on TRAIN only; --data-only keeps the model's own split)")
@@ -88,15 +101,24 @@ def main(argv):
                          "or lengths, cut with OUT's own tokenizer from the same files")
     a = ap.parse_args(argv)
 
+    p = train.PRESETS[a.preset]
+    lo, hi = parse_prompt_len(ap, a.prompt_len, p["seq"])
+    for flag, value, least in (("--threads", a.threads, 0), ("--prompts", a.prompts, 1),
+                               ("--eval-prompts", a.eval_prompts, 1), ("--steps", a.steps, 1)):
+        if value is not None and value < least:
+            ap.error(f"{flag} {value}: must be at least {least}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", a.device):
+        ap.error(f"--device {a.device}: write cpu, cuda, cuda:N or auto")
     import torch
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {a.device}: torch sees no CUDA device here (use --device cpu)")
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if a.device == "auto" else a.device))
-    lo, hi = (int(x) for x in a.prompt_len.split(":"))
-    p = train.PRESETS[a.preset]
     if not a.data_only and hi + 16 > p["seq"]:
-        ap.error(f"--prompt-len {a.prompt_len}: prompts must leave room for answers in the preset's {p['seq']} positions")
+        ap.error(f"--prompt-len {lo}:{hi}: prompts must leave room for answers in the preset's {p['seq']} positions "
+                 f"(MAX at most {p['seq'] - 16})")
     if a.data_only:
         if not os.path.isfile(os.path.join(a.out, "make_target.json")):
             ap.error(f"--data-only: {a.out} is not a model dir made by bin/make-target (no make_target.json)")
