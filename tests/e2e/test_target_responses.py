@@ -262,6 +262,43 @@ def test_answers_survive_kills_bit_for_bit():
         run.cleanup()
 
 
+def test_data_generate_refuses_a_directory_and_leaves_nothing_when_stopped():
+    """`hsring data generate --out DIR` is refused before any answer (it used to answer every prompt,
+    then fail on the rename); SIGTERM or Ctrl-C while it answers leaves no OUT.partial-PID."""
+    import glob
+    import signal
+    import time
+    run = TrainRun("dgs", samples=SAMPLES, drafter_extra=f"mask_token_id = {MASK}",
+                   tail="[generate]\nmax_new_tokens = 24\nstop_token_ids = []\nbatch = 16\n")
+    try:
+        run.settings.update(model=sharp_target(run.tmp))
+        run.write_config()
+        prompts = demo_lines(os.path.join(run.tmp, "prompts.jsonl"), n=4000)
+        t0 = time.time()
+        g = subprocess.run([HSRING, "data", "generate", run.config, "--prompts", prompts, "--out", run.tmp],
+                           capture_output=True, text=True, timeout=120)
+        check(g.returncode != 0 and "is a directory" in g.stderr and "samples," not in g.stderr,
+              f"--out DIR: exit {g.returncode}: {g.stderr[-1000:]}")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            out = os.path.join(run.tmp, f"answers-{int(sig)}.jsonl")
+            p = subprocess.Popen([HSRING, "data", "generate", run.config, "--prompts", prompts, "--out", out],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.time() + 60
+            while not glob.glob(out + ".partial-*") and time.time() < deadline and p.poll() is None:
+                time.sleep(0.02)
+            if p.poll() is not None:
+                check(False, f"data generate ended (exit {p.returncode}) before it could be stopped: "
+                             f"{p.stderr.read().decode()[-1500:]}")
+            p.send_signal(sig)
+            p.wait(timeout=60)
+            check(p.returncode == -sig, f"{sig.name}: exit {p.returncode}")
+            check(not glob.glob(out + "*"), f"{sig.name} left {glob.glob(out + '*')}")
+        print(f"data generate: --out DIR refused in {time.time() - t0:.1f} s with the stops; SIGTERM and SIGINT "
+              "leave no partial file", flush=True)
+    finally:
+        run.cleanup()
+
+
 if __name__ == "__main__":
     main([test_answers_in_the_pipeline_train_what_offline_answers_train, test_several_turns_answered_in_order,
-          test_answers_survive_kills_bit_for_bit])
+          test_answers_survive_kills_bit_for_bit, test_data_generate_refuses_a_directory_and_leaves_nothing_when_stopped])

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -71,6 +72,28 @@ std::string default_device(const Config& cfg) {
     return p.is_cpu() ? "cpu" : fmt::format("cuda:{}", p.gpu);
 }
 
+// The partial file an interrupted run must not leave behind: SIGINT / SIGTERM unlink it (an
+// async-signal-safe call) and end the process as the signal would have.
+char g_partial[4096];
+
+void unlink_partial_and_die(int sig) {
+    if (g_partial[0]) ::unlink(g_partial);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
+void remove_on_signal(const char* path) {
+    if (!path) {
+        ::signal(SIGINT, SIG_DFL);
+        ::signal(SIGTERM, SIG_DFL);
+        g_partial[0] = '\0';
+        return;
+    }
+    std::snprintf(g_partial, sizeof g_partial, "%s", path);
+    ::signal(SIGINT, unlink_partial_and_die);
+    ::signal(SIGTERM, unlink_partial_and_die);
+}
+
 } // namespace
 
 int data_generate(int argc, char** argv) {
@@ -80,6 +103,9 @@ int data_generate(int argc, char** argv) {
     const ModelShape& shape = derived.target;
     const fs::path data = o.prompts.empty() ? cfg.resolve(cfg.data.path) : o.prompts;
     std::error_code ec;
+    if (fs::is_directory(o.out, ec))
+        fail("data generate: --out {} is a directory: give the answers' file name (e.g. {})", o.out.string(),
+             (o.out / "answers.jsonl").string());
     if (fs::exists(o.out, ec) && fs::equivalent(o.out, data, ec))
         fail("data generate: --out {} is the prompts' file {}: write elsewhere", o.out.string(), data.string());
     const std::uint64_t seed = cfg.generate.seed ? cfg.generate.seed : cfg.run.seed;
@@ -92,6 +118,22 @@ int data_generate(int argc, char** argv) {
     opts.sampling = {cfg.generate.temperature, cfg.generate.top_p};
     opts.stop_tokens = response_stop_tokens(cfg, shape);
     opts.batch = cfg.generate.batch;
+
+    // Written beside the output and renamed at the end: an interrupted run (an error, Ctrl-C,
+    // SIGTERM) leaves no half file. Opened before the model loads: an unwritable --out fails at once.
+    const fs::path tmp = o.out.string() + fmt::format(".partial-{}", ::getpid());
+    std::ofstream out(tmp);
+    if (!out) fail("data generate: cannot write {}: {}", tmp.string(), std::strerror(errno));
+    struct RemoveUnlessDone {
+        const fs::path& p;
+        bool done = false;
+        ~RemoveUnlessDone() {
+            std::error_code e;
+            if (!done) fs::remove(p, e);
+            remove_on_signal(nullptr);
+        }
+    } partial{tmp};
+    remove_on_signal(tmp.c_str());
     const at::Device device = parse_device("data generate", o.device.empty() ? default_device(cfg) : o.device);
     const at::ScalarType dtype = default_compute_dtype(device);
     TargetModel model = TargetModel::load(shape, device, dtype, cfg.run.seed, cfg.target.weights == TargetWeights::FP8);
@@ -102,18 +144,6 @@ int data_generate(int argc, char** argv) {
                    : fmt::format("temperature {} top-p {} seed {}", cfg.generate.temperature, cfg.generate.top_p, seed),
                opts.max_new_tokens);
 
-    // Written beside the output and renamed at the end: an interrupted run leaves no half file.
-    const fs::path tmp = o.out.string() + fmt::format(".partial-{}", ::getpid());
-    std::ofstream out(tmp);
-    if (!out) fail("data generate: cannot write {}: {}", tmp.string(), std::strerror(errno));
-    struct RemoveUnlessDone {
-        const fs::path& p;
-        bool done = false;
-        ~RemoveUnlessDone() {
-            std::error_code e;
-            if (!done) fs::remove(p, e);
-        }
-    } partial{tmp};
     const auto t0 = std::chrono::steady_clock::now();
     std::int64_t new_tokens = 0, stopped = 0;
     // Chunks of a few batches, so progress shows and lines are written as they are done; a
