@@ -49,6 +49,10 @@ if [[ $sections == *m* ]]; then
     tee "$work/make.txt" | grep -E "perplexity|ready|parameters" | tee -a "$out/summary.txt"
 fi
 
+if [[ $sections == *u* ]]; then
+  cat .carry/small-pair/small-pair.tgz.part-* | tar -xzf - && say "== the small pair unpacked from .carry/small-pair"
+fi
+
 if [[ $sections == *g* ]]; then
   say "== hsring data generate (config/real-pycode-14m.toml [generate])"
   for part in prompts:answers eval:eval; do
@@ -118,9 +122,6 @@ if [[ $sections == *k* ]]; then
   tar -czf "$work/small-pair.tgz" "$small" runs/real-pycode-14m/drafter runs/real-pycode-14m-eagle3/drafter
   split -b 15M "$work/small-pair.tgz" "$out/small-pair.tgz.part-"
   say "== kept the small pair: $(ls "$out" | grep -c small-pair) parts of $(du -h "$work/small-pair.tgz" | cut -f1)"
-fi
-if [[ $sections == *u* ]]; then
-  cat .carry/small-pair/small-pair.tgz.part-* | tar -xzf - && say "== the small pair unpacked from .carry/small-pair"
 fi
 
 if [[ $sections == *w* ]]; then
