@@ -2,9 +2,10 @@
 // decoding with a drafter of any type (DFlash, EAGLE-3: drafter/registry reads its config.json) of
 // pre-tokenized prompts, greedy or sampled, one prompt at a time (model::spec_decode),
 // against plain generation of the same prompts with the same sampling and seeds (model::generate,
-// batch 1). --batch N decodes N prompts as the rows of each step both ways (speculative: one
-// drafter call and one verify forward for the N rows; plain: N requests in flight): acceptance lengths, tau, whether the output is the target's own (lossless: equal
-// tokens, greedy or sampled) and the speedup in tokens/s.
+// batch 1): acceptance lengths, tau, whether the output is the target's own (lossless: equal
+// tokens, greedy or sampled) and the speedup in tokens/s. --batch N decodes N prompts as the rows
+// of each step both ways (speculative: one drafter call and one verify forward for the N rows;
+// plain: N requests in flight).
 //
 // Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
 //
