@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -133,6 +134,26 @@ struct CheckDrafterSetup {
         }
     }
 };
+
+TEST_CASE("spec-decode refuses a huge --max-new-tokens, an unwritable --trace and a drafter with a NaN weight") {
+    CheckDrafterSetup s;
+    const auto log = s.dir.path() / "log";
+    const std::string args = " --target preset:tiny --prompts " + q(s.data);
+    CHECK(run("spec-decode " + q(s.drafter) + args + " --max-new-tokens 9223372036854775807", log) == 2);
+    CHECK(slurp(log).find("--max-new-tokens must be in 1..1048576") != std::string::npos);
+    CHECK(run("spec-decode " + q(s.drafter) + args + " --max-new-tokens 4 --trace /nonexistent/dir/t.json", log) == 1);
+    CHECK(slurp(log).find("cannot write the trace /nonexistent/dir/t.json") != std::string::npos);
+    // The same export with one NaN weight: refused before decoding (it used to report tau 1.000, lossless).
+    TensorMap t;
+    for (const auto& [name, tensor] : load_safetensors(s.drafter)) t[name] = tensor.clone();  // off the mapped file
+    t["fc.weight"].view(-1)[3] = std::nan("");
+    const auto bad = s.dir.path() / "nan-drafter";
+    std::filesystem::create_directories(bad);
+    std::filesystem::copy_file(s.drafter / "config.json", bad / "config.json");
+    save_safetensors(bad / "model.safetensors", t);
+    CHECK(run("spec-decode " + q(bad) + args + " --max-new-tokens 4", log) == 1);
+    CHECK(slurp(log).find("fc.weight holds non-finite values") != std::string::npos);
+}
 
 TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, equal to its dump and to the forward here") {
     CheckDrafterSetup s;

@@ -39,6 +39,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <chrono>
 #include <string>
 #include <system_error>
@@ -52,6 +55,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR|random:LAYERS --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
     "[--draft-tokens N] [--batch N] [--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
+
+// A bound on new tokens per prompt: the caches are sized by prompt + max_new_tokens (a huge value
+// overflowed into a capacity of 1).
+constexpr std::int64_t kMaxNewTokens = std::int64_t{1} << 20;
 
 struct Options {
     fs::path dir;
@@ -113,7 +120,9 @@ Options parse(int argc, char** argv) {
         throw UsageError(fmt::format("spec-decode: --target MODEL is missing (the target the drafter was trained "
                                      "for); {}", kUsage));
     if (o.prompts.empty()) throw UsageError(fmt::format("spec-decode: --prompts FILE.jsonl is missing; {}", kUsage));
-    if (o.max_new_tokens < 1) throw UsageError("spec-decode: --max-new-tokens must be at least 1");
+    if (o.max_new_tokens < 1 || o.max_new_tokens > kMaxNewTokens)
+        throw UsageError(fmt::format("spec-decode: --max-new-tokens must be in 1..{} (the KV caches hold prompt + "
+                                     "new tokens)", kMaxNewTokens));
     if (!(o.temperature >= 0)) throw UsageError("spec-decode: --temperature must be >= 0 (0 = greedy)");
     if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("spec-decode: --top-p must be in (0, 1]");
     if (o.target_weights != "bf16" && o.target_weights != "fp8")
@@ -167,6 +176,21 @@ int spec_decode(int argc, char** argv) {
                                      : load_drafter(o.dir, device);
     if (const std::string why = drafter->misfit(shape); !why.empty())
         fail("{}: {}: pass the --target the drafter was trained for", (o.dir / "config.json").string(), why);
+    // A drafter with a NaN weight drafts garbage that verification rejects: "tau 1.000, lossless"
+    // would hide a broken export.
+    {
+        at::NoGradGuard no_grad;
+        auto check_finite = [&](const torch::OrderedDict<std::string, at::Tensor>& tensors) {
+            for (const auto& p : tensors)
+                if (p.value().is_floating_point() && !at::isfinite(p.value()).all().item<bool>())
+                    fail("{}: the drafter's {} holds non-finite values (NaN or inf): a broken export; export it "
+                         "again from a checkpoint whose weights are finite", o.dir.string(), p.key());
+        };
+        check_finite(drafter->module().named_parameters());
+        check_finite(drafter->module().named_buffers());  // EAGLE-3's LM head rows
+    }
+    if (!o.trace.empty() && !std::ofstream(o.trace, std::ios::app))
+        fail("spec-decode: cannot write the trace {}: {}", o.trace, std::strerror(errno));
     std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.target, shape, o.seed);
     if (o.samples > 0 && o.samples < requests.size()) requests.resize(o.samples);
     if (requests.empty()) fail("{}: no prompts", o.prompts.string());
