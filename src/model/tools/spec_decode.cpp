@@ -9,7 +9,8 @@
 //
 // Prompt i's seed is mix64(S ^ mix64(i + golden)) for --seed S, as `hsring-model generate` seeds it.
 //
-// DRAFTER_DIR `random:L` is a fresh random DFlash drafter of L layers (block 16) for the target:
+// DRAFTER_DIR `random:L` is a fresh random DFlash drafter of L layers (block 16) for the target (mask:
+// its known mask token, else its last row):
 // tau ~1, for timing a verify step against a plain one (the decode engine's bench).
 // --draft-tokens N: drafts per step of an EAGLE-3 chain (default 5); a DFlash drafter drafts its
 // whole block, so N is refused unless it is block - 1.
@@ -135,7 +136,8 @@ Options parse(int argc, char** argv) {
 // A fresh DFlash drafter of `layers` layers (block 16) at the target's dims, for timing only.
 std::unique_ptr<TrainableDrafter> random_drafter(const ModelShape& shape, int layers, at::Device device) {
     if (layers < 1) fail("spec-decode: random:LAYERS needs at least 1 layer, got {}", layers);
-    const DFlashConfig cfg = dflash_config_for(shape, layers, 16, -1, {});
+    // Timing only: a target with no known mask token gets its last row (the drafts are random anyway).
+    const DFlashConfig cfg = dflash_config_for(shape, layers, 16, shape.mask_token_id.value_or(shape.vocab_size - 1), {});
     return std::make_unique<DFlashTrainable>(DFlashDrafter(cfg, 1, device), cfg);
 }
 
