@@ -5,6 +5,7 @@
 #include "model/drafter/eagle3/trainable.hpp"
 #include "model/drafter/interface/hf_dir.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <array>
@@ -50,7 +51,19 @@ std::unique_ptr<TrainableDrafter> make_drafter(const DrafterSpec& spec, std::uin
 }
 
 std::unique_ptr<TrainableDrafter> load_drafter(const std::filesystem::path& dir, at::Device device) {
-    return of_dir(dir).load(dir, device);
+    std::unique_ptr<TrainableDrafter> d = of_dir(dir).load(dir, device);
+    // Nothing non-finite is trained from, resumed or decoded with: a NaN weight would train NaN
+    // ([drafter] init) or draft garbage that verification rejects ("tau 1.000, lossless").
+    at::NoGradGuard no_grad;
+    auto check_finite = [&](const torch::OrderedDict<std::string, at::Tensor>& tensors) {
+        for (const auto& t : tensors)
+            if (t.value().is_floating_point() && !at::isfinite(t.value()).all().item<bool>())
+                fail("{}: the drafter's {} holds non-finite values (NaN or inf): a broken export; export it again "
+                     "from a checkpoint whose weights are finite", dir.string(), t.key());
+    };
+    check_finite(d->module().named_parameters());
+    check_finite(d->module().named_buffers());  // EAGLE-3's LM head rows
+    return d;
 }
 
 std::string drafter_type_of(const std::filesystem::path& dir) { return of_dir(dir).name; }

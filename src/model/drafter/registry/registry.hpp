@@ -15,6 +15,8 @@ namespace hsring::model {
 // A fresh drafter of spec.type; an unknown type is an error listing the known ones.
 std::unique_ptr<TrainableDrafter> make_drafter(const DrafterSpec& spec, std::uint64_t seed, at::Device device);
 // An exported (or checkpointed) drafter directory of any type, told by its config.json's architectures.
+// Throws naming the tensor when a weight or buffer is not finite (an export never trains, resumes or
+// decodes with NaN).
 std::unique_ptr<TrainableDrafter> load_drafter(const std::filesystem::path& dir, at::Device device);
 // The type of the drafter in `dir` ("dflash", "eagle3"), or an error naming what it found.
 std::string drafter_type_of(const std::filesystem::path& dir);
