@@ -169,7 +169,6 @@ def widen_target(a):
                          "target (model_type \"qwen3\")")
     small = shape_of(cfg)
     large = parse_shape(a.shape, small)
-    large["eps"] = None
     depths = [int(x) for x in a.depths.split(",")] if a.depths else default_depths(small["layers"], large["layers"])
     record_path = os.path.join(a.small, "make_target.json")
     pad_row = a.pad_row
@@ -177,7 +176,7 @@ def widen_target(a):
         pad_row = read_json(record_path, "")["mask_token_id"] if os.path.exists(record_path) else 0
     t = load_tensors(a.small)
     a.dtype = a.dtype or dtype_of(t)
-    g = widen.Geometry(small, large, depths, pad_row, a.dtype if a.dtype != "fp32" else None)
+    g = widen.Geometry(small, large, depths, pad_row, a.dtype)
     large["eps"] = g.eps
     tied = "lm_head.weight" not in t
     if tied and not cfg.get("tie_word_embeddings", False):
@@ -213,7 +212,7 @@ def widen_target(a):
                 shutil.copy(os.path.join(a.small, name), out)
         record = {"made_by": "bin/widen-model " + " ".join(a.argv), "small": os.path.abspath(a.small),
                   "small_shape": small, "large_shape": large, "depths": depths, "pad_row": pad_row,
-                  "norm_scale": g.scale, "qk_proj_scale": g.scale, "bytes": total, "dtype": a.dtype}
+                  "norm_scale": g.scale, "bytes": total, "dtype": a.dtype}
         with open(os.path.join(out, "widen.json"), "w") as f:
             json.dump(record, f, indent=1)
         return total
@@ -227,7 +226,7 @@ def widen_target(a):
 
 def geometry_of(wide_dir, dtype):
     r = read_json(os.path.join(wide_dir, "widen.json"), "made by `bin/widen-model target`")
-    return widen.Geometry(r["small_shape"], r["large_shape"], r["depths"], r["pad_row"], dtype if dtype != "fp32" else None)
+    return widen.Geometry(r["small_shape"], r["large_shape"], r["depths"], r["pad_row"], dtype)
 
 
 def widen_drafter(a):

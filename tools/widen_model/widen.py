@@ -37,9 +37,10 @@ class Geometry:
     """What maps the small model into the large one.
 
     small / large: dicts with hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, eps.
-    depths: the large layer index of each small layer (strictly increasing)."""
+    depths: the large layer index of each small layer (strictly increasing); dtype: the weights
+    written ("bf16", "fp16", "fp32"): below fp32 the scales must be powers of two to stay exact."""
 
-    def __init__(self, small, large, depths, pad_row, exact_dtype):
+    def __init__(self, small, large, depths, pad_row, dtype):
         self.small, self.large, self.depths, self.pad_row = small, large, list(depths), pad_row
         s, l = small, large
         for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
@@ -53,9 +54,9 @@ class Geometry:
             raise WidenError(f"the query heads per KV head must be equal: small {s['heads']}/{s['kv_heads']}, "
                              f"large {l['heads']}/{l['kv_heads']} (query head i reads KV head i // group in both)")
         ratio = l["hidden"] / s["hidden"]
-        if exact_dtype and not power_of_4(ratio):
+        if dtype != "fp32" and not power_of_4(ratio):
             raise WidenError(f"hidden {s['hidden']} -> {l['hidden']}: the ratio {ratio:g} must be a power of 4 for "
-                             f"{exact_dtype} weights (the norms scale by sqrt(d/D), exact only when it is a power of "
+                             f"{dtype} weights (the norms scale by sqrt(d/D), exact only when it is a power of "
                              "two); write the large model in fp32, or train the small one at a hidden size that is")
         if len(self.depths) != s["layers"] or any(b <= a for a, b in zip(self.depths, self.depths[1:])) or \
                 self.depths[0] < 0 or self.depths[-1] >= l["layers"]:
