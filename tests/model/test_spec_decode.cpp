@@ -139,14 +139,14 @@ TEST_CASE("the drafter's decode state (cached context keys/values) drafts what d
         const at::Tensor got = state.draft({seq[static_cast<std::size_t>(start)]}, {b})[0];
         CHECK(got.sizes() == want.sizes());
         CHECK(at::allclose(got, want, kRtol, kAtol));
-        // The fixed shapes a draft step's CUDA graph captures: the cached rows of a window, those
-        // past the length masked (the length comes from the device input).
-        for (const std::int64_t window : {start, state.capacity()}) {
+        // The fixed shapes a draft step's CUDA graph captures: the cache positions of a window,
+        // those past the block unseen (how far each query attends comes from the device input).
+        for (const std::int64_t window : {start + b, state.key_capacity()}) {
             INFO("window " << window);
             std::vector<std::int64_t> longs{seq[static_cast<std::size_t>(start)]};
             for (std::int64_t j = 1; j < b; ++j) longs.push_back(cfg.mask_token_id);
             for (std::int64_t j = 0; j < b; ++j) longs.push_back(start + j);
-            longs.push_back(start);
+            for (std::int64_t j = 0; j < b; ++j) longs.push_back(start + b - 1);
             CHECK(at::allclose(state.draft_fixed(at::tensor(longs, at::kLong), b, window)[0], want, kRtol, kAtol));
         }
     };

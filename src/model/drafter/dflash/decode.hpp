@@ -7,17 +7,20 @@
 // Why this is exact: in every drafter layer the context rows' keys/values are k/v_proj of the fused
 // context (hidden_norm(fc(captured layers))) with k_norm and RoPE at the row's position — a function
 // of that row alone, never of the block. So the cache holds exactly the rows draft_hidden
-// (spec_decode.hpp) recomputes; the block's own rows are computed fresh each step and never cached
-// (z-lab's loop caches them and crops them off again: the same thing).
+// (spec_decode.hpp) recomputes; the block's own rows are computed fresh each step (z-lab's loop
+// caches them and crops them off again: the same thing).
 //
 //   row r, context:  [ 0 .. length(r) )                accepted tokens' captured layers
 //          block:    [ length(r) .. length(r)+b_r )    [last_r, MASK x (b_r-1)], queries; attends
 //                                                      its row's context and its own block,
 //                                                      non-causally
 //
-// In one draft the rows' contexts are padded to the longest and blocks to the largest b_r; a key
-// mask hides the padding, so a row drafts what it drafts alone (up to float noise of the batched
-// kernels). With one row, or rows of equal lengths and blocks, there is no mask.
+// A draft writes its block's keys/values into the cache right after the context (a row holds
+// capacity + block size positions), where the next extend overwrites them: positions past a
+// row's length are scratch. Each block query attends the keys at or before its row's last block
+// position, so padding of a shorter block (at later positions) is never seen, and the step is the
+// decode engine's fixed-shape step (decode_step_ops.hpp: the GEMV for 1-16 rows, add + norm, q/k
+// norm + rotation + cache write, attention over the cache), a few kernels per layer.
 //
 // The weights are cast to the compute dtype once (the drafter keeps fp32 masters): a decode step
 // must not convert a billion parameters.
@@ -29,7 +32,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 namespace hsring::model {
@@ -59,34 +61,38 @@ public:
     // are its block [lasts[r], MASK x (blocks[r]-1)] at positions length(r).. (what draft_hidden
     // computes over the same context), the rest is padding. 2 <= blocks[r] <= the block size.
     at::Tensor draft(const std::vector<std::int64_t>& lasts, const std::vector<std::int64_t>& blocks) const;
-    // draft() of one sequence in fixed shapes (what a CUDA graph captures): longs [2b + 1] int64 on
-    // the device holds the block's tokens, their positions and the sequence's length; the block
-    // attends the first `window` cached rows (length <= window <= capacity), those past the length
-    // masked. [1, b, H].
+    // draft() of one sequence in fixed shapes (what a CUDA graph captures): longs [3b] int64 on the
+    // device holds the block's tokens, their positions, and b copies of the last position (what
+    // each query attends up to); the keys are the first `window` positions of the cache
+    // (length + b <= window <= key_capacity()), those past the block unseen. [1, b, H].
     at::Tensor draft_fixed(const at::Tensor& longs, std::int64_t b, std::int64_t window) const;
+    // Context rows a sequence holds.
     std::int64_t capacity() const { return capacity_; }
+    // Positions a cache row holds: the context and one block of scratch.
+    std::int64_t key_capacity() const { return capacity_ + config_.block_size; }
     std::int64_t mask_token_id() const { return config_.mask_token_id; }
     // The cache's storage (moves on keep_rows and on a reset to another number of rows).
     const void* storage() const { return keys_.empty() ? nullptr : keys_[0].data_ptr(); }
 
 private:
     // extend's device work: each layer's keys/values of the captured rows [L, n, H] at RoPE
-    // `positions`, written to the cache's (row * capacity + position) `slots`.
+    // `positions`, written to the cache's (row * key_capacity + position) `slots`.
     void write_context(const at::Tensor& captured, const at::Tensor& positions, const at::Tensor& slots);
-    // The blocks' forward: ids [2, rows * b] (tokens, positions), each row's first `window` cached
-    // rows and its block as keys, `mask` [rows, 1, 1, window + b] (true = attended) or none.
-    at::Tensor block_forward(const at::Tensor& ids, std::int64_t b, std::int64_t window,
-                             const std::optional<at::Tensor>& mask) const;
+    // The blocks' forward: ids [3, rows * b] (tokens, positions, the position each query attends up
+    // to), row-major; writes the block's keys/values at its positions (scratch past the length) and
+    // attends each row's first `window` cache positions. [rows * b, H] after the final norm.
+    at::Tensor block_forward(const at::Tensor& ids, std::int64_t b, std::int64_t window) const;
     struct Layer {
-        at::Tensor input_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down;
+        // qkv: q | k | v stacked [(heads + 2 kv heads) * head_dim, H]; gate_up: gate | up.
+        at::Tensor input_norm, qkv, o, q_norm, k_norm, post_norm, gate_up, down;
     };
     DFlashConfig config_;
     at::Tensor embed_;           // the target's embedding (shared, frozen)
     at::Tensor inv_freq_;
-    std::vector<at::Tensor> fc_;  // fc's column block per captured layer, [H, H] each
+    at::Tensor fc_;              // [H, L * H]
     at::Tensor hidden_norm_, norm_;
     std::vector<Layer> layers_;
-    std::vector<at::Tensor> keys_, values_;  // per layer [rows, capacity, kv heads, head_dim]
+    std::vector<at::Tensor> keys_, values_;  // per layer [rows, key_capacity, kv heads, head_dim]
     std::int64_t capacity_ = 0;
     std::vector<std::int64_t> lengths_;
     at::Device device_;
@@ -96,7 +102,8 @@ private:
 // DFlash behind the decode seam (drafter/interface/decode_drafter.hpp): one block per step, its
 // drafts the target's LM head over the block's slots 1.. (picked together).
 // With `graphs`, one sequence's draft steps run in fixed shapes (draft_fixed + the LM head, its
-// window the length rounded up to 256 rows), captured as CUDA graphs on a GPU (ops/step_graphs.hpp).
+// window the length + block rounded up to 256 rows), captured as CUDA graphs on a GPU
+// (ops/step_graphs.hpp).
 class DFlashDecodeDrafter final : public DecodeDrafter {
 public:
     DFlashDecodeDrafter(DFlashDrafter& drafter, const TargetHead& head, std::int64_t rows, std::int64_t capacity,
