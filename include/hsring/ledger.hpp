@@ -5,7 +5,7 @@
 //
 // The plan (hsring/slot_plan.hpp) is fixed before the run: plan slot j holds the ledger positions
 // [first(j), first(j + 1)), and a drafter rank trains plan slot j in optimizer step
-// j / slots_per_step + 1 (PlanSteps), whoever produces it and whenever. A plan slot is produced
+// j / slots_per_step + 1 (PlanSteps: rebased where a gang resumes), whoever produces it and whenever. A plan slot is produced
 // and consumed as a whole:
 //
 //   PENDING --take_slot(ticket)--> IN_SLOT(ticket) --consume_slot(rank, step)--> CONSUMED(rank, step)
@@ -157,6 +157,10 @@ public:
         std::uint64_t durable = 0, repended = 0;  // samples
     };
     Recovery recover(std::uint32_t rank, std::uint64_t step);
+    // How many plan slots from the first are trained in steps <= step (CONSUMED or DURABLE there,
+    // by any rank): where a gang resuming from the checkpoint of `step` goes on (PlanSteps' base).
+    // The same before and after the ranks' recover().
+    std::uint64_t trained_prefix(std::uint64_t step) const;
 
     // --- status ---
     EntryState state(std::uint64_t pos) const;

@@ -17,6 +17,7 @@
 // same slot, the same step.
 #include "hsring/dataset.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -29,27 +30,41 @@ std::vector<std::uint64_t> plan_slots(const data::Dataset& data, std::uint64_t s
                                       std::uint32_t node_rank, std::uint32_t epochs, std::uint64_t slot_tokens,
                                       std::uint32_t max_samples);
 
-// Which plan slots a drafter rank trains in which optimizer step, on one machine.
+// Which plan slots a drafter rank trains in which optimizer step, on one machine. A drafter gang
+// that resumes from the checkpoint of step s rebases the plan there: steps after s train the
+// plan slots from the first one not trained in steps <= s, per_rank x ranks a step. With the
+// settings the steps up to s were planned with, that is the same grid (a killed run trains what
+// an unkilled one does); with other ones (more epochs after a run whose last step was short, a
+// new [train] tokens_per_step, another number of drafter ranks) the rest is planned again, and no
+// plan slot is skipped or trained twice.
+//
+//   plan slots   | ... trained in steps <= base_step ... | base_slot ... step base_step + 1 | ...
 struct PlanSteps {
     std::uint64_t slots = 0;      // plan slots of this machine
     std::uint32_t per_rank = 1;   // slots per drafter rank per step (Derived::slots_per_rank)
     std::uint32_t ranks = 1;      // drafter ranks of this machine
+    std::uint64_t base_step = 0;  // the step the plan was rebased after (0: the run's start)
+    std::uint64_t base_slot = 0;  // the first plan slot of step base_step + 1
 
     std::uint64_t per_step() const { return std::uint64_t{per_rank} * ranks; }
-    // Steps with at least one plan slot of this machine.
-    std::uint64_t steps() const { return (slots + per_step() - 1) / per_step(); }
-    // 1-based optimizer step of plan slot j, and the local rank that trains it.
-    std::uint64_t step_of(std::uint64_t j) const { return j / per_step() + 1; }
-    std::uint32_t rank_of(std::uint64_t j) const { return static_cast<std::uint32_t>((j % per_step()) / per_rank); }
-    // Rank r's plan slots of step k (1-based): [first, second); empty past the plan's end.
+    // Steps up to the last one with a plan slot of this machine.
+    std::uint64_t steps() const { return base_step + (slots - std::min(base_slot, slots) + per_step() - 1) / per_step(); }
+    // 1-based optimizer step of plan slot j >= base_slot, and the local rank that trains it.
+    std::uint64_t step_of(std::uint64_t j) const { return base_step + (j - base_slot) / per_step() + 1; }
+    std::uint32_t rank_of(std::uint64_t j) const {
+        return static_cast<std::uint32_t>(((j - base_slot) % per_step()) / per_rank);
+    }
+    // Rank r's plan slots of step k > base_step (1-based): [first, second); empty past the plan's
+    // end and at or before base_step.
     std::pair<std::uint64_t, std::uint64_t> share(std::uint64_t step, std::uint32_t rank) const {
-        const std::uint64_t b = (step - 1) * per_step() + std::uint64_t{rank} * per_rank;
+        if (step <= base_step) return {slots, slots};
+        const std::uint64_t b = base_slot + (step - base_step - 1) * per_step() + std::uint64_t{rank} * per_rank;
         return {std::min(b, slots), std::min(b + per_rank, slots)};
     }
     // Rank r's next plan slot after j (its share continues in the next step), or slots.
     std::uint64_t next_of_rank(std::uint64_t j, std::uint32_t rank) const {
         const std::uint64_t n = j + 1;
-        if (n < slots && rank_of(n) == rank && n % per_rank != 0) return n;
+        if (n < slots && rank_of(n) == rank && (n - base_slot) % per_rank != 0) return n;
         const auto [b, e] = share(step_of(j) + 1, rank);
         return b < e ? b : slots;
     }

@@ -468,6 +468,15 @@ Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     return r;
 }
 
+std::uint64_t Ledger::trained_prefix(std::uint64_t step) const {
+    std::uint64_t j = 0;
+    for (; j < header_->plan_slots; ++j) {
+        const std::uint64_t w = slot(j).load(memory_order_acquire);
+        if (!trained(w) || step_of(w) > step) break;
+    }
+    return j;
+}
+
 // --- status --------------------------------------------------------------------------------
 
 EntryState Ledger::state(std::uint64_t pos) const { return state_of(entry(pos).load(memory_order_acquire)); }

@@ -71,3 +71,34 @@ TEST_CASE("plan steps: each rank's share of each step, in order") {
     CHECK(walk0 == std::vector<std::uint64_t>{0, 1, 4, 5, 8, 9});
     CHECK(walk1 == std::vector<std::uint64_t>{2, 3, 6, 7, 10});
 }
+
+TEST_CASE("plan steps rebased where a gang resumes: the same grid with the same settings, the rest planned again with others") {
+    const PlanSteps p{11, 2, 2};
+    // Resumed after step 2 with the settings it was planned with: the grid of an unkilled run.
+    PlanSteps same = p;
+    same.base_step = 2;
+    same.base_slot = 8;
+    CHECK(same.steps() == p.steps());
+    for (std::uint64_t j = 8; j < 11; ++j) {
+        CHECK(same.step_of(j) == p.step_of(j));
+        CHECK(same.rank_of(j) == p.rank_of(j));
+    }
+    for (std::uint32_t r = 0; r < 2; ++r) CHECK(same.share(3, r) == p.share(3, r));
+    CHECK(same.share(2, 0).first == same.share(2, 0).second);  // steps up to the base are trained
+    // One rank of 3 slots a step after step 2 (another tokens_per_step and drafter count): slots
+    // 8..10 in step 3, nothing skipped.
+    const PlanSteps other{11, 3, 1, 2, 8};
+    CHECK(other.steps() == 3);
+    CHECK(other.share(3, 0) == std::pair<std::uint64_t, std::uint64_t>{8, 11});
+    CHECK(other.step_of(10) == 3);
+    // More epochs after a run whose last step was short (slot 10 alone in step 3): the new
+    // epoch's first slot (11) starts step 4 instead of being skipped.
+    const PlanSteps more{19, 2, 2, 3, 11};
+    CHECK(more.steps() == 5);
+    CHECK(more.share(4, 0) == std::pair<std::uint64_t, std::uint64_t>{11, 13});
+    CHECK(more.share(4, 1) == std::pair<std::uint64_t, std::uint64_t>{13, 15});
+    CHECK(more.share(5, 1) == std::pair<std::uint64_t, std::uint64_t>{17, 19});
+    std::vector<std::uint64_t> walk1;
+    for (std::uint64_t j = 13; j < more.slots; j = more.next_of_rank(j, 1)) walk1.push_back(j);
+    CHECK(walk1 == std::vector<std::uint64_t>{13, 14, 17, 18});
+}

@@ -119,8 +119,15 @@ TEST_CASE("a checkpoint makes consumed slots durable; a drafter death re-issues 
     }
     CHECK(l.make_durable(0, 1) == 2);
     CHECK(l.slot_view(1).state == EntryState::Durable);
+    // Where a gang resuming from step k goes on: consumed or durable in steps <= k, any rank.
+    CHECK(l.trained_prefix(0) == 0);
+    CHECK(l.trained_prefix(1) == 2);
+    CHECK(l.trained_prefix(2) == 4);
+    CHECK(l.trained_prefix(9) == 6);
     // The drafter dies; its checkpoint was step 2: step 3's plan slots are produced again.
     auto r = l.recover(0, 2);
+    CHECK(l.trained_prefix(2) == 4);  // the same after the recovery
+    CHECK(l.trained_prefix(3) == 4);
     CHECK(r.durable == 2);
     CHECK(r.repended == 2);
     LedgerCounts c = l.counts();

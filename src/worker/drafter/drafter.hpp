@@ -79,6 +79,8 @@ private:
     void apply_step(const RoundStats& g, const RoundStats& local, double stats_ms);
     void skip_step(const RoundStats& g, const RoundStats& local, const char* why, double grad_norm, double stats_ms);
     void barrier();
+    // The cosine's length in steps when the target writes the answers (after the plan's rebase).
+    void retime_schedule();
     nlohmann::json checkpoint_state(bool finished) const;
     double seconds_since_start() const;
     // step_metrics.cpp

@@ -45,18 +45,20 @@ Drafter::Drafter(Context& ctx, DrafterCompute& compute, Gang& gang)
     const TrainConfig& t = ctx.cfg.train;
     const LedgerInfo& info = ctx.ledger.info();
     lr_ = LrSchedule{t.lr, t.min_lr_ratio, t.warmup_steps, t.max_steps, info.tokens_per_epoch * info.epochs};
-    if (ctx.cfg.data.responses == Responses::Target && !t.max_steps) {
-        // The target writes the answers: how many tokens the run trains is known only as it goes
-        // (the plan counts each answer's room), but its steps are: the plan's (every machine
-        // takes part in every step, so the run has the most any machine plans). The cosine follows
-        // them.
-        double steps = static_cast<double>(plan_.steps());
-        gang_.allreduce_max({&steps, 1});
-        lr_.max_steps = static_cast<std::uint64_t>(steps);
-    }
     if (!t.max_steps && !lr_.total_tokens)
         log::warn("the ledger does not say how many tokens the run trains: the learning rate stays at its peak "
                   "after warmup (a ledger made by an older hsring; `hsring run --fresh` rebuilds it)");
+}
+
+void Drafter::retime_schedule() {
+    if (ctx_.cfg.data.responses != Responses::Target || ctx_.cfg.train.max_steps) return;
+    // The target writes the answers: how many tokens the run trains is known only as it goes (the
+    // plan counts each answer's room), but its steps are: the plan's, as rebased at the resume
+    // (every machine takes part in every step, so the run has the most any machine plans). The
+    // cosine follows them. Collective: every rank calls it at its start.
+    double steps = static_cast<double>(plan_.steps());
+    gang_.allreduce_max({&steps, 1});
+    lr_.max_steps = static_cast<std::uint64_t>(steps);
 }
 
 void Drafter::barrier() {

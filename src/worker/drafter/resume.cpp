@@ -80,6 +80,17 @@ bool Drafter::restore() {
     auto rec = ctx_.ledger.recover(ctx_.env.rank, s);
     if (rec.repended || rec.durable)
         log::info("ledger: {} samples of earlier incarnations made durable, {} re-issued", rec.durable, rec.repended);
+    // The plan goes on from the first plan slot not in the checkpoint's steps, per_rank x ranks a
+    // step (slot_plan.hpp: with the settings the run had, the grid it had).
+    const std::uint64_t base = ctx_.ledger.trained_prefix(s);
+    const bool replanned = s > 0 && base != plan_.share(s + 1, 0).first;
+    plan_.base_step = s;
+    plan_.base_slot = base;
+    if (replanned)
+        log::info("plan: the steps after {} are planned again from plan slot {} ({} per step): the checkpoint's "
+                  "steps were planned with other settings ([data] epochs, [train] tokens_per_step or the drafter "
+                  "count changed)", s, base, plan_.per_step());
+    retime_schedule();
     const auto [b, e] = plan_.share(s + 1, ctx_.env.rank);
     next_take_ = b < e ? b : plan_.slots;
     ctx_.ledger.set_need(ctx_.env.rank, next_take_);
