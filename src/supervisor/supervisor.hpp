@@ -63,6 +63,8 @@ private:
     void load_config_and_data();
     void lock_run_dir();
     void take_over_previous();
+    // Refuses settings the checkpoint cannot go on with; notes the ones that changed (resume_rules.hpp).
+    void check_resume_rules();
     void open_memory();
     void write_record();
     // workers (supervisor_workers.cpp)

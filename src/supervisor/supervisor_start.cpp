@@ -10,6 +10,7 @@
 #include "hsring/safe_file.hpp"
 #include "hsring/slot_plan.hpp"
 #include "supervisor/previous_run.hpp"
+#include "supervisor/resume_rules.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -156,6 +157,23 @@ void Supervisor::take_over_previous() {
     wait_for_previous_workers(*previous_, cfg_.supervisor.stop_timeout_s, console_);
 }
 
+void Supervisor::check_resume_rules() {
+    if (!previous_ || previous_->identity.is_null()) return;  // no run before, or an older hsring's run.json
+    const auto step = read_latest_checkpoint(files_);
+    if (!step) return;  // nothing trained is kept: any settings will do
+    const ResumeCheck check =
+        check_resume(previous_->identity, run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_));
+    if (!check.refused.empty()) {
+        std::string list;
+        for (const auto& r : check.refused) list += fmt::format("{}{}", list.empty() ? "" : "; ", r);
+        fail("{} holds the checkpoint of step {}, trained with settings this run changes: {}. Set them back to resume "
+             "it (docs/operations-and-reliability.md: what may change between runs), or start over in another run "
+             "directory: `hsring run {} --fresh --run-dir NEW_DIR`", files_.dir.string(), *step, list,
+             cfg_.file.string());
+    }
+    for (const auto& c : check.changes) console_.info("changed since the checkpoint of step {}: {}", *step, c);
+}
+
 void Supervisor::open_memory() {
     RunMemoryPlan plan;
     plan.ring_name = derived_.ring_name;
@@ -176,6 +194,7 @@ void Supervisor::open_memory() {
                  "least one ([data] eval_path)", cfg_.resolve(cfg_.data.eval_path).string(), eval_samples_, dist.nnodes);
         plan.eval = RunMemoryPlan::Eval{share, eval_fingerprint_};
     }
+    check_resume_rules();
     RunRecord now;
     now.fingerprint = fingerprint_;
     now.samples = samples_;

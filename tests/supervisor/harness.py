@@ -78,6 +78,7 @@ class Run:
         self.lines = []
         self._reader = None
         self.tail = tail
+        self.drafter_extra, self.slot_tokens = "", 128
         self.data_extra, self.train_extra = data_extra, train_extra
         self.write_config(targets, drafters, epochs, supervisor, ring, run_extra)
 
@@ -96,13 +97,14 @@ targets = {targets}
 drafters = {drafters}
 [ring]
 slots = 4
-slot_tokens = 128
+slot_tokens = {self.slot_tokens}
 huge_pages = "off"
 {ring}
 [target]
 model = "preset:tiny"
 [drafter]
 num_layers = 2
+{self.drafter_extra}
 [data]
 path = "{self.data}"
 epochs = {epochs}

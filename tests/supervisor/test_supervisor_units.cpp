@@ -8,6 +8,8 @@
 #include "supervisor/exit_reason.hpp"
 #include "supervisor/line_reader.hpp"
 #include "supervisor/restart_policy.hpp"
+#include "supervisor/resume_rules.hpp"
+#include "hsring/run_identity.hpp"
 #include "hsring/train_log.hpp"
 #include "supervisor/run_files.hpp"
 #include "supervisor/run_verify.hpp"
@@ -26,6 +28,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -602,4 +605,66 @@ TEST_CASE("run-dir files are opened without following links; temporaries are fre
     CHECK_THROWS_WITH_AS(safe::make_private_dir(dir), doctest::Contains("has mode 0777"), Error);
     fs::remove_all(dir);
     fs::remove(victim);
+}
+
+TEST_CASE("resume rules: one rule per key of the run identity, in its order; a change is refused, re-planned or applied") {
+    const std::string base = R"(
+[topology]
+targets = ["cpu"]
+drafters = ["cpu"]
+[ring]
+slots = 4
+slot_tokens = 512
+[target]
+model = "preset:tiny"
+[data]
+path = "data/demo.jsonl"
+)";
+    // `extra`: [drafter] and [train] tables (base has neither).
+    auto identity = [&](const std::string& extra) {
+        const std::string text = extra.find("[drafter]") == std::string::npos ? base + "[drafter]\nnum_layers = 1\n" + extra
+                                                                              : base + extra + "num_layers = 1\n";
+        const hsring::Config c = hsring::parse_config(text, "t.toml");
+        return hsring::run_identity(c, hsring::derive(c, hsring::preset_shape("tiny")), 1, 2);
+    };
+    const nlohmann::json before = identity("");
+    const auto& rules = resume_rules();
+    std::vector<std::string> keys, ruled;
+    for (const auto& [k, v] : before.items()) keys.push_back(k);
+    for (const auto& r : rules) ruled.push_back(std::string(r.key));
+    std::sort(keys.begin(), keys.end());
+    std::sort(ruled.begin(), ruled.end());
+    CHECK(keys == ruled);  // a new identity key needs its rule (and its place in the docs' table)
+    {
+        const char* root = std::getenv("HSRING_SOURCE_ROOT");
+        std::ifstream doc(std::string(root ? root : ".") + "/docs/operations-and-reliability.md");
+        const std::string text{std::istreambuf_iterator<char>(doc), {}};
+        REQUIRE(!text.empty());
+        for (const auto& r : rules) {
+            INFO(r.key);
+            CHECK(text.find("`" + std::string(r.key) + "`") != std::string::npos);
+        }
+    }
+    CHECK(check_resume(before, before).refused.empty());
+    CHECK(check_resume(before, before).changes.empty());
+    const auto changed = check_resume(before, identity("[train]\nlr = 0.001\ntokens_per_step = 2048\n"));
+    CHECK(changed.refused.empty());
+    REQUIRE(changed.changes.size() == 2);
+    CHECK(changed.changes[0] == "[train] lr: 0.0006 -> 0.001: applied from the next step");
+    CHECK(changed.changes[1].find("[train] tokens_per_step (slots per rank): 1 -> 4: the steps after the checkpoint are "
+                                  "planned again") == 0);
+    const auto refused = check_resume(before, identity("[drafter]\nblock_size = 8\nmask_token_id = 500\n"));
+    REQUIRE(refused.refused.size() == 2);
+    CHECK(refused.refused[0].find("[drafter] block_size was 16, now 8: the checkpoint holds this drafter") == 0);
+    CHECK(refused.refused[1].find("[drafter] mask_token_id was ") == 0);
+    // A key no rule names is refused; a key the previous run did not record is not compared.
+    nlohmann::json odd = before;
+    odd["[new] key"] = 1;
+    nlohmann::json older = before;
+    older.erase("[train] lr");
+    CHECK(check_resume(before, odd).refused.empty());
+    nlohmann::json odd_before = odd;
+    odd_before["[new] key"] = 2;
+    CHECK(check_resume(odd_before, odd).refused == std::vector<std::string>{"[new] key was 2, now 1: no rule says it may change"});
+    CHECK(check_resume(older, identity("[train]\nlr = 0.001\n")).changes.empty());
 }
