@@ -10,6 +10,8 @@
 #include "worker/spec_probe.hpp"
 #include "worker/torch_util.hpp"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>

@@ -1,10 +1,12 @@
 #include "model/decode/generate.hpp"
 
 #include "hsring/error.hpp"
+#include "model/decode/elapsed.hpp"
 #include "model/decode/decode_graphs.hpp"
 #include "model/target/kv_cache.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,10 +15,6 @@
 namespace hsring::model {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // A request in flight: its KV cache row is its place in `Batch::rows`.
 struct Row {

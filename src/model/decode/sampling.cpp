@@ -3,6 +3,7 @@
 #include "hsring/error.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 

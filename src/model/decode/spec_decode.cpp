@@ -1,6 +1,7 @@
 #include "model/decode/spec_decode.hpp"
 
 #include "hsring/error.hpp"
+#include "model/decode/elapsed.hpp"
 #include "model/decode/decode_graphs.hpp"
 #include "model/drafter/dflash/decode.hpp"
 #include "model/drafter/dflash/trainable.hpp"
@@ -15,10 +16,6 @@
 namespace hsring::model {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 std::vector<std::int64_t> host_longs(const at::Tensor& t) {
     at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
     return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
@@ -29,7 +26,7 @@ std::vector<std::int64_t> host_longs(const at::Tensor& t) {
 constexpr std::uint64_t kDraftStream = 0xD2AF7C0FFEE5EEDull;
 
 // One prompt's decode state: its row of the target's cache and of the drafter's decode state.
-struct Row {
+struct SpecRow {
     const GenerateRequest* request = nullptr;
     SpecDecodeOutput* out = nullptr;
     std::int64_t n = 0;      // prompt tokens
@@ -42,14 +39,14 @@ struct Row {
 // Up to options.batch prompts decoded together: each step drafts every row's block in one drafter
 // call and verifies them in one target forward; each row accepts its own drafts and keeps its own
 // length, and leaves the batch when its loop ends.
-struct Batch {
+struct SpecBatch {
     TargetModel& target;
     const SpecDecodeOptions& options;
     DecodeDrafter& draft_state;      // shared by the batches (its weights cast once)
     DecodeGraphs& engine;            // shared too: its graphs outlive a batch
     KVCache& cache;                  // shared too while the batches' rows and capacity match (graphs stay valid)
     SpecDecodeStats& st;
-    std::vector<Row> rows;
+    std::vector<SpecRow> rows;
 
     bool sampled() const { return options.sampling.temperature > 0; }
 
@@ -71,7 +68,7 @@ struct Batch {
 
     // Records token t of row `row` unless max_new_tokens exist already (the last step's surplus is
     // dropped, as the reference loop drops it); a stop token ends the output after it.
-    void emit(Row& row, std::int64_t t) {
+    void emit(SpecRow& row, std::int64_t t) {
         SpecDecodeOutput& out = *row.out;
         const auto count = static_cast<std::int64_t>(out.tokens.size());
         if (row.stopped || count >= options.max_new_tokens) return;
@@ -96,7 +93,7 @@ struct Batch {
         const at::ScalarType dt = target.dtype();
         std::int64_t capacity = 1;
         std::vector<std::int64_t> prompt, counts;
-        for (Row& row : rows) {
+        for (SpecRow& row : rows) {
             row.n = static_cast<std::int64_t>(row.request->prompt.size());
             row.start = row.n;
             row.draft_seed = data::detail::mix64(row.request->seed ^ kDraftStream);
@@ -121,7 +118,7 @@ struct Batch {
         auto t0 = Clock::now();
         const at::Tensor logits = target.forward_cached(at::tensor(prompt, at::kLong), counts, cache, false, ids, capture);
         std::vector<std::uint64_t> seeds;
-        for (const Row& row : rows) seeds.push_back(row.request->seed);
+        for (const SpecRow& row : rows) seeds.push_back(row.request->seed);
         const std::vector<std::int64_t> first = pick(logits, seeds, std::vector<std::int64_t>(rows.size(), 0), 1);
         {
             std::vector<std::int64_t> next;  // the token after each prompt token: the prompt's next, then the first new one
@@ -147,7 +144,7 @@ struct Batch {
         for (;;) {
             std::vector<std::int64_t> keep;
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                const Row& row = rows[i];
+                const SpecRow& row = rows[i];
                 if (row.start < row.n + options.max_new_tokens && !row.stopped && row.start + 1 < capacity)
                     keep.push_back(static_cast<std::int64_t>(i));
             }
@@ -155,7 +152,7 @@ struct Batch {
             if (keep.size() != rows.size()) {
                 cache.keep_rows(keep);
                 draft_state.keep_rows(keep);
-                std::vector<Row> kept;
+                std::vector<SpecRow> kept;
                 for (std::int64_t i : keep) kept.push_back(rows[static_cast<std::size_t>(i)]);
                 rows = std::move(kept);
             }
@@ -166,7 +163,7 @@ struct Batch {
             std::vector<std::int64_t> lasts, ks, firsts;
             std::vector<std::uint64_t> draft_seeds;
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                const Row& row = rows[i];
+                const SpecRow& row = rows[i];
                 HSRING_ASSERT(cache.length(static_cast<std::int64_t>(i)) == row.start, "spec_decode: cache {} at position {}",
                               cache.length(static_cast<std::int64_t>(i)), row.start);
                 lasts.push_back(row.last);
@@ -229,7 +226,7 @@ struct Batch {
                                context_counts, context_next);
             off = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                Row& row = rows[i];
+                SpecRow& row = rows[i];
                 const std::int64_t a = accepted[i];
                 cache.crop(static_cast<std::int64_t>(i), row.start + a + 1);
                 row.last = want[static_cast<std::size_t>(off + a)];
@@ -328,9 +325,9 @@ SpecDecodeResult spec_decode(TargetModel& target, TrainableDrafter& drafter, con
     DecodeGraphs engine(target, options.decode_graphs);
     KVCache cache(s, batch, capacity, target.device(), target.dtype());
     for (std::size_t i = 0; i < prompts.size(); i += static_cast<std::size_t>(batch)) {
-        Batch run{target, options, *draft_state, engine, cache, res.stats, {}};
+        SpecBatch run{target, options, *draft_state, engine, cache, res.stats, {}};
         for (std::size_t j = i; j < std::min(prompts.size(), i + static_cast<std::size_t>(batch)); ++j)
-            run.rows.push_back(Row{&prompts[j], &res.outputs[j]});
+            run.rows.push_back(SpecRow{&prompts[j], &res.outputs[j]});
         run.run();
     }
     res.draft_graphs = draft_state->graphs_captured();

@@ -7,6 +7,7 @@
 #include "model/ops/tensor_init.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>

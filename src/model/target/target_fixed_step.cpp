@@ -9,6 +9,7 @@
 #include "model/ops/ops.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 

@@ -36,11 +36,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kCheckDrafterUsage =
     "usage: hsring-model check-drafter DRAFTER_DIR [--target MODEL --data FILE.jsonl [--samples N] "
     "[--num-anchors K] [--seed S] [--gamma G] [--device cpu|cuda[:I]] [--dump OUT.safetensors]] [--json]";
 
-struct Options {
+struct CheckDrafterArgs {
     fs::path dir;
     std::string target;
     fs::path data;
@@ -53,13 +53,13 @@ struct Options {
     bool json = false;
 };
 
-Options parse(int argc, char** argv) {
-    Options o;
+CheckDrafterArgs parse_check_drafter_args(int argc, char** argv) {
+    CheckDrafterArgs o;
     std::string needs_target;  // the first option that means something only with --target
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(fmt::format("check-drafter: {} needs a value; {}", a, kUsage));
+            if (i + 1 >= argc) throw UsageError(fmt::format("check-drafter: {} needs a value; {}", a, kCheckDrafterUsage));
             return argv[++i];
         };
         auto eval_value = [&]() -> std::string {
@@ -75,19 +75,19 @@ Options parse(int argc, char** argv) {
         else if (a == "--gamma") o.gamma = number<double>("check-drafter", a, eval_value());
         else if (a == "--device") o.device = eval_value();
         else if (a == "--dump") o.dump = eval_value();
-        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("check-drafter: unknown option {}; {}", a, kUsage));
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("check-drafter: unknown option {}; {}", a, kCheckDrafterUsage));
         else if (o.dir.empty()) o.dir = a;
         else throw UsageError(fmt::format("check-drafter: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
-                                          o.dir.string(), kUsage));
+                                          o.dir.string(), kCheckDrafterUsage));
     }
-    if (o.dir.empty()) throw UsageError(fmt::format("check-drafter: DRAFTER_DIR is missing; {}", kUsage));
+    if (o.dir.empty()) throw UsageError(fmt::format("check-drafter: DRAFTER_DIR is missing; {}", kCheckDrafterUsage));
     if (o.target.empty() && !needs_target.empty())
         throw UsageError(fmt::format("check-drafter: {} needs --target MODEL (the target the drafter was trained for); "
                                      "without --target check-drafter only loads the drafter (a smoke check)",
                                      needs_target));
     if (!o.target.empty() && o.data.empty())
         throw UsageError(fmt::format("check-drafter: --target needs --data FILE.jsonl (pre-tokenized samples to "
-                                     "evaluate on); {}", kUsage));
+                                     "evaluate on); {}", kCheckDrafterUsage));
     if (o.num_anchors <= 0) throw UsageError("check-drafter: --num-anchors must be at least 1");
     if (o.gamma < 0) throw UsageError("check-drafter: --gamma must be >= 0 (0 = no decay)");
     return o;
@@ -129,7 +129,7 @@ std::string header(const fs::path& dir, const DFlashConfig& c, DFlashDrafter& d)
 }
 
 // Load + one forward over random inputs (no target needed).
-int smoke_check(const Options& o) {
+int smoke_check(const CheckDrafterArgs& o) {
     auto [drafter, cfg] = import_dflash(o.dir, at::kCPU);
     at::NoGradGuard no_grad;
     // Two short sequences of random tokens, random captured layers, blocks at two anchors each.
@@ -166,7 +166,7 @@ struct Dump {
     std::vector<std::int64_t> sample_ids, cu{0};
 };
 
-int evaluate(const Options& o) {
+int evaluate(const CheckDrafterArgs& o) {
     const at::Device device = parse_device("check-drafter", o.device);
     auto [drafter, cfg] = import_dflash(o.dir, device);
     ModelShape shape = resolve_model_shape(o.target);
@@ -289,7 +289,7 @@ int evaluate(const Options& o) {
 } // namespace
 
 int check_drafter(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const CheckDrafterArgs o = parse_check_drafter_args(argc, argv);
     return o.target.empty() ? smoke_check(o) : evaluate(o);
 }
 

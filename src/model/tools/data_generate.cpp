@@ -36,33 +36,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kDataGenerateUsage =
     "usage: hsring data generate CONFIG --out FILE.jsonl [--prompts FILE.jsonl] [--samples N] [--device cpu|cuda[:I]]";
 
-struct Options {
+struct DataGenerateArgs {
     fs::path config, out, prompts;  // prompts: default the config's [data] path
     std::int64_t samples = -1;  // all
     std::string device;         // default: the config's first target place
 };
 
-Options parse(int argc, char** argv) {
-    Options o;
+DataGenerateArgs parse_data_generate_args(int argc, char** argv) {
+    DataGenerateArgs o;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(fmt::format("data generate: {} needs a value; {}", a, kUsage));
+            if (i + 1 >= argc) throw UsageError(fmt::format("data generate: {} needs a value; {}", a, kDataGenerateUsage));
             return argv[++i];
         };
         if (a == "--out") o.out = value();
         else if (a == "--prompts") o.prompts = value();
         else if (a == "--samples") o.samples = number<std::int64_t>("data generate", a, value());
         else if (a == "--device") o.device = value();
-        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("data generate: unknown option {}; {}", a, kUsage));
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("data generate: unknown option {}; {}", a, kDataGenerateUsage));
         else if (o.config.empty()) o.config = a;
-        else throw UsageError(fmt::format("data generate: unexpected argument '{}'; {}", a, kUsage));
+        else throw UsageError(fmt::format("data generate: unexpected argument '{}'; {}", a, kDataGenerateUsage));
     }
-    if (o.config.empty()) throw UsageError(fmt::format("data generate: CONFIG is missing; {}", kUsage));
-    if (o.out.empty()) throw UsageError(fmt::format("data generate: --out FILE.jsonl is missing; {}", kUsage));
+    if (o.config.empty()) throw UsageError(fmt::format("data generate: CONFIG is missing; {}", kDataGenerateUsage));
+    if (o.out.empty()) throw UsageError(fmt::format("data generate: --out FILE.jsonl is missing; {}", kDataGenerateUsage));
     if (o.samples == 0 || o.samples < -1) throw UsageError("data generate: --samples must be at least 1");
     return o;
 }
@@ -97,7 +97,7 @@ void remove_on_signal(const char* path) {
 } // namespace
 
 int data_generate(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const DataGenerateArgs o = parse_data_generate_args(argc, argv);
     const Config cfg = load_config(o.config);
     const Derived derived = derive(cfg);
     const ModelShape& shape = derived.target;

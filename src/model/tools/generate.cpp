@@ -33,11 +33,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kGenerateUsage =
     "usage: hsring-model generate MODEL --prompts FILE.jsonl [--max-new-tokens N] [--temperature T] [--top-p P] "
     "[--seed S] [--batch B] [--device cpu|cuda[:I]] [--preset-seed N] [--json]";
 
-struct Options {
+struct GenerateArgs {
     std::string model;
     fs::path prompts;
     std::int64_t max_new_tokens = 128;
@@ -50,12 +50,12 @@ struct Options {
     bool json = false;
 };
 
-Options parse(int argc, char** argv) {
-    Options o;
+GenerateArgs parse_generate_args(int argc, char** argv) {
+    GenerateArgs o;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(fmt::format("generate: {} needs a value; {}", a, kUsage));
+            if (i + 1 >= argc) throw UsageError(fmt::format("generate: {} needs a value; {}", a, kGenerateUsage));
             return argv[++i];
         };
         if (a == "--prompts") o.prompts = value();
@@ -67,13 +67,13 @@ Options parse(int argc, char** argv) {
         else if (a == "--device") o.device = value();
         else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("generate", a, value());
         else if (a == "--json") o.json = true;
-        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("generate: unknown option {}; {}", a, kUsage));
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("generate: unknown option {}; {}", a, kGenerateUsage));
         else if (o.model.empty()) o.model = a;
         else throw UsageError(fmt::format("generate: unexpected argument '{}' (MODEL is already '{}'); {}", a, o.model,
-                                          kUsage));
+                                          kGenerateUsage));
     }
-    if (o.model.empty()) throw UsageError(fmt::format("generate: MODEL is missing; {}", kUsage));
-    if (o.prompts.empty()) throw UsageError(fmt::format("generate: --prompts FILE.jsonl is missing; {}", kUsage));
+    if (o.model.empty()) throw UsageError(fmt::format("generate: MODEL is missing; {}", kGenerateUsage));
+    if (o.prompts.empty()) throw UsageError(fmt::format("generate: --prompts FILE.jsonl is missing; {}", kGenerateUsage));
     if (o.max_new_tokens < 0) throw UsageError("generate: --max-new-tokens must be >= 0");
     if (o.batch < 1) throw UsageError("generate: --batch must be at least 1");
     if (!(o.temperature >= 0)) throw UsageError("generate: --temperature must be >= 0 (0 = greedy)");
@@ -85,7 +85,7 @@ Options parse(int argc, char** argv) {
 
 
 int generate(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const GenerateArgs o = parse_generate_args(argc, argv);
     const ModelShape shape = resolve_model_shape(o.model);
     const std::vector<GenerateRequest> requests = read_prompts(o.prompts, o.model, shape, o.seed);
     const at::Device device = parse_device("generate", o.device);

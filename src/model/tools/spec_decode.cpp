@@ -53,7 +53,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kSpecDecodeUsage =
     "usage: hsring-model spec-decode DRAFTER_DIR|random:LAYERS --target MODEL --prompts FILE.jsonl [--max-new-tokens N] "
     "[--draft-tokens N] [--batch N] [--temperature T] [--top-p P] [--seed S] [--samples N] [--device cpu|cuda[:I]] [--dtype bf16|fp32] [--target-weights bf16|fp8] [--preset-seed N] [--trace FILE] [--eager] [--json]";
 
@@ -61,7 +61,7 @@ constexpr const char* kUsage =
 // overflowed into a capacity of 1).
 constexpr std::int64_t kMaxNewTokens = std::int64_t{1} << 20;
 
-struct Options {
+struct SpecDecodeArgs {
     fs::path dir;
     std::string target;
     fs::path prompts;
@@ -81,12 +81,12 @@ struct Options {
     bool eager = false;                // decode and verify steps op by op, not through the decode engine's graphs
 };
 
-Options parse(int argc, char** argv) {
-    Options o;
+SpecDecodeArgs parse_spec_decode_args(int argc, char** argv) {
+    SpecDecodeArgs o;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(fmt::format("spec-decode: {} needs a value; {}", a, kUsage));
+            if (i + 1 >= argc) throw UsageError(fmt::format("spec-decode: {} needs a value; {}", a, kSpecDecodeUsage));
             return argv[++i];
         };
         if (a == "--target") o.target = value();
@@ -111,16 +111,16 @@ Options parse(int argc, char** argv) {
         else if (a == "--preset-seed") o.preset_seed = number<std::uint64_t>("spec-decode", a, value());
         else if (a == "--json") o.json = true;
         else if (a == "--eager") o.eager = true;
-        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kUsage));
+        else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("spec-decode: unknown option {}; {}", a, kSpecDecodeUsage));
         else if (o.dir.empty()) o.dir = a;
         else throw UsageError(fmt::format("spec-decode: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
-                                          o.dir.string(), kUsage));
+                                          o.dir.string(), kSpecDecodeUsage));
     }
-    if (o.dir.empty()) throw UsageError(fmt::format("spec-decode: DRAFTER_DIR is missing; {}", kUsage));
+    if (o.dir.empty()) throw UsageError(fmt::format("spec-decode: DRAFTER_DIR is missing; {}", kSpecDecodeUsage));
     if (o.target.empty())
         throw UsageError(fmt::format("spec-decode: --target MODEL is missing (the target the drafter was trained "
-                                     "for); {}", kUsage));
-    if (o.prompts.empty()) throw UsageError(fmt::format("spec-decode: --prompts FILE.jsonl is missing; {}", kUsage));
+                                     "for); {}", kSpecDecodeUsage));
+    if (o.prompts.empty()) throw UsageError(fmt::format("spec-decode: --prompts FILE.jsonl is missing; {}", kSpecDecodeUsage));
     if (o.max_new_tokens < 1 || o.max_new_tokens > kMaxNewTokens)
         throw UsageError(fmt::format("spec-decode: --max-new-tokens must be in 1..{} (the KV caches hold prompt + "
                                      "new tokens)", kMaxNewTokens));
@@ -169,7 +169,7 @@ std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vect
 } // namespace
 
 int spec_decode(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const SpecDecodeArgs o = parse_spec_decode_args(argc, argv);
     const ModelShape shape = resolve_model_shape(o.target);
     const at::Device device = parse_device("spec-decode", o.device);
     const std::string dir = o.dir.string();
