@@ -34,12 +34,17 @@ struct DatasetOptions {
     // [data] responses = "target": > 0 turns every sample into a response template (below) with
     // room for this many generated tokens per answer ([generate] max_new_tokens).
     std::uint64_t response_tokens = 0;
+    // A token id no sample may hold (>= 0): DFlash's mask token, which marks the slots a block
+    // drafts; a sample holding it is a bad line (not part of the fingerprint: it only refuses).
+    std::int64_t reserved_token = -1;
 };
 
-// The options a run uses: [data] on_bad_line, the derived max_seq_len, the target's vocabulary.
+// The options a run uses: [data] on_bad_line, the derived max_seq_len, the target's vocabulary,
+// the DFlash mask token.
 inline DatasetOptions dataset_options(const Config& cfg, const Derived& d) {
     return {cfg.data.on_bad_line, d.max_seq_len, d.target.vocab_size,
-            cfg.data.responses == Responses::Target ? cfg.generate.max_new_tokens : 0};
+            cfg.data.responses == Responses::Target ? cfg.generate.max_new_tokens : 0,
+            cfg.run.mode == RunMode::Train && cfg.drafter.type == "dflash" ? d.mask_token_id : -1};
 }
 
 // Response templates ([data] responses = "target"). The target writes the answers, so a sample

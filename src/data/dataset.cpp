@@ -122,6 +122,15 @@ Dataset Dataset::parse(std::string_view text, std::string_view source, const Dat
         const std::size_t start = d.tokens_.size();
         try {
             const bool had_mask = detail::parse_sample_line(line, options.vocab_size, d.tokens_, d.mask_);
+            if (options.reserved_token >= 0) {
+                const auto first = d.tokens_.begin() + static_cast<std::ptrdiff_t>(start);
+                const auto it = std::find(first, d.tokens_.end(), static_cast<std::int32_t>(options.reserved_token));
+                if (it != d.tokens_.end())
+                    throw detail::BadLine{fmt::format(
+                        "input_ids[{}] is {}, the drafter's mask token ([drafter] mask_token_id), which marks the "
+                        "slots a DFlash block drafts: no sample may hold it (tokenize without it, or set another "
+                        "mask_token_id)", it - first, options.reserved_token)};
+            }
             if (options.response_tokens > 0) to_response_template(d.tokens_, d.mask_, start, had_mask, options.response_tokens);
         } catch (const detail::BadLine& bad) {
             d.tokens_.resize(start);

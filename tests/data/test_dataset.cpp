@@ -270,3 +270,17 @@ TEST_CASE("the shipped data/demo.jsonl loads cleanly for the tiny preset (vocab 
     CHECK(d.length(0) >= 64);
     CHECK(d.max_length() <= 400);
 }
+
+TEST_CASE("a sample holding the drafter's mask token is a bad line (DFlash marks the drafted slots with it)") {
+    auto o = opts(OnBadLine::Fail);
+    o.reserved_token = 511;
+    const std::string text = "{\"input_ids\": [7, 8]}\n{\"input_ids\": [5, 511, 6]}\n";
+    const std::string e = error_of(text, o);
+    CHECK(e.find("t.jsonl:2: input_ids[1] is 511, the drafter's mask token ([drafter] mask_token_id)") !=
+          std::string::npos);
+    o.on_bad_line = OnBadLine::Skip;
+    const Dataset d = Dataset::parse(text, "t.jsonl", o);
+    CHECK(d.size() == 1);
+    // Without a reserved token the same data loads whole, with the same fingerprint as before.
+    CHECK(Dataset::parse(text, "t.jsonl", opts(OnBadLine::Fail)).size() == 2);
+}
