@@ -160,6 +160,29 @@ TEST_CASE("spec-decode refuses a huge --max-new-tokens, an unwritable --trace an
                   " --samples 1 --max-new-tokens 4 --json", log) == 0);
 }
 
+TEST_CASE("spec-decode of a preset run's export takes the run's [run] seed from run.json, and warns without one") {
+    CheckDrafterSetup s;
+    const auto log = s.dir.path() / "log";
+    const std::string args = " --target preset:tiny --prompts " + q(s.data) + " --samples 1 --max-new-tokens 4 --json";
+    // No run.json beside the export: seed 1234 with a warning that says how to pick another.
+    CHECK(run("spec-decode " + q(s.drafter) + args, log) == 0);
+    CHECK(slurp(log).find("no run.json beside") != std::string::npos);
+    CHECK(slurp(log).find("pass --preset-seed N") != std::string::npos);
+    // An export at RUN_DIR/drafter: the run's seed, said; the same tokens as --preset-seed with it.
+    const auto run_dir = s.dir.path() / "run";
+    std::filesystem::create_directories(run_dir);
+    std::filesystem::copy(s.drafter, run_dir / "drafter");
+    std::ofstream(run_dir / "run.json") << R"({"seed": 77})";
+    const auto out_a = s.dir.path() / "a.json", out_b = s.dir.path() / "b.json";
+    CHECK(run("spec-decode " + q(run_dir / "drafter") + args, log, out_a) == 0);
+    CHECK(slurp(log).find("random weights from seed 77, the [run] seed of the run that trained this drafter") !=
+          std::string::npos);
+    CHECK(run("spec-decode " + q(run_dir / "drafter") + args + " --preset-seed 77", log, out_b) == 0);
+    CHECK(slurp(log).find("random weights from seed") == std::string::npos);  // given: nothing to say
+    const auto outputs = [](const std::filesystem::path& p) { return nlohmann::json::parse(slurp(p))["prompts"]; };
+    CHECK(outputs(out_a) == outputs(out_b));
+}
+
 TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, equal to its dump and to the forward here") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log", out = s.dir.path() / "out.json", dump = s.dir.path() / "dump.safetensors";

@@ -41,9 +41,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -76,7 +78,7 @@ struct SpecDecodeArgs {
     std::string dtype;                 // "" = bf16 on CUDA, fp32 on the CPU
     std::string target_weights = "bf16";  // fp8: the target's linear layers in FP8 ([target] weights)
     std::string trace;                 // a Kineto trace of a short extra run (both loops)
-    std::uint64_t preset_seed = 1234;  // [run] seed's default: the same random preset as a default run
+    std::optional<std::uint64_t> preset_seed;  // unset: the seed of the run that trained the drafter
     bool json = false;
     bool eager = false;                // decode and verify steps op by op, not through the decode engine's graphs
 };
@@ -166,6 +168,32 @@ std::size_t first_difference(const std::vector<std::int64_t>& a, const std::vect
     return i;
 }
 
+// A preset target's random weights come from a seed: a drafter trained by `hsring run` learned the
+// ones of that run's [run] seed, which its run dir's run.json records (the export's default place
+// is RUN_DIR/drafter). Without --preset-seed that seed is used, and said; no run.json: 1234 (the
+// [run] seed default), with a warning.
+std::uint64_t preset_seed(const SpecDecodeArgs& o, const ModelShape& shape) {
+    if (o.preset_seed) return *o.preset_seed;
+    constexpr std::uint64_t kDefault = 1234;
+    if (shape.source.rfind("preset:", 0) != 0) return kDefault;  // unused: real weights
+    const fs::path record = o.dir.parent_path() / "run.json";
+    std::ifstream in(record);
+    const nlohmann::json j = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (j.is_object() && j.contains("seed") && j["seed"].is_number_unsigned()) {
+        const auto seed = j["seed"].get<std::uint64_t>();
+        std::fprintf(stderr, "spec-decode: %s: random weights from seed %llu, the [run] seed of the run that trained "
+                     "this drafter (%s); --preset-seed N for others\n", shape.source.c_str(),
+                     static_cast<unsigned long long>(seed), record.string().c_str());
+        return seed;
+    }
+    if (o.dir.string().rfind("random:", 0) != 0)
+        std::fprintf(stderr, "spec-decode: warning: %s: random weights from seed %llu ([run] seed's default); no "
+                     "run.json beside %s says which seed trained this drafter: pass --preset-seed N (the run's "
+                     "[run] seed), or the drafter drafts for other weights than it learned\n", shape.source.c_str(),
+                     static_cast<unsigned long long>(kDefault), o.dir.string().c_str());
+    return kDefault;
+}
+
 } // namespace
 
 int spec_decode(int argc, char** argv) {
@@ -189,7 +217,8 @@ int spec_decode(int argc, char** argv) {
     const at::ScalarType dtype = o.dtype.empty() ? default_compute_dtype(device)
                                  : o.dtype == "fp32"  ? at::kFloat
                                                       : at::kBFloat16;
-    TargetModel target = TargetModel::load(shape, device, dtype, o.preset_seed, o.target_weights == "fp8");
+    TargetModel target =
+        TargetModel::load(shape, device, dtype, preset_seed(o, shape), o.target_weights == "fp8");
     drafter->module().eval();
     SpecDecodeOptions sopts;
     sopts.max_new_tokens = o.max_new_tokens;
