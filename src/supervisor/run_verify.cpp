@@ -57,9 +57,21 @@ RunVerification verify_run_dirs(const std::vector<std::filesystem::path>& dirs) 
     for (const auto& dir : dirs) {
         RunFiles files{std::filesystem::absolute(dir)};
         RunRecord record = read_run_record(files.run_json());
-        if (!machines.emplace(record.node_rank, std::pair{files, record}).second)
+        if (const auto it = machines.find(record.node_rank); it != machines.end()) {
+            // Two dirs of one machine: two runs (say how they differ), or one machine's dir twice.
+            const auto& [other_files, other] = it->second;
+            const std::string why = run_differences(other_files, other, files, record);
+            if (!why.empty())
+                fail("{} and {} belong to different runs: {}. Verify each run on its own (`hsring ledger verify "
+                     "DIR`), or give the run dirs of the machines of one run", other_files.dir.string(),
+                     files.dir.string(), why);
+            if (record.nnodes == 1)
+                fail("{} and {} are two runs of one machine each (of the same data and settings): verify each on its "
+                     "own (`hsring ledger verify DIR`)", other_files.dir.string(), files.dir.string());
             fail("{} and {} are both machine {} of the run: give each machine's run dir once", files.dir.string(),
-                 machines.at(record.node_rank).first.dir.string(), record.node_rank);
+                 other_files.dir.string(), record.node_rank);
+        }
+        machines.emplace(record.node_rank, std::pair{files, record});
     }
     // Machines of two runs of the same data would otherwise verify as one run: every run.json
     // must describe the same run (run_files.hpp, RunRecord::identity).

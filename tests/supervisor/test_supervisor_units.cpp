@@ -332,6 +332,16 @@ TEST_CASE("ledger verify refuses the run dirs of two different runs, naming what
     }
     CHECK(verify_run_dirs({old0, old1}).report.ok());
     CHECK(verify_run_dirs({old0, a1}).report.ok());
+
+    // Two dirs of machine 0: of two runs (named as such, not "both machine 0"), or one dir twice.
+    const fs::path c0 = root / "c0";
+    write_machine(c0, 0, id_b, 29511);
+    e = verify_error({a0, c0});
+    CHECK(e.find(a0.string() + " and " + c0.string() + " belong to different runs: [train] lr is 0.0006") !=
+          std::string::npos);
+    CHECK(e.find("both machine") == std::string::npos);
+    write_machine(c0, 0, id_a, 29511);
+    CHECK(verify_error({a0, c0}).find("are both machine 0 of the run") != std::string::npos);
     fs::remove_all(root);
 }
 
