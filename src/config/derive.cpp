@@ -31,9 +31,19 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
         if (!cfg.target.layer_ids.empty() && cfg.target.layer_ids.size() != 3)
             fail("{}: [target] layer_ids: an EAGLE-3 drafter fuses 3 target layers (low, middle, high), got {}; the "
                  "target's last layer is captured as well, by itself", file, cfg.target.layer_ids.size());
+        if (shape.num_layers < 4)
+            fail("{}: {} has {} layers: an EAGLE-3 drafter fuses 3 distinct layers below the target's last one, so "
+                 "the target needs at least 4 (train a DFlash drafter for it: [drafter] type = \"dflash\")", file,
+                 shape.source, shape.num_layers);
         if (cfg.target.layer_ids.empty() && shape.num_layers < 5)
             fail("{}: {} has {} layers: EAGLE-3's default layers (1, n/2 - 1, n - 4) need at least 5; give [target] "
-                 "layer_ids = [a, b, c]", file, shape.source, shape.num_layers);
+                 "layer_ids = [a, b, c], 3 distinct layers of 0..{} (the last, {}, is captured by itself)", file,
+                 shape.source, shape.num_layers, shape.num_layers - 2, shape.num_layers - 1);
+        for (int id : cfg.target.layer_ids)
+            if (id == shape.num_layers - 1)
+                fail("{}: [target] layer_ids: layer {} is {}'s last layer, which an EAGLE-3 drafter captures by "
+                     "itself besides the 3 it fuses: pick 3 distinct layers of 0..{}", file, id, shape.source,
+                     shape.num_layers - 2);
         d.layer_ids = eagle3_layer_ids(static_cast<int>(shape.num_layers), cfg.target.layer_ids);
         if (cfg.train.matmul == Matmul::FP8 || cfg.train.lm_head == Matmul::FP8 || cfg.train.recompute == Recompute::Layers)
             fail("{}: [train] matmul / lm_head = \"fp8\" and recompute = \"layers\" are DFlash's: an EAGLE-3 drafter "

@@ -314,6 +314,31 @@ TEST_CASE("config check says what an EAGLE-3 drafter captures and trains, not DF
         CAPTURE(dflash_only);
         CHECK(e.find(dflash_only) == std::string::npos);
     }
+    // Layer ids: the last layer is captured by itself, so listing it is refused as such (it was
+    // "listed twice"); a target of fewer than 4 layers cannot feed an EAGLE-3 drafter at all.
+    auto error_with = [&](const std::string& body, const ModelShape& shape) {
+        try {
+            const Config x = parse_config(body, "t.toml");
+            derive(x, shape);
+        } catch (const Error& err) {
+            return std::string(err.what());
+        }
+        return std::string();
+    };
+    std::string listed = text;
+    listed.replace(listed.find("model = \"preset:tiny\"\n"), 22, "model = \"preset:tiny\"\nlayer_ids = [1, 3, 7]\n");
+    const std::string last = error_with(listed, preset_shape("tiny"));
+    CHECK(last.find("layer 7 is preset:tiny's last layer, which an EAGLE-3 drafter captures by itself") !=
+          std::string::npos);
+    CHECK(last.find("pick 3 distinct layers of 0..6") != std::string::npos);
+    ModelShape two = preset_shape("tiny");
+    two.num_layers = 2;
+    CHECK(error_with(text, two).find("has 2 layers: an EAGLE-3 drafter fuses 3 distinct layers below the target's "
+                                     "last one, so the target needs at least 4") != std::string::npos);
+    ModelShape four = preset_shape("tiny");
+    four.num_layers = 4;
+    CHECK(error_with(text, four).find("give [target] layer_ids = [a, b, c], 3 distinct layers of 0..2 (the last, 3, "
+                                      "is captured by itself)") != std::string::npos);
     // draft_vocab = 0: the target's whole vocabulary.
     text.replace(text.find("draft_vocab = 256"), 17, "draft_vocab = 0");
     const Config all = parse_config(text, "t.toml");
