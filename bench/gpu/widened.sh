@@ -16,7 +16,7 @@
 #   s  `hsring model spec-decode`, 64 held-out prompts x SPEC_MAX_NEW (128): per drafter, the small pair
 #      (bf16, batch 1: the small-target row), the widened pair in fp32 (lossless, acceptance lengths
 #      = the small pair's fp32 ones; FP32_BATCH (16) rows a step), bf16 at batch 1, 4 and 16 (BATCHES),
-#      DRAFTERS ("dflash eagle3") picks the types; the widened DFlash pair
+#      DRAFTERS ("dflash eagle3") picks the types, ONLY_WIDE=1 only the widened bf16 rows; the widened DFlash pair
 #      through the public DFlash loop (bench/gpu/spec_reference.py, fp32, transformers)
 #   r  `hsring run config/real-pycode-14m-as-8b.toml`: a DFlash drafter trained by the pipeline on the
 #      widened target's hidden states (the first ANSWERS (4,000) answers, 1 epoch), tau of its export
@@ -183,12 +183,14 @@ if [[ $sections == *s* ]]; then
     d=$type:real-pycode-14m
     [ "$type" = eagle3 ] && d=$type:real-pycode-14m-eagle3
     say "== spec-decode, $type: $max_new new tokens on each of the 64 held-out prompts"
-    spec "$type-small-bf16" "runs/${d#*:}/drafter" "$small" bf16 1
-    # fp32 (lossless, acceptance lengths): FP32_BATCH (16) prompts as rows of each step both ways, so
-    # plain fp32 decoding of the 8B model (~33 GB read per token) takes seconds, not minutes.
-    spec "$type-small-fp32" "runs/${d#*:}/drafter" "$small" fp32 "${FP32_BATCH:-16}"
-    spec "$type-wide-fp32" "runs/widened-$type" "$wide" fp32 "${FP32_BATCH:-16}"
-    same_lengths "$type-small-fp32" "$type-wide-fp32"
+    if [ "${ONLY_WIDE:-0}" != 1 ]; then
+      spec "$type-small-bf16" "runs/${d#*:}/drafter" "$small" bf16 1
+      # fp32 (lossless, acceptance lengths): FP32_BATCH (16) prompts as rows of each step both ways, so
+      # plain fp32 decoding of the 8B model (~33 GB read per token) takes seconds, not minutes.
+      spec "$type-small-fp32" "runs/${d#*:}/drafter" "$small" fp32 "${FP32_BATCH:-16}"
+      spec "$type-wide-fp32" "runs/widened-$type" "$wide" fp32 "${FP32_BATCH:-16}"
+      same_lengths "$type-small-fp32" "$type-wide-fp32"
+    fi
     for b in ${BATCHES:-1 4 16}; do
       spec "$type-wide-bf16-b$b" "runs/widened-$type" "$wide" bf16 "$b"
     done
