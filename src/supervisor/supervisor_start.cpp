@@ -129,6 +129,8 @@ void Supervisor::load_config_and_data() {
 
 void Supervisor::lock_run_dir() {
     // A private directory of this user; nothing in it is opened through a link (safe_file.hpp).
+    // One this start makes is removed again if the start fails before run.json is written.
+    made_run_dir_ = !fs::exists(files_.dir);
     safe::make_private_dir(files_.dir);
     safe::open_dir_beneath(files_.dir, "logs", true);
     lock_fd_ = safe::open_beneath(files_.dir, "supervisor.lock", O_RDWR | O_CREAT, 0600).release();
@@ -161,8 +163,12 @@ void Supervisor::check_resume_rules() {
     if (!previous_ || previous_->identity.is_null()) return;  // no run before, or an older hsring's run.json
     const auto step = read_latest_checkpoint(files_);
     if (!step) return;  // nothing trained is kept: any settings will do
-    const ResumeCheck check =
-        check_resume(previous_->identity, run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_));
+    // The data set itself is check_same_data's (its message names samples and fingerprints); a
+    // setting that changes the fingerprint (slot_tokens, max_seq_len) is named here as itself.
+    nlohmann::json before = previous_->identity, now = run_identity(cfg_, derived_, fingerprint_, eval_fingerprint_);
+    before.erase("[data] fingerprint");
+    now.erase("[data] fingerprint");
+    const ResumeCheck check = check_resume(before, now);
     if (!check.refused.empty()) {
         std::string list;
         for (const auto& r : check.refused) list += fmt::format("{}{}", list.empty() ? "" : "; ", r);
@@ -194,7 +200,6 @@ void Supervisor::open_memory() {
                  "least one ([data] eval_path)", cfg_.resolve(cfg_.data.eval_path).string(), eval_samples_, dist.nnodes);
         plan.eval = RunMemoryPlan::Eval{share, eval_fingerprint_};
     }
-    check_resume_rules();
     RunRecord now;
     now.fingerprint = fingerprint_;
     now.samples = samples_;
@@ -202,6 +207,7 @@ void Supervisor::open_memory() {
     now.shuffle = cfg_.data.shuffle;
     now.nnodes = dist.nnodes;
     now.node_rank = dist.node_rank;
+    check_resume_rules();
     check_same_data(previous_, files_, now);
     plan.fresh = opts_.fresh;
     plan.files = files_;
