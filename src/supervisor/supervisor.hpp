@@ -116,6 +116,7 @@ private:
     std::unique_ptr<ControlServer> control_;
     std::optional<RestartPolicy> policy_;
     RateMeter rates_;
+    bool made_run_dir_ = false;  // this start made files_.dir (removed if it fails before run.json)
     int lock_fd_ = -1;
     Phase phase_ = Phase::Running;
     int exit_code_ = 0;

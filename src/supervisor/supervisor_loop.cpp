@@ -63,6 +63,13 @@ int Supervisor::run() {
                 if (status_created) StatusBoard::remove(StatusBoard::name_for_ring(derived_.ring_name));
             }
         }
+        if (record_.started.empty() && made_run_dir_) {
+            // A refused start leaves no half-made run dir (logs/ and supervisor.lock of nothing).
+            if (lock_fd_ >= 0) ::close(lock_fd_);
+            lock_fd_ = -1;
+            std::error_code ec;
+            std::filesystem::remove_all(files_.dir, ec);
+        }
         if (!record_.started.empty()) {
             record_.end = RunEnd{iso_time_now(), 2, e.what()};
             try {

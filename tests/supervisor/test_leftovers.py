@@ -39,6 +39,8 @@ def test_another_run_dirs_ring_is_refused():
         check("belongs to another run" in res.stderr and f"run dir {r.run_dir}" in res.stderr, res.stderr)
         check(f"hsring ring rm {r.ring}" in res.stderr and "--fresh" in res.stderr, res.stderr)
         check(r.shm_exists() == (True, True), "the refused run leaves the other run's ring alone")
+        check(not os.path.exists(other), f"the refused start leaves no half-made run dir: {other} holds "
+                                         f"{os.listdir(other) if os.path.exists(other) else []}")
         # --fresh: that run is over (no live process uses its ring), so this run starts over.
         r.start("--fresh", "--run-dir", other)
         r.expect_exit(0)
