@@ -33,9 +33,9 @@ int run(const std::string& args, const std::filesystem::path& log, const std::fi
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
 
-std::string slurp(const std::filesystem::path& p) {
+std::string read_text(const std::filesystem::path& p) {
     std::ifstream in(p);
     return {std::istreambuf_iterator<char>(in), {}};
 }
@@ -73,8 +73,8 @@ TEST_CASE("dump-hidden on a Qwen3-MoE HF directory writes the target's captured 
     save_hf_model_dir(dir.path() / "model", s, random_target_weights(s, 3, at::kCPU, at::kFloat));
     std::ofstream(dir.path() / "tokens.json") << "[[1, 2, 3, 4, 5], [9, 8], [100, 200, 300]]";
     const auto out = dir.path() / "hs.safetensors";
-    REQUIRE(run("dump-hidden " + q(dir.path() / "model") + " --layers 0,2,3 --tokens " + q(dir.path() / "tokens.json") +
-                    " --out " + q(out) + " --logits",
+    REQUIRE(run("dump-hidden " + quoted(dir.path() / "model") + " --layers 0,2,3 --tokens " + quoted(dir.path() / "tokens.json") +
+                    " --out " + quoted(out) + " --logits",
                 dir.path() / "log") == 0);
     auto st = read_safetensors(out);
     CHECK(st.metadata.at("layers") == "0,2,3");
@@ -94,14 +94,14 @@ TEST_CASE("dump-hidden reports bad input on one line and fails") {
     CHECK(run("dump-hidden preset:tiny --layers 1 --tokens '" + (dir.path() / "bad.json").string() + "' --out '" +
                   (dir.path() / "o").string() + "'",
               log) == 1);
-    CHECK(slurp(log).find("sequence 1 item 0") != std::string::npos);
+    CHECK(read_text(log).find("sequence 1 item 0") != std::string::npos);
     std::ofstream(dir.path() / "ok.json") << "[[1, 2]]";
     CHECK(run("dump-hidden preset:tiny --layers 1,99 --tokens '" + (dir.path() / "ok.json").string() + "' --out '" +
                   (dir.path() / "o").string() + "'",
               log) == 1);
-    CHECK(slurp(log).find("layer id 99") != std::string::npos);
+    CHECK(read_text(log).find("layer id 99") != std::string::npos);
     CHECK(run("dump-hidden preset:nope --layers 1 --tokens x --out y", log) == 1);
-    CHECK(slurp(log).find("unknown model preset") != std::string::npos);
+    CHECK(read_text(log).find("unknown model preset") != std::string::npos);
     CHECK(run("dump-hidden", log) == 1);
 }
 
@@ -138,11 +138,11 @@ struct CheckDrafterSetup {
 TEST_CASE("spec-decode refuses a huge --max-new-tokens, an unwritable --trace and a drafter with a NaN weight") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log";
-    const std::string args = " --target preset:tiny --prompts " + q(s.data);
-    CHECK(run("spec-decode " + q(s.drafter) + args + " --max-new-tokens 9223372036854775807", log) == 2);
-    CHECK(slurp(log).find("--max-new-tokens must be in 1..1048576") != std::string::npos);
-    CHECK(run("spec-decode " + q(s.drafter) + args + " --max-new-tokens 4 --trace /nonexistent/dir/t.json", log) == 1);
-    CHECK(slurp(log).find("cannot write the trace /nonexistent/dir/t.json") != std::string::npos);
+    const std::string args = " --target preset:tiny --prompts " + quoted(s.data);
+    CHECK(run("spec-decode " + quoted(s.drafter) + args + " --max-new-tokens 9223372036854775807", log) == 2);
+    CHECK(read_text(log).find("--max-new-tokens must be in 1..1048576") != std::string::npos);
+    CHECK(run("spec-decode " + quoted(s.drafter) + args + " --max-new-tokens 4 --trace /nonexistent/dir/t.json", log) == 1);
+    CHECK(read_text(log).find("cannot write the trace /nonexistent/dir/t.json") != std::string::npos);
     // The same export with one NaN weight: refused before decoding (it used to report tau 1.000, lossless).
     TensorMap t;
     for (const auto& [name, tensor] : load_safetensors(s.drafter)) t[name] = tensor.clone();  // off the mapped file
@@ -151,45 +151,45 @@ TEST_CASE("spec-decode refuses a huge --max-new-tokens, an unwritable --trace an
     std::filesystem::create_directories(bad);
     std::filesystem::copy_file(s.drafter / "config.json", bad / "config.json");
     save_safetensors(bad / "model.safetensors", t);
-    CHECK(run("spec-decode " + q(bad) + args + " --max-new-tokens 4", log) == 1);
-    CHECK(slurp(log).find("fc.weight holds non-finite values") != std::string::npos);
+    CHECK(run("spec-decode " + quoted(bad) + args + " --max-new-tokens 4", log) == 1);
+    CHECK(read_text(log).find("fc.weight holds non-finite values") != std::string::npos);
     // random:L (timing) on a target with no known mask token: its last row is the mask, not an error.
     const auto target = std::filesystem::path(test::env_or("HSRING_SOURCE_ROOT", ".")) / "models" / "pycode-small";
     const auto prompts = target / "data" / "eval.jsonl";
-    CHECK(run("spec-decode random:1 --target " + q(target) + " --prompts " + q(prompts) +
+    CHECK(run("spec-decode random:1 --target " + quoted(target) + " --prompts " + quoted(prompts) +
                   " --samples 1 --max-new-tokens 4 --json", log) == 0);
 }
 
 TEST_CASE("spec-decode of a preset run's export takes the run's [run] seed from run.json, and warns without one") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log";
-    const std::string args = " --target preset:tiny --prompts " + q(s.data) + " --samples 1 --max-new-tokens 4 --json";
+    const std::string args = " --target preset:tiny --prompts " + quoted(s.data) + " --samples 1 --max-new-tokens 4 --json";
     // No run.json beside the export: seed 1234 with a warning that says how to pick another.
-    CHECK(run("spec-decode " + q(s.drafter) + args, log) == 0);
-    CHECK(slurp(log).find("no run.json beside") != std::string::npos);
-    CHECK(slurp(log).find("pass --preset-seed N") != std::string::npos);
+    CHECK(run("spec-decode " + quoted(s.drafter) + args, log) == 0);
+    CHECK(read_text(log).find("no run.json beside") != std::string::npos);
+    CHECK(read_text(log).find("pass --preset-seed N") != std::string::npos);
     // An export at RUN_DIR/drafter: the run's seed, said; the same tokens as --preset-seed with it.
     const auto run_dir = s.dir.path() / "run";
     std::filesystem::create_directories(run_dir);
     std::filesystem::copy(s.drafter, run_dir / "drafter");
     std::ofstream(run_dir / "run.json") << R"({"seed": 77})";
     const auto out_a = s.dir.path() / "a.json", out_b = s.dir.path() / "b.json";
-    CHECK(run("spec-decode " + q(run_dir / "drafter") + args, log, out_a) == 0);
-    CHECK(slurp(log).find("random weights from seed 77, the [run] seed of the run that trained this drafter") !=
+    CHECK(run("spec-decode " + quoted(run_dir / "drafter") + args, log, out_a) == 0);
+    CHECK(read_text(log).find("random weights from seed 77, the [run] seed of the run that trained this drafter") !=
           std::string::npos);
-    CHECK(run("spec-decode " + q(run_dir / "drafter") + args + " --preset-seed 77", log, out_b) == 0);
-    CHECK(slurp(log).find("random weights from seed") == std::string::npos);  // given: nothing to say
-    const auto outputs = [](const std::filesystem::path& p) { return nlohmann::json::parse(slurp(p))["prompts"]; };
+    CHECK(run("spec-decode " + quoted(run_dir / "drafter") + args + " --preset-seed 77", log, out_b) == 0);
+    CHECK(read_text(log).find("random weights from seed") == std::string::npos);  // given: nothing to say
+    const auto outputs = [](const std::filesystem::path& p) { return nlohmann::json::parse(read_text(p))["prompts"]; };
     CHECK(outputs(out_a) == outputs(out_b));
 }
 
 TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, equal to its dump and to the forward here") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log", out = s.dir.path() / "out.json", dump = s.dir.path() / "dump.safetensors";
-    const std::string common = "check-drafter " + q(s.drafter) + " --target preset:tiny --data " + q(s.data) +
+    const std::string common = "check-drafter " + quoted(s.drafter) + " --target preset:tiny --data " + quoted(s.data) +
                                " --num-anchors 6 --seed 9 --gamma 4";
-    REQUIRE_MESSAGE(run(common + " --json --dump " + q(dump), log, out) == 0, slurp(log));
-    const auto j = nlohmann::json::parse(slurp(out));
+    REQUIRE_MESSAGE(run(common + " --json --dump " + quoted(dump), log, out) == 0, read_text(log));
+    const auto j = nlohmann::json::parse(read_text(out));
     CHECK(j["samples"] == 3);
     CHECK(j["samples_without_blocks"] == 1);  // the 3-token sample
     CHECK(j["blocks"] == 12);                 // 6 + 6: both long samples have more than 6 valid anchors
@@ -259,7 +259,7 @@ TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, eq
 
     // The human-readable form says the same.
     REQUIRE(run(common, log, out) == 0);
-    const std::string text = slurp(out);
+    const std::string text = read_text(out);
     CHECK(text.find("accuracy at block positions 1..3") != std::string::npos);
     CHECK(text.find("acceptance length estimate") != std::string::npos);
     CHECK(text.find("12 blocks") != std::string::npos);
@@ -268,10 +268,10 @@ TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, eq
 TEST_CASE("check-drafter without --target is a smoke check and says so") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log", out = s.dir.path() / "out";
-    REQUIRE(run("check-drafter " + q(s.drafter), log, out) == 0);
-    CHECK(slurp(out).find("smoke check only") != std::string::npos);
-    REQUIRE(run("check-drafter " + q(s.drafter) + " --json", log, out) == 0);
-    CHECK(nlohmann::json::parse(slurp(out))["check"] == "smoke");
+    REQUIRE(run("check-drafter " + quoted(s.drafter), log, out) == 0);
+    CHECK(read_text(out).find("smoke check only") != std::string::npos);
+    REQUIRE(run("check-drafter " + quoted(s.drafter) + " --json", log, out) == 0);
+    CHECK(nlohmann::json::parse(read_text(out))["check"] == "smoke");
 }
 
 TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 for a bad command line") {
@@ -279,7 +279,7 @@ TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 f
     const auto log = s.dir.path() / "log";
     // The error is one line (the data set reader may log its summary before it).
     auto one_line = [&](const std::string& want) {
-        const std::string text = slurp(log);
+        const std::string text = read_text(log);
         INFO(text);
         std::vector<std::string> errors;
         std::istringstream lines(text);
@@ -289,12 +289,19 @@ TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 f
         CHECK(errors[0].find(want) != std::string::npos);
         CHECK(text.ends_with(errors[0] + "\n"));
     };
-    const std::string drafter = "check-drafter " + q(s.drafter);
-    const std::string data = " --data " + q(s.data);
+    const std::string drafter = "check-drafter " + quoted(s.drafter);
+    const std::string data = " --data " + quoted(s.data);
 
     // Command line: exit 2.
     CHECK(run(drafter + " --frobnicate", log) == 2);
     one_line("unknown option --frobnicate");
+    // An EAGLE-3 export: told how it is checked (it said "architectures must list DFlashDraftModel").
+    const auto eagle = s.dir.path() / "eagle3";
+    std::filesystem::create_directories(eagle);
+    std::ofstream(eagle / "config.json") << R"({"architectures": ["LlamaForCausalLMEagle3"]})";
+    CHECK(run("check-drafter " + quoted(eagle), log) == 1);
+    one_line("drafter type eagle3: check-drafter checks DFlash exports; check this one with its target by its real "
+             "acceptance length: `hsring model spec-decode");
     CHECK(run(drafter + data, log) == 2);
     one_line("--data needs --target MODEL");
     CHECK(run(drafter + " --target preset:tiny", log) == 2);
@@ -315,31 +322,31 @@ TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 f
         return d;
     };
     const auto vocab = target_dir("vocab600", [](ModelShape& t) { t.vocab_size = 600; });
-    CHECK(run(drafter + " --target " + q(vocab) + data, log) == 1);
+    CHECK(run(drafter + " --target " + quoted(vocab) + data, log) == 1);
     one_line("vocab_size 512 does not match");
     const auto short_target = target_dir("layers3", [](ModelShape& t) { t.num_layers = 3; });
-    CHECK(run(drafter + " --target " + q(short_target) + data, log) == 1);
+    CHECK(run(drafter + " --target " + quoted(short_target) + data, log) == 1);
     one_line("trained on a 8-layer target (num_target_layers) but");
     {  // Without num_target_layers, the layer ids themselves are checked.
-        auto j = nlohmann::json::parse(slurp(s.drafter / "config.json"));
+        auto j = nlohmann::json::parse(read_text(s.drafter / "config.json"));
         j.erase("num_target_layers");
         std::ofstream(s.drafter / "config.json") << j.dump();
     }
-    CHECK(run(drafter + " --target " + q(short_target) + data, log) == 1);
+    CHECK(run(drafter + " --target " + quoted(short_target) + data, log) == 1);
     one_line("target layer id 4 (dflash_config.target_layer_ids) is out of range");
 
     // Data and model files.
-    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "nope.jsonl"), log) == 1);
+    CHECK(run(drafter + " --target preset:tiny --data " + quoted(s.dir.path() / "nope.jsonl"), log) == 1);
     one_line((s.dir.path() / "nope.jsonl").string() + ": no such file");
     std::ofstream(s.dir.path() / "bad.jsonl") << "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [1, 999]}\n";
-    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "bad.jsonl"), log) == 1);
+    CHECK(run(drafter + " --target preset:tiny --data " + quoted(s.dir.path() / "bad.jsonl"), log) == 1);
     one_line((s.dir.path() / "bad.jsonl").string() + ":2:");
     std::ofstream(s.dir.path() / "short.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
-    CHECK(run(drafter + " --target preset:tiny --data " + q(s.dir.path() / "short.jsonl"), log) == 1);
+    CHECK(run(drafter + " --target preset:tiny --data " + quoted(s.dir.path() / "short.jsonl"), log) == 1);
     one_line("none of the 1 evaluated samples has a valid anchor");
-    CHECK(run(drafter + " --target " + q(s.dir.path() / "no-model") + data, log) == 1);
+    CHECK(run(drafter + " --target " + quoted(s.dir.path() / "no-model") + data, log) == 1);
     one_line("no-model': no such directory");
-    CHECK(run("check-drafter " + q(s.dir.path() / "no-drafter") + " --target preset:tiny" + data, log) == 1);
+    CHECK(run("check-drafter " + quoted(s.dir.path() / "no-drafter") + " --target preset:tiny" + data, log) == 1);
     one_line((s.dir.path() / "no-drafter" / "config.json").string() + ": cannot open");
 }
 

@@ -13,6 +13,7 @@
 #include "hsring/model_shape.hpp"
 #include "model/drafter/dflash/eval.hpp"
 #include "model/drafter/dflash/export.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/io/safetensors.hpp"
 #include "model/target/target.hpp"
 #include "model/tools/cli_args.hpp"
@@ -290,6 +291,13 @@ int evaluate(const CheckDrafterArgs& o) {
 
 int check_drafter(int argc, char** argv) {
     const CheckDrafterArgs o = parse_check_drafter_args(argc, argv);
+    // The loss / accuracy / acceptance check is DFlash's (its blocks at the training anchors); an
+    // EAGLE-3 export is checked by what it drafts with its target.
+    if (const std::string type = drafter_type_of(o.dir); type != "dflash")
+        fail("{}: drafter type {}: check-drafter checks DFlash exports; check this one with its target by its real "
+             "acceptance length: `hsring model spec-decode {} --target MODEL --prompts FILE.jsonl` (lossless, tau "
+             "per prompt; its run measured it at the end when [eval] spec_prompts was set)",
+             (o.dir / "config.json").string(), type, o.dir.string());
     return o.target.empty() ? smoke_check(o) : evaluate(o);
 }
 
