@@ -16,9 +16,9 @@ using namespace hsring::model;
 
 namespace {
 
-const at::Device kCuda("cuda:0");
+const at::Device kStepCuda("cuda:0");
 
-struct Case {
+struct StepCase {
     at::ScalarType dtype;
     std::int64_t heads, kv_heads, head_dim, n;
 };
@@ -31,8 +31,8 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
     test::require_gpu_or_skip();
     // Qwen3-8B's heads (32 / 8 of 128) and the tiny preset's (4 / 2 of 16); plain decoding (n = 1)
     // and a 16-token verify step; rows of different lengths; a window that is not a whole tile.
-    for (const Case c : {Case{at::kBFloat16, 32, 8, 128, 1}, Case{at::kBFloat16, 32, 8, 128, 16},
-                         Case{at::kFloat, 32, 8, 128, 16}, Case{at::kFloat, 4, 2, 16, 1}, Case{at::kFloat, 4, 2, 16, 4}}) {
+    for (const StepCase c : {StepCase{at::kBFloat16, 32, 8, 128, 1}, StepCase{at::kBFloat16, 32, 8, 128, 16},
+                         StepCase{at::kFloat, 32, 8, 128, 16}, StepCase{at::kFloat, 4, 2, 16, 1}, StepCase{at::kFloat, 4, 2, 16, 4}}) {
         INFO("dtype " << c10::toString(c.dtype) << ", heads " << c.heads << "/" << c.kv_heads << " x " << c.head_dim
                       << ", n " << c.n);
         const double tol = c.dtype == at::kFloat ? 1e-5 : 1.5e-2;
@@ -50,22 +50,22 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
         const at::Tensor q_norm = (at::rand({d}) + 0.5).to(c.dtype), k_norm = (at::rand({d}) + 0.5).to(c.dtype);
         const at::Tensor keys = at::randn({rows, cap, c.kv_heads, d}).to(c.dtype), values = at::randn_like(keys);
         const RopeTables rope = rope_tables(rope_inv_freq(d, 1e6, {}), positions, c.dtype);
-        const RopeTables rope_gpu{rope.cos.to(kCuda), rope.sin.to(kCuda)};
+        const RopeTables rope_gpu{rope.cos.to(kStepCuda), rope.sin.to(kStepCuda)};
         const CachedHeads h{c.heads, c.kv_heads, d};
         const double scale = 1.0 / std::sqrt(static_cast<double>(d));
         for (const bool norms : {true, false}) {
             INFO("q/k norms " << norms);
             const at::Tensor qn = norms ? q_norm : at::Tensor(), kn = norms ? k_norm : at::Tensor();
             at::Tensor kc = keys.clone(), vc = values.clone();
-            at::Tensor kg = keys.to(kCuda), vg = values.to(kCuda);
+            at::Tensor kg = keys.to(kStepCuda), vg = values.to(kStepCuda);
             const at::Tensor q_cpu = qkv_to_cache(qkv, h, qn, kn, 1e-6, rope, slot, kc, vc);
-            const at::Tensor q_gpu = qkv_to_cache(qkv.to(kCuda), h, norms ? qn.to(kCuda) : at::Tensor(),
-                                                  norms ? kn.to(kCuda) : at::Tensor(), 1e-6, rope_gpu, slot.to(kCuda), kg, vg);
+            const at::Tensor q_gpu = qkv_to_cache(qkv.to(kStepCuda), h, norms ? qn.to(kStepCuda) : at::Tensor(),
+                                                  norms ? kn.to(kStepCuda) : at::Tensor(), 1e-6, rope_gpu, slot.to(kStepCuda), kg, vg);
             CHECK(test::relative_error(q_gpu, q_cpu) < tol);
             CHECK(test::relative_error(kg, kc) < tol);
             CHECK(at::equal(vg.cpu(), vc));  // v is copied, not computed
             const at::Tensor o_cpu = cached_attention(q_cpu, kc, vc, positions, c.n, window, scale);
-            const at::Tensor o_gpu = cached_attention(q_cpu.to(kCuda), kc.to(kCuda), vc.to(kCuda), positions.to(kCuda),
+            const at::Tensor o_gpu = cached_attention(q_cpu.to(kStepCuda), kc.to(kStepCuda), vc.to(kStepCuda), positions.to(kStepCuda),
                                                       c.n, window, scale);
             CHECK(o_gpu.sizes() == o_cpu.sizes());
             CHECK(test::relative_error(o_gpu, o_cpu) < tol);
@@ -74,10 +74,10 @@ TEST_CASE("decode step kernels on the GPU equal their ATen composition on the CP
         // Residual add + RMSNorm, with and without the residual.
         const at::Tensor x = at::randn({t, width}, opts), res = at::randn({t, width}, opts);
         const at::Tensor w = (at::rand({width}) + 0.5).to(c.dtype);
-        const SumAndNorm cpu = add_rms_norm(x, res, w, 1e-6), gpu = add_rms_norm(x.to(kCuda), res.to(kCuda), w.to(kCuda), 1e-6);
+        const SumAndNorm cpu = add_rms_norm(x, res, w, 1e-6), gpu = add_rms_norm(x.to(kStepCuda), res.to(kStepCuda), w.to(kStepCuda), 1e-6);
         CHECK(at::equal(gpu.sum.cpu(), cpu.sum));  // one rounding of the same fp32 sum
         CHECK(test::relative_error(gpu.normed, cpu.normed) < tol);
-        const SumAndNorm cpu1 = add_rms_norm(x, {}, w, 1e-6), gpu1 = add_rms_norm(x.to(kCuda), {}, w.to(kCuda), 1e-6);
+        const SumAndNorm cpu1 = add_rms_norm(x, {}, w, 1e-6), gpu1 = add_rms_norm(x.to(kStepCuda), {}, w.to(kStepCuda), 1e-6);
         CHECK(test::relative_error(gpu1.normed, cpu1.normed) < tol);
     }
 }
@@ -90,8 +90,8 @@ TEST_CASE("decode step GEMV on the GPU: one row against a weight [out, in] equal
     for (const auto& [dtype, in, out] : std::vector<std::tuple<at::ScalarType, std::int64_t, std::int64_t>>{
              {at::kBFloat16, 4096, 6144}, {at::kBFloat16, 12288, 37}, {at::kBFloat16, 16, 101}, {at::kFloat, 4096, 333}}) {
         INFO("dtype " << c10::toString(dtype) << ", " << out << " x " << in);
-        const at::Tensor x = at::randn({1, in}, at::TensorOptions().device(kCuda)).to(dtype);
-        const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).to(dtype);
+        const at::Tensor x = at::randn({1, in}, at::TensorOptions().device(kStepCuda)).to(dtype);
+        const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kStepCuda)) * 0.02).to(dtype);
         // The GEMV itself, not dense()'s equal numbers: its precondition once failed on every
         // call from the decode step and the step silently ran cuBLAS (issue 35).
         CHECK(dense_rows_on_kernel(x, w));
@@ -117,8 +117,8 @@ TEST_CASE("decode step GEMV on the GPU: 1-16 rows in bf16 / fp16 equal the fp64 
         for (const auto& [in, out] : std::vector<std::pair<std::int64_t, std::int64_t>>{{4096, 6144}, {12288, 37}, {32, 101}})
             for (const std::int64_t rows : {1, 3, 9, 16}) {
                 INFO(c10::toString(dtype) << ", " << rows << " rows, " << out << " x " << in);
-                const at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kCuda)).to(dtype);
-                const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).to(dtype);
+                const at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kStepCuda)).to(dtype);
+                const at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kStepCuda)) * 0.02).to(dtype);
                 REQUIRE(dense_rows_on_kernel(x, w));
                 const at::Tensor y = dense_rows(x, w);
                 CHECK((y.sizes() == at::IntArrayRef{rows, out}));

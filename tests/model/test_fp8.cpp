@@ -23,7 +23,7 @@ using hsring::test::DFlashFixture;
 namespace {
 
 // ||a - ref|| / ||ref|| (Frobenius), in fp64.
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+double fp8_rel_err(const at::Tensor& a, const at::Tensor& ref) {
     const at::Tensor r = ref.to(at::kDouble);
     return (a.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
 }
@@ -62,7 +62,7 @@ TEST_CASE("fp8_linear: forward and dX within e4m3 rounding of fp64, dW in x's dt
         CHECK(test::dt(f.dx.scalar_type()) == test::dt(xdt));
         CHECK(test::dt(f.dw.scalar_type()) == "Float");  // the fp32 master weight's gradient
         CHECK(f.y.sizes() == ref.y.sizes());
-        const double ey = rel_err(f.y, ref.y), edx = rel_err(f.dx, ref.dx), edw = rel_err(f.dw, ref.dw);
+        const double ey = fp8_rel_err(f.y, ref.y), edx = fp8_rel_err(f.dx, ref.dx), edw = fp8_rel_err(f.dw, ref.dw);
         MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
         CHECK(ey < 0.06);
         CHECK(edx < 0.09);
@@ -81,9 +81,9 @@ TEST_CASE("fp8_linear: a tensor's scale follows its own magnitude (tiny and huge
         const Grads ref = reference(x * s, w / s, g * s);
         const Grads f =
             run([](const at::Tensor& a, const at::Tensor& b) { return fp8_linear(a, b); }, x * s, w / s, g * s);
-        CHECK(rel_err(f.y, ref.y) < 0.06);
-        CHECK(rel_err(f.dx, ref.dx) < 0.09);
-        CHECK(rel_err(f.dw, ref.dw) < 0.09);
+        CHECK(fp8_rel_err(f.y, ref.y) < 0.06);
+        CHECK(fp8_rel_err(f.dx, ref.dx) < 0.09);
+        CHECK(fp8_rel_err(f.dw, ref.dw) < 0.09);
     }
 }
 
@@ -176,7 +176,7 @@ TEST_CASE("a tiny drafter with FP8 layer matmuls: loss within 2% of fp32, gradie
     const auto names = drafter->named_parameters().keys();
     double worst = 0;
     for (std::size_t i = 0; i < g32.size(); ++i) {
-        const double e = rel_err(g8[i], g32[i]);
+        const double e = fp8_rel_err(g8[i], g32[i]);
         INFO(names[i] << ": relative error " << e);
         worst = std::max(worst, e);
         CHECK(at::isfinite(g8[i]).all().item<bool>());

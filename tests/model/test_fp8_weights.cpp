@@ -25,7 +25,7 @@ using hsring::test::TempDir;
 
 namespace {
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+double fp8w_rel_err(const at::Tensor& a, const at::Tensor& ref) {
     const at::Tensor r = ref.to(at::kDouble);
     return (a.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
 }
@@ -98,7 +98,7 @@ TEST_CASE("FP8 weights: one scale per output row, dequantised within e4m3's roun
     CHECK(back[5].abs().max().item<float>() == 0.0f);
     // Row scales: every row keeps e4m3's relative precision however small it is.
     for (std::int64_t r : {0, 1, 50, 95})
-        if (r != 5) CHECK(rel_err(back[r], w[r]) < 4e-2);
+        if (r != 5) CHECK(fp8w_rel_err(back[r], w[r]) < 4e-2);
     // Each row's largest element maps to 448 (the scale uses the whole range).
     CHECK(q.data.to(at::kFloat).abs().amax(1)[0].item<float>() == 448.0f);
 }
@@ -110,11 +110,11 @@ TEST_CASE("FP8 linear: per-token activation scales; x @ w^T within 6% of fp64, e
     const Fp8Weight q = fp8_weight(w);
     const at::Tensor y = fp8_dense(x, q);
     CHECK((y.sizes() == at::IntArrayRef{37, 48}));
-    CHECK(rel_err(y, at::matmul(x.to(at::kDouble), w.to(at::kDouble).t())) < 6e-2);
+    CHECK(fp8w_rel_err(y, at::matmul(x.to(at::kDouble), w.to(at::kDouble).t())) < 6e-2);
     // Per-token scales: the tiny first row is as precise as the large last one, and a row's result
     // is the same computed alone (batch-invariant: a sample's hidden states do not depend on its slot).
-    CHECK(rel_err(y[0], at::matmul(x[0].to(at::kDouble), w.to(at::kDouble).t())) < 6e-2);
-    for (std::int64_t r : {0, 17, 36}) CHECK(rel_err(fp8_dense(x.narrow(0, r, 1), q), y.narrow(0, r, 1)) < 1e-6);
+    CHECK(fp8w_rel_err(y[0], at::matmul(x[0].to(at::kDouble), w.to(at::kDouble).t())) < 6e-2);
+    for (std::int64_t r : {0, 17, 36}) CHECK(fp8w_rel_err(fp8_dense(x.narrow(0, r, 1), q), y.narrow(0, r, 1)) < 1e-6);
     CHECK(at::equal(fp8_dense_reference(x, q), y));  // the CPU runs the reference itself
 }
 
@@ -189,14 +189,14 @@ TEST_CASE("a block-scaled FP8 checkpoint (weight_scale_inv, config's weight_bloc
     auto exact = TargetModel::from_weights(s, meant, at::kCPU, at::kFloat, "meant");
     auto dequantised = TargetModel::load(parsed, at::kCPU, at::kFloat, 0);
     const auto ref = hidden(exact, tokens, cu, layers), got = hidden(dequantised, tokens, cu, layers);
-    for (std::size_t i = 0; i < layers.size(); ++i) CHECK(rel_err(got[i], ref[i]) < 1e-6);
+    for (std::size_t i = 0; i < layers.size(); ++i) CHECK(fp8w_rel_err(got[i], ref[i]) < 1e-6);
     // weights = "fp8": block scales become row scales, activations quantised per token.
     auto fp8 = TargetModel::load(parsed, at::kCPU, at::kFloat, 0, /*fp8=*/true);
     const auto q = hidden(fp8, tokens, cu, layers);
     for (std::size_t i = 0; i < layers.size(); ++i) {
         INFO("layer " << layers[i]);
         CHECK(at::isfinite(q[i]).all().item<bool>());
-        CHECK(rel_err(q[i], ref[i]) < 8e-2);
+        CHECK(fp8w_rel_err(q[i], ref[i]) < 8e-2);
     }
 }
 
@@ -243,10 +243,10 @@ TEST_CASE("a tiny target with FP8 linear weights: hidden states close to fp32 at
     const at::Tensor la = f32.forward(tokens, cu, layers, [&](std::size_t i, const at::Tensor& h) { a[i] = h; }, true);
     const at::Tensor lb = fp8.forward(tokens, cu, layers, [&](std::size_t i, const at::Tensor& h) { b[i] = h; }, true);
     for (std::size_t i = 0; i < layers.size(); ++i) {
-        INFO("layer " << layers[i] << ": " << rel_err(b[i], a[i]));
-        CHECK(rel_err(b[i], a[i]) < 5e-2);
+        INFO("layer " << layers[i] << ": " << fp8w_rel_err(b[i], a[i]));
+        CHECK(fp8w_rel_err(b[i], a[i]) < 5e-2);
     }
-    CHECK(rel_err(lb, la) < 5e-2);
+    CHECK(fp8w_rel_err(lb, la) < 5e-2);
 }
 
 } // TEST_SUITE

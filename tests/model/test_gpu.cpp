@@ -34,9 +34,9 @@ using namespace hsring::model;
 
 namespace {
 
-const at::Device kCuda("cuda:0");
+const at::Device kGpu("cuda:0");
 
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+double gpu_rel_err(const at::Tensor& a, const at::Tensor& ref) {
     at::Tensor r = ref.to(at::kCPU, at::kDouble);
     return (a.to(at::kCPU, at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
 }
@@ -48,17 +48,17 @@ TEST_SUITE("gpu") {
 TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; Qwen3-8B dims close to bf16") {
     test::require_gpu_or_skip();
     // 1000 rows (padded to 1008 inside), rows of very different size: per-token scales.
-    const at::Tensor x = (at::randn({1000, 4096}, at::TensorOptions().device(kCuda)) *
-                          at::linspace(0.01, 50.0, 1000, at::TensorOptions().device(kCuda)).unsqueeze(1))
+    const at::Tensor x = (at::randn({1000, 4096}, at::TensorOptions().device(kGpu)) *
+                          at::linspace(0.01, 50.0, 1000, at::TensorOptions().device(kGpu)).unsqueeze(1))
                              .to(at::kBFloat16);
-    const at::Tensor w = (at::randn({6144, 4096}, at::TensorOptions().device(kCuda)) * 0.02).to(at::kBFloat16);
+    const at::Tensor w = (at::randn({6144, 4096}, at::TensorOptions().device(kGpu)) * 0.02).to(at::kBFloat16);
     const Fp8Weight q = fp8_weight(w);
     const at::Tensor y = fp8_dense(x, q);
     CHECK((y.sizes() == at::IntArrayRef{1000, 6144}));
     CHECK((y.scalar_type() == at::kBFloat16));
-    CHECK(rel_err(y, fp8_dense_reference(x, q)) < 1e-2);     // the same products, other summation order
-    CHECK(rel_err(y, at::matmul(x.to(at::kFloat), w.to(at::kFloat).t())) < 6e-2);  // e4m3 x e4m3
-    CHECK(rel_err(y.narrow(0, 0, 1), at::matmul(x.narrow(0, 0, 1).to(at::kFloat), w.to(at::kFloat).t())) < 6e-2);
+    CHECK(gpu_rel_err(y, fp8_dense_reference(x, q)) < 1e-2);     // the same products, other summation order
+    CHECK(gpu_rel_err(y, at::matmul(x.to(at::kFloat), w.to(at::kFloat).t())) < 6e-2);  // e4m3 x e4m3
+    CHECK(gpu_rel_err(y.narrow(0, 0, 1), at::matmul(x.narrow(0, 0, 1).to(at::kFloat), w.to(at::kFloat).t())) < 6e-2);
     // The row quantisation kernel (src/kernels/fp8_rows.cu) against the CPU's ATen composition:
     // the same IEEE operations, so the same bytes and scales. A zero row and a strided input too.
     at::Tensor xs = x.narrow(1, 3, 4000);  // row stride 4096, starts 6 bytes in: the kernel's scalar path
@@ -71,7 +71,7 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
         CHECK(differ == 0);
         CHECK(at::equal(g.scale.cpu(), c.scale));
         // With column scales (fp8_linear's dX: g diag(sw)), the fp32 products in the same pass.
-        const at::Tensor cs = at::rand({in.size(1)}, at::TensorOptions().device(kCuda)) * 1e-3 + 1e-5;
+        const at::Tensor cs = at::rand({in.size(1)}, at::TensorOptions().device(kGpu)) * 1e-3 + 1e-5;
         const Fp8Rows gc = fp8_rows(in, cs), cc = fp8_rows(in.cpu(), cs.cpu());
         CHECK(gc.data.size(0) % 16 == 0);  // padded on the GPU
         const std::int64_t differ_cols =
@@ -92,18 +92,18 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
             const double differ = fused.data.narrow(0, 0, fused.rows).view(at::kByte)
                                       .ne(aten.data.narrow(0, 0, aten.rows).view(at::kByte))
                                       .sum().item<double>() / double(aten.data.narrow(0, 0, aten.rows).numel());
-            const double err = rel_err(dequant(fused), dequant(aten));
+            const double err = gpu_rel_err(dequant(fused), dequant(aten));
             MESSAGE(what << ": bytes differing from the ATen composition " << differ * 100 << "%, dequantised rel. err " << err);
             CHECK(differ <= max_differ);
             CHECK(err < 1e-2);
             CHECK(at::allclose(fused.scale.narrow(0, 0, fused.rows), aten.scale.narrow(0, 0, aten.rows), 1e-2, 0));
         };
-        const at::Tensor nw = (1 + 0.1 * at::randn({4096}, at::TensorOptions().device(kCuda))).to(at::kBFloat16);
+        const at::Tensor nw = (1 + 0.1 * at::randn({4096}, at::TensorOptions().device(kGpu))).to(at::kBFloat16);
         compare("RMSNorm + quantisation", fp8_rms_norm_rows(x, nw, 1e-6), fp8_rows(rms_norm(x, nw, 1e-6)), 0.02);
-        const at::Tensor gate_up = (at::randn({1000, 2 * 3072}, at::TensorOptions().device(kCuda)) * 3).to(at::kBFloat16);
+        const at::Tensor gate_up = (at::randn({1000, 2 * 3072}, at::TensorOptions().device(kGpu)) * 3).to(at::kBFloat16);
         compare("SwiGLU + quantisation", fp8_swiglu_rows(gate_up), fp8_rows(swiglu(gate_up)), 1e-3);
         // A strided input (a view's rows) takes the same kernel.
-        const at::Tensor wide = at::randn({64, 4096 + 64}, at::TensorOptions().device(kCuda)).to(at::kBFloat16);
+        const at::Tensor wide = at::randn({64, 4096 + 64}, at::TensorOptions().device(kGpu)).to(at::kBFloat16);
         compare("RMSNorm + quantisation, strided rows", fp8_rms_norm_rows(wide.narrow(1, 0, 4096), nw, 1e-6),
                 fp8_rows(rms_norm(wide.narrow(1, 0, 4096).contiguous(), nw, 1e-6)), 0.02);
     }
@@ -111,7 +111,7 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
     // against ATen's byte-wise one, at whole tiles, partial tiles and a shape it leaves to ATen.
     for (const auto& [r, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{
              {6144, 4096}, {48, 80}, {1040, 4112}, {16, 12304}, {20, 36}}) {
-        const at::Tensor bytes = at::randint(0, 256, {r, c}, at::TensorOptions().device(kCuda).dtype(at::kByte));
+        const at::Tensor bytes = at::randint(0, 256, {r, c}, at::TensorOptions().device(kGpu).dtype(at::kByte));
         const at::Tensor e4m3 = bytes.view(at::kFloat8_e4m3fn);
         const at::Tensor t = transposed_bytes(e4m3);
         CHECK((t.sizes() == at::IntArrayRef{c, r}));
@@ -123,10 +123,10 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
     // A model: Qwen3-8B dims, 3 layers; FP8 linear weights against the bf16 model of the same seed.
     ModelShape s = preset_shape("qwen3-8b");
     s.num_layers = 3;
-    auto b16 = TargetModel::load(s, kCuda, at::kBFloat16, 7);
-    auto f8 = TargetModel::load(s, kCuda, at::kBFloat16, 7, /*fp8=*/true);
+    auto b16 = TargetModel::load(s, kGpu, at::kBFloat16, 7);
+    auto f8 = TargetModel::load(s, kGpu, at::kBFloat16, 7, /*fp8=*/true);
     std::vector<std::int64_t> cu{0, 700, 701, 1900, 2048};
-    at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kCuda);
+    at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kGpu);
     std::vector<at::Tensor> a(2), b(2);
     b16.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { a[i] = h; });
     f8.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { b[i] = h; });
@@ -134,14 +134,14 @@ TEST_CASE("FP8 target weights: _scaled_mm with row scales equals its emulation; 
     // (the same layer emulated in fp32 on the CPU: 12.2% after layer 0, BENCHMARKS.md), so this
     // bounds a broken path (scales misapplied: ~100%), not FP8's precision.
     for (int i = 0; i < 2; ++i) {
-        INFO("captured " << i << ": " << rel_err(b[i], a[i]));
+        INFO("captured " << i << ": " << gpu_rel_err(b[i], a[i]));
         CHECK(at::isfinite(b[i]).all().item<bool>());
-        CHECK(rel_err(b[i], a[i]) < 0.25);
+        CHECK(gpu_rel_err(b[i], a[i]) < 0.25);
     }
     // Per-token scales: a sequence's hidden states do not depend on what it is packed with.
     std::vector<at::Tensor> alone(1);
     f8.forward(tokens.narrow(0, 701, 1199), {0, 1199}, {2}, [&](std::size_t, const at::Tensor& h) { alone[0] = h; });
-    CHECK(rel_err(b[1].narrow(0, 701, 1199), alone[0]) < 1e-2);
+    CHECK(gpu_rel_err(b[1].narrow(0, 701, 1199), alone[0]) < 1e-2);
 }
 
 TEST_CASE("bf16 packed flash forward matches the fp32 forward (tiny and Qwen3-8B dims)") {
@@ -150,20 +150,20 @@ TEST_CASE("bf16 packed flash forward matches the fp32 forward (tiny and Qwen3-8B
         INFO(preset);
         ModelShape s = preset_shape(preset);
         s.num_layers = std::min<std::int64_t>(s.num_layers, 3);  // 8B dims, 3 layers: enough to compare
-        auto f32 = TargetModel::load(s, kCuda, at::kFloat, 7);
-        auto b16 = TargetModel::load(s, kCuda, at::kBFloat16, 7);
+        auto f32 = TargetModel::load(s, kGpu, at::kFloat, 7);
+        auto b16 = TargetModel::load(s, kGpu, at::kBFloat16, 7);
         std::vector<std::int64_t> cu{0, 700, 701, 1900, 2048};
-        at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kCuda);
+        at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kGpu);
         std::vector<at::Tensor> a(2), b(2);
         at::Tensor la = f32.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { a[i] = h; }, true);
         at::Tensor lb = b16.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { b[i] = h; }, true);
         CHECK(hsring::test::dt(b[1].scalar_type()) == "BFloat16");
-        for (int i = 0; i < 2; ++i) CHECK(rel_err(b[i], a[i]) < 2e-2);
-        CHECK(rel_err(lb, la) < 3e-2);
+        for (int i = 0; i < 2; ++i) CHECK(gpu_rel_err(b[i], a[i]) < 2e-2);
+        CHECK(gpu_rel_err(lb, la) < 3e-2);
         // Packed equals alone on the flash path too.
         std::vector<at::Tensor> alone(1);
         b16.forward(tokens.narrow(0, 701, 1199), {0, 1199}, {2}, [&](std::size_t, const at::Tensor& h) { alone[0] = h; });
-        CHECK(rel_err(b[1].narrow(0, 701, 1199), alone[0]) < 1e-2);
+        CHECK(gpu_rel_err(b[1].narrow(0, 701, 1199), alone[0]) < 1e-2);
     }
 }
 
@@ -182,26 +182,26 @@ TEST_CASE("MoE targets in bf16 on the GPU (grouped-GEMM experts, flash + sinks) 
         ModelShape s = preset_shape(preset);
         s.num_layers = std::min<std::int64_t>(s.num_layers, 3);
         if (!s.layer_types.empty()) s.layer_types.resize(static_cast<std::size_t>(s.num_layers));
-        auto f32 = TargetModel::load(s, kCuda, at::kFloat, 7);
-        auto b16 = TargetModel::load(s, kCuda, at::kBFloat16, 7);
+        auto f32 = TargetModel::load(s, kGpu, at::kFloat, 7);
+        auto b16 = TargetModel::load(s, kGpu, at::kBFloat16, 7);
         std::vector<std::int64_t> cu{0, 700, 701, 1900, 2048};
-        at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kCuda);
+        at::Tensor tokens = at::randint(s.vocab_size, {cu.back()}, at::TensorOptions().dtype(at::kLong)).to(kGpu);
         std::vector<at::Tensor> a(2), b(2), again(2);
         f32.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { a[i] = h; });
         b16.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { b[i] = h; });
         b16.forward(tokens, cu, {0, 2}, [&](std::size_t i, const at::Tensor& h) { again[i] = h; });
         for (int i = 0; i < 2; ++i) {
-            MESSAGE(preset << " layer " << (i == 0 ? 0 : 2) << ": bf16 vs fp32 relative error " << rel_err(b[i], a[i]));
+            MESSAGE(preset << " layer " << (i == 0 ? 0 : 2) << ": bf16 vs fp32 relative error " << gpu_rel_err(b[i], a[i]));
             CHECK(at::isfinite(b[i]).all().item<bool>());
             CHECK(at::equal(b[i], again[i]));  // grouped GEMMs and the gather back: no atomics
-            if (tiny) CHECK(rel_err(b[i], a[i]) < 3e-2);
+            if (tiny) CHECK(gpu_rel_err(b[i], a[i]) < 3e-2);
         }
     }
 }
 
 TEST_CASE("grouped_experts (CUDA bf16 _grouped_mm) equals the per-expert loop on the same bf16 weights") {
     test::require_gpu_or_skip();
-    const auto bf = at::TensorOptions().device(kCuda).dtype(at::kBFloat16);
+    const auto bf = at::TensorOptions().device(kGpu).dtype(at::kBFloat16);
     const std::int64_t t = 3000, h = 2048, inter = 768, e = 128, k = 8;
     at::Tensor x = at::randn({t, h}, bf), gate_up = at::randn({e, 2 * inter, h}, bf) * 0.02,
                down = at::randn({e, h, inter}, bf) * 0.02, gub = at::randn({e, 2 * inter}, bf) * 0.1,
@@ -217,14 +217,14 @@ TEST_CASE("grouped_experts (CUDA bf16 _grouped_mm) equals the per-expert loop on
     const at::Tensor loop = dispatch_experts(x, idx, w, e, [&](std::int64_t i, const at::Tensor& rows) {
         return at::linear(act(at::linear(rows, gate_up[i], gub[i])), down[i], db[i]);
     });
-    MESSAGE("grouped vs loop relative error " << rel_err(grouped, loop));
-    CHECK(rel_err(grouped, loop) < 1e-2);
+    MESSAGE("grouped vs loop relative error " << gpu_rel_err(grouped, loop));
+    CHECK(gpu_rel_err(grouped, loop) < 1e-2);
     CHECK(at::equal(grouped, grouped_experts(x, idx, w, gate_up, gub, down, db, act)));  // deterministic
 }
 
 TEST_CASE("gpt-oss's sparse MLP on the GPU (grouped GEMMs, interleaved clamped SwiGLU, biases) equals the loop") {
     test::require_gpu_or_skip();
-    const auto bf = at::TensorOptions().device(kCuda).dtype(at::kBFloat16);
+    const auto bf = at::TensorOptions().device(kGpu).dtype(at::kBFloat16);
     const std::int64_t t = 2048, h = 2880, inter = 2880, e = 32;
     GptOssMoeWeights w{at::randn({e, h}, bf) * 0.05, at::randn({e}, bf) * 0.1, at::randn({e, 2 * inter, h}, bf) * 0.03,
                        at::randn({e, 2 * inter}, bf), at::randn({e, h, inter}, bf) * 0.02, at::randn({e, h}, bf) * 0.1};
@@ -242,15 +242,15 @@ TEST_CASE("gpt-oss's sparse MLP on the GPU (grouped GEMMs, interleaved clamped S
         const at::Tensor up = gu.slice(-1, 1, gu.size(-1), 2).clamp(-7.0, 7.0);
         return at::linear((up + 1) * (gate * at::sigmoid(gate * 1.702)), w.down[i], w.down_bias[i]);
     });
-    MESSAGE("gpt-oss MLP grouped vs loop relative error " << rel_err(grouped, loop));
-    CHECK(rel_err(grouped, loop) < 1e-2);
+    MESSAGE("gpt-oss MLP grouped vs loop relative error " << gpu_rel_err(grouped, loop));
+    CHECK(gpu_rel_err(grouped, loop) < 1e-2);
 }
 
 TEST_CASE("packed_sink_attention on the GPU (flash varlen window + sink from the log-sum-exp) equals the exact path") {
     test::require_gpu_or_skip();
-    const auto bf = at::TensorOptions().device(kCuda).dtype(at::kBFloat16);
+    const auto bf = at::TensorOptions().device(kGpu).dtype(at::kBFloat16);
     const std::vector<std::int64_t> cu{0, 300, 301, 1000};
-    const auto seqs = PackedSequences::make(cu, cu.back(), kCuda, "test");
+    const auto seqs = PackedSequences::make(cu, cu.back(), kGpu, "test");
     at::Tensor q = at::randn({1000, 64, 64}, bf), k = at::randn({1000, 8, 64}, bf), v = at::randn({1000, 8, 64}, bf);
     at::Tensor sinks = at::randn({64}, bf) * 2;
     for (std::int64_t window : {0, 128}) {
@@ -258,16 +258,16 @@ TEST_CASE("packed_sink_attention on the GPU (flash varlen window + sink from the
         const at::Tensor fast = packed_sink_attention(q, k, v, sinks, seqs, window, 0.125);
         const at::Tensor exact = sink_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), sinks.to(at::kFloat),
                                                 cu, window, 0.125);
-        MESSAGE("window " << window << ": flash + sink vs exact fp32 relative error " << rel_err(fast, exact));
-        CHECK(rel_err(fast, exact) < 1e-2);
+        MESSAGE("window " << window << ": flash + sink vs exact fp32 relative error " << gpu_rel_err(fast, exact));
+        CHECK(gpu_rel_err(fast, exact) < 1e-2);
     }
 }
 
 TEST_CASE("random presets and the head are reproducible on the GPU") {
     test::require_gpu_or_skip();
     ModelShape s = preset_shape("tiny");
-    auto m = TargetModel::load(s, kCuda, at::kBFloat16, 3);
-    auto head = load_target_head(s, kCuda, at::kBFloat16, 3);
+    auto m = TargetModel::load(s, kGpu, at::kBFloat16, 3);
+    auto head = load_target_head(s, kGpu, at::kBFloat16, 3);
     CHECK(at::equal(m.head().embed, head.embed));
     CHECK(at::equal(m.head().lm_head, head.lm_head));
 }
@@ -276,12 +276,12 @@ TEST_CASE("the bf16 GPU drafter step matches the fp32 CPU step on the same weigh
     test::require_gpu_or_skip();
     test::DFlashFixture cpu(at::kCPU, {300, 41, 180}, 16);
     // The same target values on the GPU: move the CPU fixture's tensors.
-    TargetHead head{cpu.head.embed.to(kCuda), cpu.head.lm_head.to(kCuda)};
-    DFlashBatch batch{cpu.batch.hidden.to(kCuda), cpu.batch.tokens.to(kCuda), cpu.batch.loss_mask.to(kCuda),
+    TargetHead head{cpu.head.embed.to(kGpu), cpu.head.lm_head.to(kGpu)};
+    DFlashBatch batch{cpu.batch.hidden.to(kGpu), cpu.batch.tokens.to(kGpu), cpu.batch.loss_mask.to(kGpu),
                       cpu.batch.cu_seqlens};
     auto d_cpu = cpu.drafter(9);
     auto d_gpu = cpu.drafter(9);
-    d_gpu->to(kCuda);
+    d_gpu->to(kGpu);
     at::Generator g = cpu_generator(5);
     auto blocks_cpu = sample_dflash_blocks(cpu.batch.tokens, cpu.batch.loss_mask, cpu.batch.cu_seqlens, 16, 511, 20,
                                            7.0, g);
@@ -318,11 +318,11 @@ TEST_CASE("the bf16 GPU drafter step matches the fp32 CPU step on the same weigh
 TEST_CASE("recompute = layers on the GPU (bf16): the loss and gradients of keeping the activations") {
     test::require_gpu_or_skip();
     test::DFlashFixture cpu(at::kCPU, {300, 41, 180}, 16);
-    DFlashBatch batch{cpu.batch.hidden.to(kCuda), cpu.batch.tokens.to(kCuda), cpu.batch.loss_mask.to(kCuda),
+    DFlashBatch batch{cpu.batch.hidden.to(kGpu), cpu.batch.tokens.to(kGpu), cpu.batch.loss_mask.to(kGpu),
                       cpu.batch.cu_seqlens};
-    TargetHead head{cpu.head.embed.to(kCuda), cpu.head.lm_head.to(kCuda)};
+    TargetHead head{cpu.head.embed.to(kGpu), cpu.head.lm_head.to(kGpu)};
     auto d = cpu.drafter(9);
-    d->to(kCuda);
+    d->to(kGpu);
     at::Generator g = cpu_generator(5);
     auto blocks = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, 16, 511, 20, 7.0, g);
     auto run = [&](bool recompute) {
@@ -351,17 +351,17 @@ TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B sh
     for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4100, 4096, 12288},
                                         {2050, 12288, 4096}, {100, 4096, 1024}}) {
         INFO(rows << " x " << in << " -> " << out);
-        at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kCuda)).to(at::kBFloat16).requires_grad_(true);
-        at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kCuda)) * 0.02).requires_grad_(true);
-        at::Tensor g = at::randn({rows, out}, at::TensorOptions().device(kCuda)).to(at::kBFloat16);
+        at::Tensor x = at::randn({rows, in}, at::TensorOptions().device(kGpu)).to(at::kBFloat16).requires_grad_(true);
+        at::Tensor w = (at::randn({out, in}, at::TensorOptions().device(kGpu)) * 0.02).requires_grad_(true);
+        at::Tensor g = at::randn({rows, out}, at::TensorOptions().device(kGpu)).to(at::kBFloat16);
         at::Tensor y = fp8_linear(x, w);
         (y * g).sum().backward();
         CHECK(hsring::test::dt(y.scalar_type()) == "BFloat16");
         CHECK(hsring::test::dt(x.grad().scalar_type()) == "BFloat16");
         CHECK(hsring::test::dt(w.grad().scalar_type()) == "Float");
         const at::Tensor xd = x.detach().to(at::kDouble), wd = w.detach().to(at::kDouble), gd = g.to(at::kDouble);
-        const double ey = rel_err(y, at::linear(xd, wd)), edx = rel_err(x.grad(), gd.matmul(wd)),
-                     edw = rel_err(w.grad(), gd.t().matmul(xd));
+        const double ey = gpu_rel_err(y, at::linear(xd, wd)), edx = gpu_rel_err(x.grad(), gd.matmul(wd)),
+                     edw = gpu_rel_err(w.grad(), gd.t().matmul(xd));
         MESSAGE("relative error: y " << ey << ", dX " << edx << ", dW " << edw);
         CHECK(ey < 0.06);
         CHECK(edx < 0.09);
@@ -372,11 +372,11 @@ TEST_CASE("fp8_linear on the GPU (bf16 activations, fp32 weights) at Qwen3-8B sh
 TEST_CASE("FP8 layer matmuls on the GPU: the tiny drafter's loss within 2% of bf16, gradients aligned") {
     test::require_gpu_or_skip();
     test::DFlashFixture cpu(at::kCPU, {300, 41, 180}, 16);
-    DFlashBatch batch{cpu.batch.hidden.to(kCuda), cpu.batch.tokens.to(kCuda), cpu.batch.loss_mask.to(kCuda),
+    DFlashBatch batch{cpu.batch.hidden.to(kGpu), cpu.batch.tokens.to(kGpu), cpu.batch.loss_mask.to(kGpu),
                       cpu.batch.cu_seqlens};
-    TargetHead head{cpu.head.embed.to(kCuda), cpu.head.lm_head.to(kCuda)};
+    TargetHead head{cpu.head.embed.to(kGpu), cpu.head.lm_head.to(kGpu)};
     auto d = cpu.drafter(9);
-    d->to(kCuda);
+    d->to(kGpu);
     at::Generator g = cpu_generator(5);
     auto blocks = sample_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, 16, 511, 20, 7.0, g);
     auto run = [&](bool fp8, bool recompute) {
@@ -404,8 +404,8 @@ TEST_CASE("FP8 layer matmuls on the GPU: the tiny drafter's loss within 2% of bf
 
 TEST_CASE("fused AdamW on the GPU (multi-tensor kernel, divisor and clip as its grad scale) equals divide + clip + AdamW") {
     test::require_gpu_or_skip();
-    test::check_fused_adamw_matches_reference(kCuda, 40.0, 6);
-    test::check_fused_adamw_matches_reference(kCuda, 0.0, 3);
+    test::check_fused_adamw_matches_reference(kGpu, 40.0, 6);
+    test::check_fused_adamw_matches_reference(kGpu, 0.0, 3);
 }
 
 TEST_CASE("fused RoPE on the GPU equals the ATen composition, forward and backward, in every layout") {
@@ -422,9 +422,9 @@ TEST_CASE("fused RoPE on the GPU equals the ATen composition, forward and backwa
         for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
             INFO(c.rows << " x " << c.heads << " x " << c.d << " strided " << c.strided << " misaligned "
                         << c.misaligned << " " << c10::toString(dt));
-            at::Tensor positions = at::randint(40000, {c.rows}, at::TensorOptions().dtype(at::kLong)).to(kCuda);
-            const RopeTables tab = rope_tables(inv.narrow(0, 0, c.d / 2).to(kCuda), positions, dt);
-            const auto f = at::TensorOptions().device(kCuda);
+            at::Tensor positions = at::randint(40000, {c.rows}, at::TensorOptions().dtype(at::kLong)).to(kGpu);
+            const RopeTables tab = rope_tables(inv.narrow(0, 0, c.d / 2).to(kGpu), positions, dt);
+            const auto f = at::TensorOptions().device(kGpu);
             at::Tensor big = at::randn({c.rows, c.heads + (c.strided ? 5 : 0), c.d + (c.misaligned ? 1 : 0)}, f).to(dt);
             at::Tensor x = big.narrow(1, c.strided ? 2 : 0, c.heads).narrow(2, c.misaligned ? 1 : 0, c.d);
             REQUIRE(fused_rope_applies(x, tab));
@@ -439,20 +439,20 @@ TEST_CASE("fused RoPE on the GPU equals the ATen composition, forward and backwa
             CHECK(hsring::test::dt(xf.grad().scalar_type()) == hsring::test::dt(dt));
             // fp32 math, one rounding to the dtype: within that dtype's rounding of the fp64 result.
             const double tol = dt == at::kFloat ? 1e-6 : dt == at::kHalf ? 2e-3 : 1e-2;
-            CHECK(rel_err(y, ref) < tol);
-            CHECK(rel_err(xf.grad(), xa.grad()) < tol);
+            CHECK(gpu_rel_err(y, ref) < tol);
+            CHECK(gpu_rel_err(xf.grad(), xa.grad()) < tol);
             // And never further from fp64 than ATen's own composition in the same dtype.
             at::Tensor xb = x.detach().clone().requires_grad_(true);
             at::Tensor yb = apply_rope_aten(xb, tab);
             (yb * g).sum().backward();
-            CHECK(rel_err(y, ref) <= rel_err(yb, ref) * 1.01 + 1e-7);
-            CHECK(rel_err(xf.grad(), xa.grad()) <= rel_err(xb.grad(), xa.grad()) * 1.01 + 1e-7);
+            CHECK(gpu_rel_err(y, ref) <= gpu_rel_err(yb, ref) * 1.01 + 1e-7);
+            CHECK(gpu_rel_err(xf.grad(), xa.grad()) <= gpu_rel_err(xb.grad(), xa.grad()) * 1.01 + 1e-7);
         }
 #else
     MESSAGE("this build has no src/kernels (no nvcc): apply_rope runs the ATen composition on the GPU");
-    CHECK_FALSE(fused_rope_applies(at::zeros({4, 2, 8}, at::TensorOptions().device(kCuda)),
-                                   RopeTables{at::ones({4, 8}, at::TensorOptions().device(kCuda)),
-                                              at::zeros({4, 8}, at::TensorOptions().device(kCuda))}));
+    CHECK_FALSE(fused_rope_applies(at::zeros({4, 2, 8}, at::TensorOptions().device(kGpu)),
+                                   RopeTables{at::ones({4, 8}, at::TensorOptions().device(kGpu)),
+                                              at::zeros({4, 8}, at::TensorOptions().device(kGpu))}));
 #endif
 }
 
@@ -471,8 +471,8 @@ TEST_CASE("chunked cross-entropy on the GPU (the cross_entropy_rows kernel): los
             // x_label ~ 4 |w_label|^2 = 64, the others ~ N(0, 8^2): p_label within 1e-6 of 1 even
             // against 151,936 others.
             for (std::int64_t i = 0; i < 4; ++i) h32[i] = w[y[i].item<std::int64_t>()].to(at::kFloat) * 4.0;
-            at::Tensor h = h32.to(dt).to(kCuda).requires_grad_(true);
-            const at::Tensor wg = w.to(kCuda), yg = y.to(kCuda), wtg = wt.to(kCuda);
+            at::Tensor h = h32.to(dt).to(kGpu).requires_grad_(true);
+            const at::Tensor wg = w.to(kGpu), yg = y.to(kGpu), wtg = wt.to(kGpu);
             // One chunk: the kernel sees exactly the logits this GEMM gives, so the reference starts
             // from them.
             auto c = chunked_cross_entropy(h, wg, yg, wtg, 1000);
@@ -520,9 +520,9 @@ TEST_CASE("an FP8 LM head on the GPU (_scaled_mm, the row-quantisation kernel) a
     // x_label = 12 |w_label|^2 ~ 19.7, the others ~ N(0, 0.3^2): p_label ~ 0.9996 against 151,936
     for (std::int64_t i = 0; i < 4; ++i) h0[i] = w[y[i].item<std::int64_t>()].to(at::kFloat) * 12.0;
     h0 = h0.to(at::kBFloat16);
-    const at::Tensor wg = w.to(kCuda), yg = y.to(kCuda), wtg = wt.to(kCuda);
+    const at::Tensor wg = w.to(kGpu), yg = y.to(kGpu), wtg = wt.to(kGpu);
     const Fp8LmHead qg = fp8_lm_head(wg);
-    at::Tensor h = h0.to(kCuda).requires_grad_(true);
+    at::Tensor h = h0.to(kGpu).requires_grad_(true);
     const ChunkedCE c = chunked_cross_entropy(h, wg, yg, wtg, 1000, &qg);
     c.loss_sum.backward();
     // The emulation: the CPU's fp32 path with the same head quantised there (bit-identical bytes:
@@ -564,7 +564,7 @@ TEST_CASE("fused SwiGLU on the GPU (one kernel each way) equals ATen's silu(gate
     for (at::ScalarType dt : {at::kBFloat16, at::kFloat})
         for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1000, 3072}, {7, 13}}) {
             INFO(c10::toString(dt) << " [" << rows << ", " << cols << "]");
-            const auto opt = at::TensorOptions().device(kCuda);
+            const auto opt = at::TensorOptions().device(kGpu);
             const at::Tensor g0 = (at::randn({rows, cols}, opt) * 3).to(dt), u0 = at::randn({rows, cols}, opt).to(dt);
             const at::Tensor dy = at::randn({rows, cols}, opt).to(dt);
             at::Tensor g1 = g0.clone().requires_grad_(true), u1 = u0.clone().requires_grad_(true);
@@ -581,7 +581,7 @@ TEST_CASE("fused SwiGLU on the GPU (one kernel each way) equals ATen's silu(gate
             CHECK(dy_differ == 0);   // the same IEEE operations
             CHECK(du_differ == 0);
             CHECK(dg_differ < 1e-3);  // silu_backward's fp32 expression: a contraction may differ by an ulp
-            CHECK(rel_err(g1.grad(), g2.grad().to(at::kDouble)) < 1e-3);
+            CHECK(gpu_rel_err(g1.grad(), g2.grad().to(at::kDouble)) < 1e-3);
         }
 }
 
@@ -605,7 +605,7 @@ TEST_CASE("block attention plan on the GPU: the same masks, key gather and row p
             layout.group_blocks = group;
             layout.key_pad = pad;
             const auto cpu = plan_block_attention(anchors, seq_begin, 16, 4072, layout, 4, at::kCPU, dt);
-            const auto gpu = plan_block_attention(anchors, seq_begin, 16, 4072, layout, 4, kCuda, dt);
+            const auto gpu = plan_block_attention(anchors, seq_begin, 16, 4072, layout, 4, kGpu, dt);
             REQUIRE(gpu.groups.size() == cpu.groups.size());
             CHECK(at::equal(gpu.key_index.cpu(), cpu.key_index));
             CHECK(at::equal(gpu.block_row_pos.cpu(), cpu.block_row_pos));
@@ -624,9 +624,9 @@ TEST_SUITE("gpu") {
 
 TEST_CASE("decode engine on the GPU: steps captured as CUDA graphs equal forward_cached; spec-decode and generate through them are lossless") {
     test::require_gpu_or_skip();
-    auto m = TargetModel::load(preset_shape("tiny"), kCuda, at::kFloat, 12);
+    auto m = TargetModel::load(preset_shape("tiny"), kGpu, at::kFloat, 12);
     const std::int64_t cap = 300;
-    KVCache a(m.shape(), 1, cap, kCuda, at::kFloat), b(m.shape(), 1, cap, kCuda, at::kFloat);
+    KVCache a(m.shape(), 1, cap, kGpu, at::kFloat), b(m.shape(), 1, cap, kGpu, at::kFloat);
     std::vector<std::int64_t> prompt;
     for (std::int64_t i = 0; i < 250; ++i) prompt.push_back((i * 37 + 5) % m.shape().vocab_size);
     m.forward_cached(at::tensor(prompt, at::kLong), {250}, a);
@@ -645,15 +645,15 @@ TEST_CASE("decode engine on the GPU: steps captured as CUDA graphs equal forward
             const at::Tensor want = m.forward_cached(at::tensor(tokens, at::kLong), {n}, a, true, ids,
                                                      [&](std::size_t i, const at::Tensor& h) { want_l[i] = h.clone(); });
             const at::Tensor got = engine.step(tokens, n, b, ids, [&](std::size_t i, const at::Tensor& h) { got_l[i] = h.clone(); });
-            CHECK(rel_err(got, want) < 1e-4);
-            for (int i = 0; i < 2; ++i) CHECK(rel_err(got_l[i], want_l[i]) < 1e-4);
+            CHECK(gpu_rel_err(got, want) < 1e-4);
+            for (int i = 0; i < 2; ++i) CHECK(gpu_rel_err(got_l[i], want_l[i]) < 1e-4);
             CHECK(a.lengths() == b.lengths());
         }
     CHECK(engine.captured());  // nothing fell back
     CHECK(engine.graphs() == 4);
 
     // Greedy spec-decode and generate at batch 1 with graphs = without (fp32), and lossless.
-    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, kCuda);
+    DFlashDrafter d(dflash_config_for(m.shape(), 1, 4, -1, {1, 4, 6}), 3, kGpu);
     d->eval();
     const std::vector<GenerateRequest> reqs{{std::vector<std::int64_t>(prompt.begin(), prompt.begin() + 40), 0},
                                             {{7, 8, 9}, 0}};

@@ -46,7 +46,7 @@ TensorMap sharpened_weights(const ModelShape& s) {
 }
 
 // Max |a - ref| / max |ref|, in fp64.
-double rel_err(const at::Tensor& a, const at::Tensor& ref) {
+double max_rel_err(const at::Tensor& a, const at::Tensor& ref) {
     at::Tensor r = ref.to(at::kDouble);
     return (a.to(at::kDouble) - r).abs().max().item<double>() / r.abs().max().item<double>();
 }
@@ -85,15 +85,15 @@ void check_model_dir(const TempDir& dir, const ModelShape& s, const std::string&
             const at::Tensor& want = ref.at("seq" + std::to_string(q) + ".hidden." + std::to_string(k + 1));
             const at::Tensor got = hs[static_cast<std::size_t>(k)].narrow(0, cu[q], len);
             CHECK(at::allclose(got, want, 1e-4, 1e-5));
-            CHECK(rel_err(got, want) < 1e-4);
+            CHECK(max_rel_err(got, want) < 1e-4);
             if (s.num_moe_layers() > 0)
                 MESSAGE(s.arch << " seq " << q << " layer " << k << std::string(s.is_moe_layer(k) ? " (sparse)" : " (dense)")
-                               << ": max relative error " << rel_err(got, want));
+                               << ": max relative error " << max_rel_err(got, want));
         }
         const at::Tensor got = logits.narrow(0, cu[q], len), want = ref.at("seq" + std::to_string(q) + ".logits");
         CHECK(at::allclose(got, want, 1e-4, 1e-5));
-        CHECK(rel_err(got, want) < 1e-4);
-        if (s.num_moe_layers() > 0) MESSAGE(s.arch << " seq " << q << " logits: max relative error " << rel_err(got, want));
+        CHECK(max_rel_err(got, want) < 1e-4);
+        if (s.num_moe_layers() > 0) MESSAGE(s.arch << " seq " << q << " logits: max relative error " << max_rel_err(got, want));
     }
 }
 
@@ -287,13 +287,13 @@ TEST_CASE("gpt-oss's sparse MLP (top-k then softmax, biases, interleaved gate/up
                        ref.at("experts.gate_up_proj").transpose(1, 2).contiguous(), ref.at("experts.gate_up_proj_bias"),
                        ref.at("experts.down_proj").transpose(1, 2).contiguous(), ref.at("experts.down_proj_bias")};
     const at::Tensor got = gpt_oss_moe_mlp(ref.at("x"), w, GptOssRouting{2});
-    const double err = rel_err(got, ref.at("out"));
+    const double err = max_rel_err(got, ref.at("out"));
     MESSAGE("gpt-oss MLP max relative error " << err);
     CHECK(err < 1e-5);
     // The other order (softmax, then top-k, as Qwen3-MoE) or gate/up not interleaved would differ.
     GptOssMoeWeights halves = w;
     halves.gate_up = at::cat({w.gate_up.slice(1, 0, 64, 2), w.gate_up.slice(1, 1, 64, 2)}, 1);
-    CHECK(rel_err(gpt_oss_moe_mlp(ref.at("x"), halves, GptOssRouting{2}), ref.at("out")) > 1e-2);
+    CHECK(max_rel_err(gpt_oss_moe_mlp(ref.at("x"), halves, GptOssRouting{2}), ref.at("out")) > 1e-2);
 }
 
 TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) equal transformers'") {
@@ -317,7 +317,7 @@ TEST_CASE("YaRN rope frequencies and attention factor (gpt-oss's rope_scaling) e
         const YarnRope r = yarn_rope(head_dim, theta, params);
         const at::Tensor want = ref.at(fmt::format("case{}.inv_freq", c));
         CHECK(r.inv_freq.sizes() == want.sizes());
-        CHECK(rel_err(r.inv_freq, want) < 1e-6);
+        CHECK(max_rel_err(r.inv_freq, want) < 1e-6);
         CHECK(r.attention_factor == doctest::Approx(ref.at(fmt::format("case{}.attention_factor", c)).item<double>()).epsilon(1e-12));
     }
     CHECK(test::error_of([] { yarn_rope(63, 1e4, RopeScaling{"yarn"}); }).find("even") != std::string::npos);
@@ -332,13 +332,13 @@ TEST_CASE("gpt-oss attention with sinks, GQA and a sliding window shorter than t
     for (const auto& [name, window] : {std::pair{std::string("window"), std::int64_t{4}}, std::pair{std::string("full"), std::int64_t{0}}}) {
         INFO(name);
         const at::Tensor got = sink_attention(ref.at("q"), ref.at("k"), ref.at("v"), ref.at("sinks"), cu, window, scale);
-        const double err = rel_err(got, ref.at("out." + name));
+        const double err = max_rel_err(got, ref.at("out." + name));
         MESSAGE("sink attention (" << name << ") max relative error " << err);
         CHECK(err < 1e-5);
     }
     // Without the sinks (a sink of -inf takes no mass) the result is plain softmax attention: different.
     const at::Tensor no_sink = at::full({4}, -1e30);
-    CHECK(rel_err(sink_attention(ref.at("q"), ref.at("k"), ref.at("v"), no_sink, cu, 4, scale), ref.at("out.window")) > 1e-2);
+    CHECK(max_rel_err(sink_attention(ref.at("q"), ref.at("k"), ref.at("v"), no_sink, cu, 4, scale), ref.at("out.window")) > 1e-2);
 }
 
 } // TEST_SUITE

@@ -16,7 +16,7 @@ using namespace hsring::model;
 
 namespace {
 
-const at::Device kCuda("cuda:0");
+const at::Device kTttCuda("cuda:0");
 
 } // namespace
 
@@ -32,9 +32,9 @@ TEST_CASE("EAGLE-3 ttt attention on the GPU: the flash path equals the eager fp3
             INFO(hq << " q heads, " << hkv << " kv heads, dim " << d << ", " << steps << " steps");
             const std::vector<std::int64_t> cu{0, 37, 38, 200, 456};  // a one-row sequence, uneven lengths
             const std::int64_t r = cu.back();
-            const PackedSequences seqs = PackedSequences::make(cu, r, kCuda, "test");
+            const PackedSequences seqs = PackedSequences::make(cu, r, kTttCuda, "test");
             auto bf16 = [&](std::vector<std::int64_t> shape) {
-                return at::randn(shape, at::TensorOptions().device(kCuda)).to(at::kBFloat16).requires_grad_(true);
+                return at::randn(shape, at::TensorOptions().device(kTttCuda)).to(at::kBFloat16).requires_grad_(true);
             };
             const at::Tensor q = bf16({r, hq, d});
             std::vector<at::Tensor> keys, values;
@@ -56,7 +56,7 @@ TEST_CASE("EAGLE-3 ttt attention on the GPU: the flash path equals the eager fp3
                 kf.push_back(f32(keys[static_cast<std::size_t>(s)]));
                 vf.push_back(f32(values[static_cast<std::size_t>(s)]));
             }
-            const at::Tensor want = ttt_attention_eager(qf, kf, vf, packed_causal_mask(seqs, kCuda), scale);
+            const at::Tensor want = ttt_attention_eager(qf, kf, vf, packed_causal_mask(seqs, kTttCuda), scale);
             CHECK(test::relative_error(out, want) < 1e-2);
 
             const at::Tensor d_out = at::randn_like(want);
