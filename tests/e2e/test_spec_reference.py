@@ -95,10 +95,12 @@ def check_against_the_loop(tag, model_of, prompts_src, heldout_src, mask, tail, 
 
 def test_spec_decode_equals_the_public_dflash_loop():
     # This target's answers are hard to predict (its margins are made sharp for the comparison):
-    # tau is low, but drafts are accepted (1.06 when written).
+    # tau is low, but drafts are accepted (1.06 when written). Its random weights also answer with
+    # the mask token now and then: those samples are skipped (a data set must not hold it).
     check_against_the_loop("spr", sharp_target, os.path.join(SOURCE, "data", "demo.jsonl"),
                            os.path.join(SOURCE, "data", "demo-heldout.jsonl"), MASK,
-                           "[generate]\nmax_new_tokens = 32\nstop_token_ids = []\nbatch = 32\n")
+                           "[generate]\nmax_new_tokens = 32\nstop_token_ids = []\nbatch = 32\n",
+                           data_extra='on_bad_line = "skip"')
 
 
 def test_spec_decode_equals_the_public_dflash_loop_on_the_real_target():
