@@ -112,6 +112,16 @@ void Supervisor::load_config_and_data() {
     plan_first_ = plan_slots(ds, cfg_.run.seed, cfg_.data.shuffle, dist.nnodes, dist.node_rank, cfg_.data.epochs,
                              cfg_.ring.slot_tokens, derived_.max_samples_per_slot);
     console_.info("{} samples, {} tokens, fingerprint {:016x}", samples_, ds.total_tokens(), fingerprint_);
+    if (const auto positions = derived_.target.max_position_embeddings;
+        positions > 0 && ds.max_length() > static_cast<std::size_t>(positions)) {
+        std::uint64_t past = 0;
+        for (std::size_t i = 0; i < ds.size(); ++i) past += ds.length(i) > static_cast<std::size_t>(positions);
+        console_.warn("{} of {} samples of {} are longer than the {} positions {} was made for "
+                      "(max_position_embeddings; the longest has {} tokens): its hidden states past them are "
+                      "extrapolated, not what it does in use; [data] max_seq_len = {} cuts samples there",
+                      past, ds.size(), data_path.string(), positions, derived_.target.source, ds.max_length(),
+                      positions);
+    }
     if (!cfg_.data.eval_path.empty()) {
         // The held-out set: checked here (FILE:LINE errors before anything starts), evaluated
         // through the ring, never trained.

@@ -78,7 +78,7 @@ class Run:
         self.lines = []
         self._reader = None
         self.tail = tail
-        self.drafter_extra, self.slot_tokens = "", 128
+        self.drafter_extra, self.slot_tokens, self.model, self.target_extra = "", 128, "preset:tiny", ""
         self.data_extra, self.train_extra = data_extra, train_extra
         self.write_config(targets, drafters, epochs, supervisor, ring, run_extra)
 
@@ -101,7 +101,8 @@ slot_tokens = {self.slot_tokens}
 huge_pages = "off"
 {ring}
 [target]
-model = "preset:tiny"
+model = "{self.model}"
+{self.target_extra}
 [drafter]
 num_layers = 2
 {self.drafter_extra}

@@ -384,8 +384,30 @@ def test_the_control_socket_survives_any_bytes():
         r.cleanup()
 
 
+def test_samples_past_the_targets_positions_are_warned_about():
+    # models/pycode-small has 256 positions (max_position_embeddings); samples of 300 tokens fit
+    # slot_tokens 512 but run past them: one warning at start, naming the count and the fix.
+    r = Run("maxpos", samples=20, epochs=1)
+    try:
+        r.model = os.path.join(os.environ["HSRING_SOURCE_ROOT"], "models", "pycode-small")
+        r.slot_tokens = 512
+        r.drafter_extra = "mask_token_id = 1"
+        r.target_extra = "layer_ids = [0, 1]"  # a 2-layer target
+        with open(r.data, "w") as f:
+            for i in range(20):
+                n = 300 if i % 4 == 0 else 40
+                f.write(json.dumps({"input_ids": [(7 * i + j) % 1000 + 2 for j in range(n)]}) + "\n")
+        r.write_config(epochs=1)
+        r.start()
+        r.expect_exit(0)
+        check("5 of 20 samples of" in r.output() and "longer than the 256 positions" in r.output() and
+              "[data] max_seq_len = 256 cuts samples there" in r.output(), r.output())
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
+    main([test_samples_past_the_targets_positions_are_warned_about, test_crash_loop_hits_the_cap_and_stops, test_a_user_error_in_a_worker_stops_the_run_with_exit_3,
           test_missing_data_and_config_paths_are_named, test_a_full_disk_at_a_checkpoint_is_a_user_error_not_a_crash_loop,
           test_bad_topologies_are_refused, test_control_errors_while_running,
           test_no_supervisor_and_long_socket_paths_are_explained, test_a_changed_layout_is_refused_unless_fresh,
