@@ -17,7 +17,6 @@ DFlashDecodeState::DFlashDecodeState(DFlashDrafter& drafter, const TargetHead& h
     if (capacity < 1) fail("DFlash decode state: capacity must be >= 1 context rows, got {}", capacity);
     at::NoGradGuard no_grad;
     auto cast = [&](const at::Tensor& w) { return w.detach().to(device, dtype); };
-    const std::int64_t h = config_.hidden_size;
     embed_ = head.embed.to(device, dtype);
     inv_freq_ = drafter->inv_freq().to(device);
     fc_ = cast(drafter->fc->weight);  // [H, L*H]
