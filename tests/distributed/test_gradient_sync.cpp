@@ -284,6 +284,9 @@ int rank_main(int rank, std::uint16_t port, Split split, const std::filesystem::
 const int kRankChild = [] {
     const char* r = std::getenv("HSRING_GSYNC_RANK");
     if (!r) return 0;
+    // As a worker spawned by the supervisor: SIGPIPE ignored. Gloo writes to its peers with
+    // writev; a peer killed mid-collective must surface as EPIPE (GangBroken), not kill this rank.
+    ::signal(SIGPIPE, SIG_IGN);
     const auto port = static_cast<std::uint16_t>(std::atoi(std::getenv("HSRING_GSYNC_PORT")));
     const auto split = static_cast<Split>(std::atoi(std::getenv("HSRING_GSYNC_SPLIT")));
     const std::filesystem::path dir = std::getenv("HSRING_GSYNC_DIR");
@@ -461,6 +464,7 @@ void check_dead_peer(Split split) {
     int st1 = 0;
     ::waitpid(pids[1], &st1, 0);
     // Exit 1 (restartable), not a signal (ProcessGroupNCCL's watchdog aborts the process).
+    INFO("rank 0 wait status " << st << (WIFSIGNALED(st) ? fmt::format(" (signal {})", WTERMSIG(st)) : std::string()));
     REQUIRE(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 1);
     // Within the timeout (+ slack for a loaded machine), measured from the armed backward.

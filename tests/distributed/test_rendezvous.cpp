@@ -67,6 +67,7 @@ int rank_main(const RankSpec& s, std::uint16_t port, const std::filesystem::path
 const int kRankChild = [] {
     const char* spec = std::getenv("HSRING_RZ_SPEC");
     if (!spec) return 0;
+    ::signal(SIGPIPE, SIG_IGN);  // as a worker the supervisor spawned: a dead peer is EPIPE, not a signal
     RankSpec s;
     std::istringstream in(spec);
     in >> s.node >> s.nnodes >> s.local >> s.local_world >> s.drafters_in_identity;
