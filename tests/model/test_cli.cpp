@@ -7,6 +7,7 @@
 #include "model/drafter/dflash/drafter.hpp"
 #include "model/drafter/dflash/export.hpp"
 #include "model/drafter/dflash/loss.hpp"
+#include "model/drafter/registry/registry.hpp"
 #include "model/io/safetensors.hpp"
 #include "model/target/target.hpp"
 #include "model/ops/tensor_init.hpp"
@@ -265,6 +266,81 @@ TEST_CASE("check-drafter: loss, accuracy and acceptance on a target and data, eq
     CHECK(text.find("12 blocks") != std::string::npos);
 }
 
+// An EAGLE-3 export of preset:tiny (seed 9's head), its weights moved from their init.
+std::filesystem::path eagle3_export(const CheckDrafterSetup& s) {
+    const TargetHead head = load_target_head(s.shape, at::kCPU, at::kFloat, 9);
+    DrafterSpec spec;
+    spec.type = "eagle3";
+    spec.target = s.shape;
+    spec.layer_ids = eagle3_layer_ids(static_cast<int>(s.shape.num_layers), {1, 3, 5});
+    spec.head = &head;
+    auto d = make_drafter(spec, 4, at::kCPU);
+    {
+        at::NoGradGuard ng;
+        at::Generator g = cpu_generator(6);
+        for (auto& p : d->module().parameters()) p.add_(at::randn(p.sizes(), g) * 0.05);
+    }
+    const auto dir = s.dir.path() / "eagle3";
+    d->export_to(dir, at::kFloat);
+    return dir;
+}
+
+TEST_CASE("check-drafter evaluates an EAGLE-3 export: its training-time test's loss and accuracy, equal to the evaluation here") {
+    // It said "architectures must list DFlashDraftModel", then pointed at spec-decode.
+    CheckDrafterSetup s;
+    const auto eagle = eagle3_export(s);
+    const auto log = s.dir.path() / "log", out = s.dir.path() / "out";
+    const std::string common = "check-drafter " + quoted(eagle) + " --target preset:tiny --data " + quoted(s.data) +
+                               " --seed 9 --ttt-steps 3 --ttt-decay 0.5";
+    REQUIRE_MESSAGE(run(common + " --json", log, out) == 0, read_text(log));
+    const auto j = nlohmann::json::parse(read_text(out));
+    CHECK(j["type"] == "eagle3");
+    CHECK(j["samples"] == 3);
+    const auto acc = j["acc"].get<std::vector<double>>();
+    REQUIRE(acc.size() == 3);
+    for (double a : acc) CHECK((a >= 0.0 && a <= 1.0));
+    CHECK(j["accept_len"].get<double>() == doctest::Approx(hsring::expected_accept_length(acc.data(), acc.size())));
+
+    // Here: the target's layers 1, 3, 5 and its last, the export's own evaluation, sample by sample.
+    auto target = TargetModel::load(s.shape, at::kCPU, at::kFloat, 9);
+    auto d = load_drafter(eagle, at::kCPU);
+    CHECK(d->captured_layers(s.shape) == std::vector<int>{1, 3, 5, 7});
+    d->module().eval();
+    DrafterTrainOptions o;
+    o.ttt_steps = 3;
+    o.ttt_decay = 0.5;
+    DrafterEvalSums sums;
+    std::ifstream in(s.data);
+    std::uint64_t i = 0;
+    for (std::string line; std::getline(in, line); ++i) {
+        const auto sample = nlohmann::json::parse(line);
+        const auto toks = sample["input_ids"].get<std::vector<std::int64_t>>();
+        const auto mask = sample["loss_mask"].get<std::vector<float>>();
+        const auto len = static_cast<std::int64_t>(toks.size());
+        DrafterBatch b{{}, at::tensor(toks, at::kLong), at::tensor(mask, at::kFloat), {0, len}, {}};
+        std::vector<at::Tensor> layers(4);
+        target.forward(b.tokens, b.cu_seqlens, {1, 3, 5, 7}, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
+        b.hidden = at::stack(layers);
+        sums.add(d->evaluate(target.head(), b, {i}, 9, o));
+    }
+    CHECK(j["loss"].get<double>() == doctest::Approx(sums.loss()).epsilon(1e-9));
+    CHECK(j["counted"].get<std::vector<double>>() == sums.counted);
+    for (std::size_t k = 0; k < 3; ++k) CHECK(acc[k] == doctest::Approx(sums.accuracy()[k]));
+
+    // Text; the smoke check; a DFlash option, a target it does not fit.
+    REQUIRE(run(common, log, out) == 0);
+    CHECK(read_text(out).find("accuracy at draft positions 1..3") != std::string::npos);
+    CHECK(read_text(out).find("target layers [1,3,5,7]") != std::string::npos);
+    REQUIRE(run("check-drafter " + quoted(eagle), log, out) == 0);
+    CHECK(read_text(out).find("EAGLE-3") != std::string::npos);
+    CHECK(read_text(out).find("smoke check only (load: every weight finite)") != std::string::npos);
+    CHECK(run(common + " --gamma 3", log) == 2);
+    CHECK(read_text(log).find("--gamma is not an option for " + (eagle / "config.json").string() +
+                              "'s drafter type eagle3") != std::string::npos);
+    CHECK(run("check-drafter " + quoted(eagle) + " --target preset:qwen3-8b --data " + quoted(s.data), log) == 1);
+    CHECK(read_text(log).find("pass the --target the drafter was trained for") != std::string::npos);
+}
+
 TEST_CASE("check-drafter without --target is a smoke check and says so") {
     CheckDrafterSetup s;
     const auto log = s.dir.path() / "log", out = s.dir.path() / "out";
@@ -295,13 +371,9 @@ TEST_CASE("check-drafter reports bad input on one line naming the file, exit 2 f
     // Command line: exit 2.
     CHECK(run(drafter + " --frobnicate", log) == 2);
     one_line("unknown option --frobnicate");
-    // An EAGLE-3 export: told how it is checked (it said "architectures must list DFlashDraftModel").
-    const auto eagle = s.dir.path() / "eagle3";
-    std::filesystem::create_directories(eagle);
-    std::ofstream(eagle / "config.json") << R"({"architectures": ["LlamaForCausalLMEagle3"]})";
-    CHECK(run("check-drafter " + quoted(eagle), log) == 1);
-    one_line("drafter type eagle3: check-drafter checks DFlash exports; check this one with its target by its real "
-             "acceptance length: `hsring model spec-decode");
+    // An EAGLE-3 option for a DFlash export: exit 2, naming both.
+    CHECK(run(drafter + " --target preset:tiny" + data + " --ttt-steps 3", log) == 2);
+    one_line("--ttt-steps is not an option for " + (s.drafter / "config.json").string() + "'s drafter type dflash");
     CHECK(run(drafter + data, log) == 2);
     one_line("--data needs --target MODEL");
     CHECK(run(drafter + " --target preset:tiny", log) == 2);

@@ -110,7 +110,7 @@ public:
     const ModelShape& shape() const { return shape_; }
     at::Device device() const { return device_; }
     at::ScalarType dtype() const { return dtype_; }
-    TargetHead head() const { return {embed_, lm_head_}; }
+    TargetHead head() const { return {embed_, lm_head_, final_norm_}; }
 
 private:
     using TensorGetter =

@@ -1,13 +1,15 @@
-// hsring-model check-drafter DIR [--target MODEL --data FILE.jsonl ...]: checks an exported DFlash
-// drafter (config.json + model.safetensors).
+// hsring-model check-drafter DIR [--target MODEL --data FILE.jsonl ...]: checks an exported drafter
+// (config.json + model.safetensors) of any type the registry knows.
 //
 // With --target: the real check. For each of the first --samples samples of the data set, the
-// target computes the drafter's captured layers, the drafter drafts blocks at deterministic
-// anchors (the training rule, seeded per sample: eval_dflash_blocks), and the training loss,
-// per-position accuracy and acceptance estimate are summed (model::evaluate_dflash). --dump
-// writes the logits of every evaluated block and the inputs that reproduce them.
-// Without --target: a smoke check only (load + one forward over random inputs), as exports are
-// checked at the end of a run.
+// target computes the drafter's captured layers and the training loss, per-position accuracy and
+// acceptance estimate are summed at deterministic choices. DFlash: blocks at the training rule's
+// anchors, seeded per sample (eval_dflash_blocks, model::evaluate_dflash); --dump writes the logits
+// of every evaluated block and the inputs that reproduce them. Other types (EAGLE-3): the type's
+// own held-out evaluation (TrainableDrafter::evaluate; EAGLE-3: its training-time test of
+// --ttt-steps steps, which is deterministic).
+// Without --target: a smoke check only (DFlash: load + one forward over random inputs; others:
+// load, which refuses a weight that is not finite), as exports are checked at the end of a run.
 #include "hsring/dataset.hpp"
 #include "hsring/error.hpp"
 #include "hsring/model_shape.hpp"
@@ -39,7 +41,8 @@ namespace {
 
 constexpr const char* kCheckDrafterUsage =
     "usage: hsring-model check-drafter DRAFTER_DIR [--target MODEL --data FILE.jsonl [--samples N] "
-    "[--num-anchors K] [--seed S] [--gamma G] [--device cpu|cuda[:I]] [--dump OUT.safetensors]] [--json]";
+    "[--num-anchors K] [--seed S] [--gamma G] [--dump OUT.safetensors] (DFlash) [--ttt-steps K] [--ttt-decay D] "
+    "(EAGLE-3) [--device cpu|cuda[:I]]] [--json]";
 
 struct CheckDrafterArgs {
     fs::path dir;
@@ -51,7 +54,10 @@ struct CheckDrafterArgs {
     double gamma = 7.0;
     std::string device = "cpu";
     fs::path dump;
+    int ttt_steps = 7;       // [train] ttt_steps' default
+    double ttt_decay = 0.8;  // [train] ttt_decay's default
     bool json = false;
+    std::vector<std::string> dflash_only, eagle3_only;  // the type-specific options given
 };
 
 CheckDrafterArgs parse_check_drafter_args(int argc, char** argv) {
@@ -67,6 +73,8 @@ CheckDrafterArgs parse_check_drafter_args(int argc, char** argv) {
             if (needs_target.empty()) needs_target = a;
             return value();
         };
+        if (a == "--num-anchors" || a == "--gamma" || a == "--dump") o.dflash_only.push_back(a);
+        if (a == "--ttt-steps" || a == "--ttt-decay") o.eagle3_only.push_back(a);
         if (a == "--target") o.target = value();
         else if (a == "--json") o.json = true;
         else if (a == "--data") o.data = eval_value();
@@ -76,6 +84,8 @@ CheckDrafterArgs parse_check_drafter_args(int argc, char** argv) {
         else if (a == "--gamma") o.gamma = number<double>("check-drafter", a, eval_value());
         else if (a == "--device") o.device = eval_value();
         else if (a == "--dump") o.dump = eval_value();
+        else if (a == "--ttt-steps") o.ttt_steps = number<int>("check-drafter", a, eval_value());
+        else if (a == "--ttt-decay") o.ttt_decay = number<double>("check-drafter", a, eval_value());
         else if (!a.empty() && a[0] == '-') throw UsageError(fmt::format("check-drafter: unknown option {}; {}", a, kCheckDrafterUsage));
         else if (o.dir.empty()) o.dir = a;
         else throw UsageError(fmt::format("check-drafter: unexpected argument '{}' (DRAFTER_DIR is already '{}'); {}", a,
@@ -91,6 +101,8 @@ CheckDrafterArgs parse_check_drafter_args(int argc, char** argv) {
                                      "evaluate on); {}", kCheckDrafterUsage));
     if (o.num_anchors <= 0) throw UsageError("check-drafter: --num-anchors must be at least 1");
     if (o.gamma < 0) throw UsageError("check-drafter: --gamma must be >= 0 (0 = no decay)");
+    if (o.ttt_steps < 1 || o.ttt_steps > 64) throw UsageError("check-drafter: --ttt-steps must be 1..64");
+    if (!(o.ttt_decay > 0 && o.ttt_decay <= 1)) throw UsageError("check-drafter: --ttt-decay must be in (0, 1]");
     return o;
 }
 
@@ -287,18 +299,103 @@ int evaluate(const CheckDrafterArgs& o) {
     return finite ? 0 : 1;
 }
 
+// Any other type: loading refuses a weight that is not finite (load_drafter), which is what an
+// export's smoke check can say without a target.
+int smoke_check_any(const CheckDrafterArgs& o, const std::string& type) {
+    auto d = load_drafter(o.dir, at::kCPU);
+    std::int64_t params = 0;
+    for (const auto& p : d->module().parameters()) params += p.numel();
+    if (o.json) {
+        nlohmann::json j = {{"drafter", o.dir.string()}, {"type", type}, {"check", "smoke"}, {"finite", true},
+                            {"parameters", params}};
+        fmt::print("{}\n", j.dump());
+    } else {
+        fmt::print("{}: {}, {:.2f} M parameters; smoke check only (load: every weight finite)\n"
+                   "(to measure accuracy: --target MODEL --data FILE.jsonl)\n",
+                   o.dir.string(), d->describe(), double(params) / 1e6);
+    }
+    return 0;
+}
+
+// Any other type through its own held-out evaluation (TrainableDrafter::evaluate), one sample at a
+// time: the target's layers the drafter reads, stacked in its slot order.
+int evaluate_any(const CheckDrafterArgs& o, const std::string& type) {
+    const at::Device device = parse_device("check-drafter", o.device);
+    auto drafter = load_drafter(o.dir, device);
+    const ModelShape shape = resolve_model_shape(o.target);
+    if (const std::string why = drafter->misfit(shape); !why.empty())
+        fail("{}: {}: pass the --target the drafter was trained for", (o.dir / "config.json").string(), why);
+    std::error_code ec;
+    if (!fs::is_regular_file(o.data, ec))
+        fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "
+             "per line)",
+             o.data.string(), fs::exists(o.data, ec) ? "not a regular file" : "no such file");
+    const data::Dataset ds = data::Dataset::load(o.data, {OnBadLine::Fail, 0, shape.vocab_size});
+    const std::size_t n = o.samples ? std::min<std::size_t>(o.samples, ds.size()) : ds.size();
+    const at::ScalarType compute = default_compute_dtype(device);
+    TargetModel target = TargetModel::load(shape, device, compute, o.seed);
+    const TargetHead head = target.head();
+    const std::vector<int> ids = drafter->captured_layers(shape);
+    DrafterTrainOptions opts;
+    opts.ttt_steps = o.ttt_steps;
+    opts.ttt_decay = o.ttt_decay;
+    drafter->module().eval();
+    DrafterEvalSums sums;
+    for (std::size_t i = 0; i < n; ++i) {
+        auto toks = ds.tokens(i);
+        auto mask = ds.loss_mask(i);
+        const auto len = static_cast<std::int64_t>(toks.size());
+        DrafterBatch batch;
+        batch.tokens = at::tensor(std::vector<std::int64_t>(toks.begin(), toks.end()), at::kLong).to(device);
+        batch.loss_mask = at::tensor(std::vector<float>(mask.begin(), mask.end()), at::kFloat).to(device);
+        batch.cu_seqlens = {0, len};
+        std::vector<at::Tensor> layers(ids.size());
+        target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
+        batch.hidden = at::stack(layers);  // [L, T, H]
+        sums.add(drafter->evaluate(head, batch, {i}, o.seed, opts));
+    }
+    if (sums.weight_sum <= 0)
+        fail("{}: none of the {} evaluated samples has a trained token (loss_mask 1) with a token after it: evaluate "
+             "on data with trained spans",
+             o.data.string(), n);
+    const auto acc = sums.accuracy();
+    const double loss = sums.loss(), accept = sums.accept_length();
+    const bool finite = std::isfinite(loss) && std::isfinite(accept);
+    if (o.json) {
+        nlohmann::json j = {
+            {"drafter", o.dir.string()}, {"type", type},           {"target", o.target},
+            {"data", o.data.string()},   {"device", device.str()}, {"seed", o.seed},
+            {"ttt_steps", o.ttt_steps},  {"ttt_decay", o.ttt_decay}, {"samples", n},
+            {"rows", sums.num_blocks},   {"loss", loss},           {"weight_sum", sums.weight_sum},
+            {"acc", acc},                {"counted", sums.counted}, {"accept_len", accept},
+        };
+        fmt::print("{}\n", j.dump());
+    } else {
+        fmt::print("{}: {}\n", o.dir.string(), drafter->describe());
+        fmt::print("target {} ({} {}, seed {}), data {}: {} samples, {} trained rows, target layers [{}]\n", o.target,
+                   device.str(), dtype_name(compute), o.seed, o.data.string(), n, sums.num_blocks, fmt::join(ids, ","));
+        fmt::print("loss {:.4f} (training-time test of {} steps, decay {}, weight sum {:.1f})\n", loss, o.ttt_steps,
+                   o.ttt_decay, sums.weight_sum);
+        fmt::print("accuracy at draft positions 1..{}: {:.3f}\n", acc.size(), fmt::join(acc, " "));
+        fmt::print("acceptance length estimate {:.3f} (1 + sum_k prod_(j<=k) acc_j)\n", accept);
+        if (!finite) fmt::print("NOT FINITE\n");
+    }
+    return finite ? 0 : 1;
+}
+
 } // namespace
 
 int check_drafter(int argc, char** argv) {
     const CheckDrafterArgs o = parse_check_drafter_args(argc, argv);
-    // The loss / accuracy / acceptance check is DFlash's (its blocks at the training anchors); an
-    // EAGLE-3 export is checked by what it drafts with its target.
-    if (const std::string type = drafter_type_of(o.dir); type != "dflash")
-        fail("{}: drafter type {}: check-drafter checks DFlash exports; check this one with its target by its real "
-             "acceptance length: `hsring model spec-decode {} --target MODEL --prompts FILE.jsonl` (lossless, tau "
-             "per prompt; its run measured it at the end when [eval] spec_prompts was set)",
-             (o.dir / "config.json").string(), type, o.dir.string());
-    return o.target.empty() ? smoke_check(o) : evaluate(o);
+    const std::string type = drafter_type_of(o.dir);
+    const auto& foreign = type == "dflash" ? o.eagle3_only : o.dflash_only;
+    if (!foreign.empty())
+        throw UsageError(fmt::format("check-drafter: {} is not an option for {}'s drafter type {} ({} are DFlash's, "
+                                     "--ttt-steps and --ttt-decay EAGLE-3's)",
+                                     foreign.front(), (o.dir / "config.json").string(), type,
+                                     "--num-anchors, --gamma and --dump"));
+    if (type == "dflash") return o.target.empty() ? smoke_check(o) : evaluate(o);
+    return o.target.empty() ? smoke_check_any(o, type) : evaluate_any(o, type);
 }
 
 } // namespace hsring::model::tools

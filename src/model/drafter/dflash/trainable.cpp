@@ -77,6 +77,8 @@ std::string DFlashTrainable::describe() const {
     return fmt::format("DFlash drafter, {} layers, block {}", config_.num_layers, config_.block_size);
 }
 
+std::vector<int> DFlashTrainable::captured_layers(const ModelShape&) const { return config_.target_layer_ids; }
+
 std::string DFlashTrainable::misfit(const ModelShape& t) const {
     const DFlashConfig& c = config_;
     if (std::string why = target_shape_misfit(c.hidden_size, c.vocab_size, c.num_target_layers, t); !why.empty())

@@ -28,6 +28,7 @@ public:
     std::string mismatch(const DrafterSpec& spec) const override;
     std::string describe() const override;
     std::string misfit(const ModelShape& target) const override;
+    std::vector<int> captured_layers(const ModelShape& target) const override;
     std::unique_ptr<DecodeDrafter> decoder(const ModelShape& target, const TargetHead& head, std::int64_t rows,
                                            std::int64_t tokens, at::Device device, at::ScalarType dtype,
                                            std::int64_t draft_tokens, bool graphs) override;

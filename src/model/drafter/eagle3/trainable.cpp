@@ -102,6 +102,11 @@ std::string Eagle3Trainable::describe() const {
                        fmt::join(config_.aux_layer_ids, ", "), config_.draft_vocab_size, config_.vocab_size);
 }
 
+// The three fused layers, then the target's last (the training target: what the drafter predicts).
+std::vector<int> Eagle3Trainable::captured_layers(const ModelShape& t) const {
+    return eagle3_layer_ids(static_cast<int>(t.num_layers), config_.aux_layer_ids);
+}
+
 std::string Eagle3Trainable::misfit(const ModelShape& t) const {
     const Eagle3Config& c = config_;
     if (std::string why = target_shape_misfit(c.hidden_size, c.vocab_size, c.num_target_layers, t); !why.empty())

@@ -123,6 +123,9 @@ public:
     // layers it reads), else why not, naming its config.json keys ("the drafter's hidden_size 64
     // does not match the target T's 128").
     virtual std::string misfit(const ModelShape& target) const = 0;
+    // The target layers this drafter reads, in the order DrafterBatch::hidden stacks them (a ring
+    // slot's order), for a target of shape `target` that it fits.
+    virtual std::vector<int> captured_layers(const ModelShape& target) const = 0;
     // The drafter at decode time (speculative decoding) with the frozen target's `head`: room for
     // `rows` sequences of `tokens` positions each (prompt + new tokens; the state adds room for one
     // verify step, up to the target's max_position_embeddings), weights cast to `dtype` once.
