@@ -157,6 +157,13 @@ public:
         std::uint64_t durable = 0, repended = 0;  // samples
     };
     Recovery recover(std::uint32_t rank, std::uint64_t step);
+    // The same for every rank >= first_rank at once: the ranks of an earlier run with more drafters
+    // on this machine, which no drafter of this run will recover (a resume with fewer drafters).
+    Recovery recover_ranks_from(std::uint32_t first_rank, std::uint64_t step);
+    // The drafter ranks on this machine from now on ([topology] drafters changed between runs):
+    // whose needs open the targets' window. Only while no worker runs (the supervisor's start);
+    // the ranks' needs start at 0 (the window stays shut until each rank sets its own).
+    void set_drafter_ranks(std::uint32_t n);
     // How many plan slots from the first are trained in steps <= step (CONSUMED or DURABLE there,
     // by any rank): where a gang resuming from the checkpoint of `step` goes on (PlanSteps' base).
     // The same before and after the ranks' recover().
@@ -188,6 +195,7 @@ private:
     std::atomic<std::uint64_t>& slot(std::uint64_t j) const;
     void lower_low_water(std::uint64_t j);
     void wake_takers();
+    Recovery recover_ranks(std::uint32_t begin, std::uint32_t end, std::uint64_t step);
     // Plan slot j (word `expected`) and its samples back to PENDING; returns the samples moved.
     std::uint64_t repend_slot(std::uint64_t j, std::uint64_t expected, bool any_in_slot);
     // Plan slot j CONSUMED (word w) and its samples -> DURABLE; returns the samples moved.

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hsring {
@@ -44,6 +45,12 @@ private:
     int fd_ = -1;
     std::string buffer_;
 };
+
+// RUN_DIR/train-log.<rank>.txt: drafter `rank`'s log on its machine.
+std::filesystem::path train_log_path(const std::filesystem::path& run_dir, std::uint32_t rank);
+// Every train log in a run directory, by rank: each rank that ever trained there, also those of an
+// earlier run with more drafters on this machine (their records before the resume still count).
+std::vector<std::pair<std::uint32_t, std::filesystem::path>> train_logs_in(const std::filesystem::path& run_dir);
 
 // Per epoch: every sample is trained exactly once, or rejected (seen once, never trained); the
 // rest is missing or more than once.

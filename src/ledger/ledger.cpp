@@ -456,10 +456,27 @@ std::uint64_t Ledger::make_durable(std::uint32_t rank, std::uint64_t step) {
 
 Ledger::Recovery Ledger::recover(std::uint32_t rank, std::uint64_t step) {
     HSRING_ASSERT(rank < kMaxRanks, "drafter rank {}", rank);
+    return recover_ranks(rank, rank + 1, step);
+}
+
+Ledger::Recovery Ledger::recover_ranks_from(std::uint32_t first_rank, std::uint64_t step) {
+    return recover_ranks(first_rank, kMaxRanks, step);
+}
+
+void Ledger::set_drafter_ranks(std::uint32_t n) {
+    if (n == 0 || n > kMaxRanks) fail("ledger: {} drafter ranks on one machine (1..{})", n, kMaxRanks);
+    if (n == header_->drafter_ranks) return;
+    for (std::uint32_t r = 0; r < kMaxRanks; ++r) header_->need[r].j.store(0, memory_order_relaxed);
+    header_->drafter_ranks = n;
+    info_.drafter_ranks = n;
+    wake_takers();
+}
+
+Ledger::Recovery Ledger::recover_ranks(std::uint32_t begin, std::uint32_t end, std::uint64_t step) {
     Recovery r;
     for (std::uint64_t j = 0; j < header_->plan_slots; ++j) {
         const std::uint64_t w = slot(j).load(memory_order_acquire);
-        if (!trained(w) || rank_of(w) != rank) continue;
+        if (!trained(w) || rank_of(w) < begin || rank_of(w) >= end) continue;
         if (step_of(w) > step) r.repended += repend_slot(j, w, true);
         else if (state_of(w) == EntryState::Consumed) r.durable += durable_slot(j, w);
     }

@@ -87,6 +87,25 @@ std::uint64_t LineageReport::doubled() const {
     return n;
 }
 
+std::filesystem::path train_log_path(const std::filesystem::path& run_dir, std::uint32_t rank) {
+    return run_dir / ("train-log." + std::to_string(rank) + ".txt");
+}
+
+std::vector<std::pair<std::uint32_t, std::filesystem::path>> train_logs_in(const std::filesystem::path& run_dir) {
+    std::vector<std::pair<std::uint32_t, std::filesystem::path>> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        constexpr std::string_view head = "train-log.", tail = ".txt";
+        if (name.size() <= head.size() + tail.size() || !name.starts_with(head) || !name.ends_with(tail)) continue;
+        const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+        if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        out.emplace_back(static_cast<std::uint32_t>(std::stoul(digits)), e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 bool LineageReport::ok() const {
     for (const auto& e : epochs)
         if (e.missing || e.more_than_once) return false;

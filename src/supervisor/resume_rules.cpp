@@ -54,8 +54,9 @@ const std::vector<ResumeRule>& resume_rules() {
         {"[train] checkpoint_background", OnChange::Apply, kNextStep},
         {"[train] eval_every", OnChange::Apply, kNextStep},
         {"[distributed] nnodes", OnChange::Refuse, "each machine's ledger holds its share of the data for this many"},
-        {"[topology] drafters (count)", OnChange::Refuse,
-         "the ledger and the train logs are kept per drafter rank of this machine"},
+        {"[topology] drafters (count)", OnChange::Replan,
+         "the steps after the checkpoint are planned again over the new drafter ranks (the checkpoint holds "
+         "no rank's state of its own; the ranks of an earlier run that are gone have their plan slots re-issued)"},
     };
     return rules;
 }

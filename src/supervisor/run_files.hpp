@@ -9,6 +9,7 @@
 //   RUN_DIR/checkpoints/latest    step of the drafter's latest committed checkpoint (the drafter writes it)
 //   RUN_DIR/train-log.<rank>.txt  each local drafter rank's train log (include/hsring/train_log.hpp)
 #include "hsring/ledger.hpp"
+#include "hsring/train_log.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -34,9 +35,7 @@ struct RunFiles {
     fs::path logs_dir() const { return dir / "logs"; }
     fs::path worker_log(std::string_view worker) const { return logs_dir() / (std::string(worker) + ".log"); }
     fs::path latest_checkpoint() const { return dir / "checkpoints" / "latest"; }
-    fs::path train_log(std::uint32_t drafter_rank) const {
-        return dir / ("train-log." + std::to_string(drafter_rank) + ".txt");
-    }
+    fs::path train_log(std::uint32_t drafter_rank) const { return train_log_path(dir, drafter_rank); }
 };
 
 // The step in RUN_DIR/checkpoints/latest; nullopt when there is no checkpoint yet. A file that

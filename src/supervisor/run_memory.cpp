@@ -67,18 +67,21 @@ Ring open_ring(const RunMemoryPlan& plan, bool& created) {
 }
 
 // What the run's checkpoint holds: every local drafter rank's train records that are in the
-// weights of checkpoints/latest (none without a checkpoint).
+// weights of checkpoints/latest (none without a checkpoint), the ranks of earlier runs with more
+// drafters on this machine included.
 struct CheckpointContents {
     std::optional<std::uint64_t> step;
     std::vector<Ledger::Trained> trained;
+    std::uint32_t logs = 0;  // train logs read (ranks of earlier runs with more drafters included)
 };
 
 CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
     CheckpointContents c;
     c.step = read_latest_checkpoint(plan.files);
     if (!c.step) return c;
-    for (std::uint32_t r = 0; r < plan.drafters; ++r) {
-        auto t = surviving_records(plan.files.train_log(r), r, *c.step);
+    for (const auto& [r, log] : train_logs_in(plan.files.dir)) {
+        auto t = surviving_records(log, r, *c.step);
+        ++c.logs;
         c.trained.insert(c.trained.end(), t.begin(), t.end());
     }
     return c;
@@ -148,6 +151,14 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
                                     : disagreement(attached, ck);
         if (why.empty()) {
             created = false;
+            const std::uint32_t had = attached.info().drafter_ranks;
+            if (had != plan.info.drafter_ranks) {
+                // [topology] drafters changed between runs (resume_rules: re-planned): the new ranks'
+                // needs open the targets' window; the drafters recover the old ranks' plan slots.
+                attached.set_drafter_ranks(plan.info.drafter_ranks);
+                say(fmt::format("ledger '{}': {} drafter rank(s) on this machine, {} before", name,
+                                plan.info.drafter_ranks, had));
+            }
             return attached;
         }
         // Never train on a ledger that disagrees with the weights it would resume: it would skip
@@ -163,7 +174,7 @@ Ledger open_ledger(const RunMemoryPlan& plan, const std::string& name, bool& cre
     marked = ck.trained.size();
     if (ck.step)
         say(fmt::format("new ledger '{}': {} sample passes are in the checkpoint of step {} (train logs of {} "
-                        "drafter rank(s) in {}): marked durable", name, marked, *ck.step, plan.drafters,
+                        "drafter rank(s) in {}): marked durable", name, marked, *ck.step, ck.logs,
                         plan.files.dir.string()));
     return ledger;
 }

@@ -102,13 +102,14 @@ RunVerification verify_run_dirs(const std::vector<std::filesystem::path>& dirs) 
     }
     std::vector<LogOfMachine> logs;
     for (const auto& [node, m] : machines) {
+        // The run's drafter ranks now, and any more an earlier run on this machine had.
         for (std::uint32_t rank = 0; rank < m.second.drafters; ++rank) {
             const auto log = m.first.train_log(rank);
             if (!std::filesystem::exists(log))
                 fail("{} is missing: drafter rank {} writes it (is {} a run directory?)", log.string(), rank,
                      m.first.dir.string());
-            logs.push_back({log, rank, nnodes, node});
         }
+        for (const auto& [rank, log] : train_logs_in(m.first.dir)) logs.push_back({log, rank, nnodes, node});
     }
     v.logs = logs.size();
     v.report = verify_lineage(logs, step, first.samples, first.epochs, first.seed, first.shuffle);

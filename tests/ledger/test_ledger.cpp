@@ -138,6 +138,33 @@ TEST_CASE("a checkpoint makes consumed slots durable; a drafter death re-issues 
     CHECK_FALSE(l.take_slot(9, kAll));
 }
 
+TEST_CASE("fewer drafter ranks than the ledger's run had: the gone ranks' later slots are re-issued, their needs ignored") {
+    TempLedger t(info(8, 1, 3), 1);
+    Ledger& l = t.l;
+    // Ranks 0, 1, 2 train slots j in step j / 3 + 1, rank j % 3 (slots 0..7: steps 1, 1, 1, 2, 2, 2, 3, 3).
+    for (std::uint64_t j = 0; j < 8; ++j) {
+        REQUIRE(l.take_slot(j + 1, kAll) == j);
+        REQUIRE(l.consume_slot(j, j + 1, static_cast<std::uint32_t>(j % 3), j / 3 + 1));
+    }
+    // The run comes back with one rank from the checkpoint of step 1.
+    l.set_drafter_ranks(1);
+    CHECK(l.info().drafter_ranks == 1);
+    l.set_need(0, 8);
+    CHECK(l.window_base() == 8);  // ranks 1 and 2 hold the window no longer
+    const auto own = l.recover(0, 1);
+    const auto gone = l.recover_ranks_from(1, 1);
+    CHECK(own.durable == 1);     // slot 0
+    CHECK(own.repended == 2);    // slots 3, 6
+    CHECK(gone.durable == 2);    // slots 1, 2
+    CHECK(gone.repended == 3);   // slots 4, 5, 7
+    CHECK(l.trained_prefix(1) == 3);
+    const LedgerCounts c = l.counts();
+    CHECK(c.durable == 3);
+    CHECK(c.pending == 5);
+    CHECK(c.consumed == 0);
+    CHECK_THROWS_AS(l.set_drafter_ranks(0), Error);
+}
+
 TEST_CASE("a rejected sample stays rejected: never trained, never re-issued, its slot produced again whole") {
     TempLedger t(info(4), 2);
     Ledger& l = t.l;

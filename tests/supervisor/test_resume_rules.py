@@ -1,9 +1,11 @@
 """Settings changed between a stop (or a completed run) and the next `hsring run` of the same run
-directory (src/supervisor/resume_rules.hpp): a step size or an epoch count is re-planned from the
-checkpoint and the run completes exactly once; a learning rate is applied with a line saying so;
+directory (src/supervisor/resume_rules.hpp): a step size, an epoch count or the number of drafter
+ranks is re-planned from the checkpoint and the run completes exactly once; a learning rate is applied with a line saying so;
 a drafter's block size, its mask token and the ring's slot_tokens are refused before anything
 starts, naming the key, both values and the way on; set back, the run resumes and completes."""
+import os
 import re
+import signal
 
 from harness import Run, check, main
 
@@ -98,6 +100,54 @@ def test_drafter_and_packing_changes_are_refused_and_resume_when_set_back():
         r.cleanup()
 
 
+def sigkill_all(r):
+    """The supervisor and every worker, SIGKILL: the ring and the ledger stay as they were."""
+    pids = [w["pid"] for w in r.status()["workers"] if w["pid"]]
+    r.proc.kill()
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    r.wait()
+
+
+def test_drafter_count_2_1_3_across_a_sigkill_and_a_stop_is_replanned_exactly_once():
+    # 768 tokens a step = 6 slots of 128: 3 per rank at 2 ranks, 6 at 1, 2 at 3 (the same step).
+    two, one, three = '["cpu", "cpu"]', '["cpu"]', '["cpu", "cpu", "cpu"]'
+    r = Run("dcount", drafters=two, step_ms=30, samples=300, train_extra="tokens_per_step = 768")
+    try:
+        # Two ranks, SIGKILLed past a checkpoint: the ring and the ledger stay, rank 1's plan slots
+        # of the steps after it are CONSUMED in the ledger and no rank 1 comes back for them.
+        r.start()
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 8, "step 8 (a checkpoint at 5)")
+        sigkill_all(r)
+        r.write_config(drafters=one)
+        r.start()
+        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 13, "step 13 with one drafter")
+        r.cli("stop")
+        r.expect_exit(0)
+        out = r.output()
+        check("[topology] drafters (count): 2 -> 1: the steps after the checkpoint are planned again" in out, out)
+        check("1 drafter rank(s) on this machine, 2 before" in out, out)
+        m = re.search(r"drafter ranks >= 1 of an earlier run on this machine: \d+ samples made durable, (\d+) re-issued; "
+                      r"their 1 train log\(s\) resume at step", out)
+        check(m and int(m.group(1)) > 0, "rank 1's plan slots after the checkpoint are re-issued:\n" + out)
+        check(re.search(r"plan: \d+ slots on this machine, 6 per step \(6 per rank\)", out), out)
+        # Three ranks after a graceful stop (the ring is gone: the ledger is rebuilt from both
+        # earlier ranks' train logs), to the end.
+        r.write_config(drafters=three)
+        out = complete_and_verify(r, "drafters 2 -> 1 -> 3")
+        check("[topology] drafters (count): 1 -> 3" in out, out)
+        check("(train logs of 2 drafter rank(s) in" in out, out)
+        check(re.search(r"plan: \d+ slots on this machine, 6 per step \(2 per rank\)", out), out)
+        check("600 of 600 sample passes trained" in out, out)
+        v = r.verify().stdout
+        check("ok: every sample is in the weights exactly once per epoch" in v, v)
+    finally:
+        r.cleanup()
+
 if __name__ == "__main__":
     main([test_tokens_per_step_up_and_down_is_replanned, test_more_epochs_after_a_completed_run_whose_last_step_was_short,
-          test_lr_is_applied_with_a_line_saying_so, test_drafter_and_packing_changes_are_refused_and_resume_when_set_back])
+          test_lr_is_applied_with_a_line_saying_so, test_drafter_and_packing_changes_are_refused_and_resume_when_set_back,
+          test_drafter_count_2_1_3_across_a_sigkill_and_a_stop_is_replanned_exactly_once])

@@ -64,6 +64,7 @@ private:
     // resume.cpp
     // False when the run is complete already (every machine's ledger says so): nothing to do.
     bool restore();
+    void recover_vanished_ranks(std::uint64_t step);
     // staging.cpp
     // Stages slots until plan slot j is at the front of the staged queue (held-out slots before it
     // are evaluated); false when j will not come because the run stops (it is not being written).

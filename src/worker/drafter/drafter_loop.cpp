@@ -39,7 +39,7 @@ std::optional<MetricsFile> master_metrics(const Context& ctx, const Gang& gang) 
 
 Drafter::Drafter(Context& ctx, DrafterCompute& compute, Gang& gang)
     : ctx_(ctx), compute_(compute), gang_(gang), positions_(ctx.cfg.drafter.block_size - 1),
-      log_(ctx.env.run_dir / fmt::format("train-log.{}.txt", ctx.env.rank)), metrics_(master_metrics(ctx, gang)),
+      log_(train_log_path(ctx.env.run_dir, ctx.env.rank)), metrics_(master_metrics(ctx, gang)),
       checkpoints_(ctx, compute, gang, log_), eval_(ctx, gang.place(), positions_, metrics_ ? &*metrics_ : nullptr),
       plan_{ctx.ledger.plan_slots(), ctx.derived.slots_per_rank, gang.place().local_world} {
     const TrainConfig& t = ctx.cfg.train;

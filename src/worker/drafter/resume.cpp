@@ -80,6 +80,7 @@ bool Drafter::restore() {
     auto rec = ctx_.ledger.recover(ctx_.env.rank, s);
     if (rec.repended || rec.durable)
         log::info("ledger: {} samples of earlier incarnations made durable, {} re-issued", rec.durable, rec.repended);
+    if (gang_.place().is_local_leader()) recover_vanished_ranks(s);
     // The plan goes on from the first plan slot not in the checkpoint's steps, per_rank x ranks a
     // step (slot_plan.hpp: with the settings the run had, the grid it had).
     const std::uint64_t base = ctx_.ledger.trained_prefix(s);
@@ -97,6 +98,24 @@ bool Drafter::restore() {
     log::info("plan: {} slots on this machine, {} per step ({} per rank); resuming at step {} (plan slot {})",
               plan_.slots, plan_.per_step(), plan_.per_rank, s + 1, next_take_);
     return true;
+}
+
+// An earlier run had more drafter ranks on this machine ([topology] drafters lowered between runs):
+// no rank of this gang recovers theirs. What they trained after step s died with their weights:
+// re-issued, and their train logs say so (a resume line bounds their records at s, as each live
+// rank's own does), so a rank of that number in a later run appends to a log that is right.
+void Drafter::recover_vanished_ranks(std::uint64_t s) {
+    const std::uint32_t live = gang_.place().local_world;
+    const auto rec = ctx_.ledger.recover_ranks_from(live, s);
+    std::uint32_t logs = 0;
+    for (const auto& [rank, file] : train_logs_in(ctx_.env.run_dir)) {
+        if (rank < live) continue;
+        TrainLog(file).resume(ctx_.env.incarnation, s);
+        ++logs;
+    }
+    if (logs || rec.durable || rec.repended)
+        log::info("drafter ranks >= {} of an earlier run on this machine: {} samples made durable, {} re-issued; "
+                  "their {} train log(s) resume at step {}", live, rec.durable, rec.repended, logs, s);
 }
 
 } // namespace hsring::worker
