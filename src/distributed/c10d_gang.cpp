@@ -77,6 +77,7 @@ std::unique_ptr<C10dGang> C10dGang::join(const GangOptions& o) {
     if (one != static_cast<double>(world))
         fail("the drafter gang's first all-reduce gave {} instead of {}", one, world);
     if (p.is_master()) gang->rz_.mark_formed();
+    else gang->rz_.keep_beating(p.global_rank());
     log::info("drafter gang formed: rank {} of {} (machine {} of {}, local rank {}), {} over rendezvous round {} at "
               "{}:{}", rank, world, p.node_rank, p.nnodes, p.local_rank, backend_name, gang->rz_.round,
               ro.master_addr, ro.master_port);

@@ -108,6 +108,22 @@ void claim(c10d::Store& s, std::int64_t round, const GangPlace& p, const std::st
     }
 }
 
+// A rank arriving while a gang of an earlier round trains: that round's claim of its global rank
+// is held by a process that still beats (keep_beating) when a second machine has its node rank;
+// a dead holder (a rank that is being restarted) stands still, and the newcomer waits for the next
+// round as before.
+void refuse_if_taken(c10d::Store& s, std::int64_t round, const GangPlace& p, milliseconds alive_within) {
+    const std::uint32_t rank = p.global_rank();
+    const std::string ck = key(round, fmt::format("claim/{}", rank)), beat = key(round, fmt::format("beat/{}", rank));
+    if (!s.check({key(round, "formed")}) || !s.check({ck})) return;
+    const std::string held = text(s.get(ck));
+    const std::int64_t beat0 = s.add(beat, 0);
+    for (const auto until = Clock::now() + alive_within; Clock::now() < until;) {
+        std::this_thread::sleep_for(kPoll);
+        if (s.add(beat, 0) != beat0) fail("{}", duplicate(p, rank, held));
+    }
+}
+
 struct Joined {
     std::string token;  // the claim the rank's identity was published under
     nlohmann::json id;
@@ -116,6 +132,20 @@ struct Joined {
 } // namespace
 
 void Rendezvous::mark_formed() { store->set(key(round, "formed"), bytes("1")); }
+
+void Rendezvous::keep_beating(std::uint32_t global_rank) {
+    beating = std::make_unique<std::jthread>([s = store, k = key(round, fmt::format("beat/{}", global_rank))](
+                                                 std::stop_token stop) {
+        while (!stop.stop_requested()) {
+            try {
+                s->add(k, 1);
+            } catch (const std::exception&) {
+                return;  // the master is gone: the next collective says so
+            }
+            for (int i = 0; i < 5 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(kPoll);
+        }
+    });
+}
 
 Rendezvous rendezvous(const RendezvousOptions& o) {
     const GangPlace& p = o.place;
@@ -153,9 +183,14 @@ Rendezvous rendezvous(const RendezvousOptions& o) {
         }
         try {
             r.store->setTimeout(left(deadline));
+            std::int64_t looked = 0;
             for (;;) {
                 r.round = std::stoll(text(r.store->get("hsring/round")));
                 if (!closed(*r.store, r.round)) break;
+                if (r.round != looked) {
+                    looked = r.round;
+                    refuse_if_taken(*r.store, r.round, p, o.keep_alive_timeout);
+                }
                 if (Clock::now() > deadline)
                     fail("the master {} did not start a new rendezvous within {:g} s ([distributed] timeout_s): its "
                          "drafter rank 0 is still in an earlier gang", where, seconds(o.timeout));

@@ -21,7 +21,10 @@
 //               beating is a second live machine with the same node rank: a user error; publish
 //               the identity; beat while waiting for "ok" or "error"
 //   all         create the process group under the prefix "hsring/r<round>/pg", a first
-//               collective, then rank 0 marks the round formed.
+//               collective, then rank 0 marks the round formed; ranks k > 0 keep beating while
+//               the gang lives (keep_beating), so that a second machine with the same node rank
+//               that arrives while the gang trains is told so at once: the formed round's claim
+//               of its rank is held by a process whose keep-alive moves.
 // A rank that does not join within the timeout is named in the error (its machine and rank).
 #include "hsring/free_port.hpp"
 #include "hsring/worker_contract.hpp"
@@ -32,7 +35,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 
 namespace hsring::distributed {
 
@@ -52,6 +57,12 @@ struct Rendezvous {
     c10::intrusive_ptr<c10d::Store> group_store;  // prefixed for the process group of this round
     std::int64_t round = 0;
     void mark_formed();        // rank 0, after the first collective
+    // Ranks k > 0, once the gang formed: beat the round's keep-alive of `global_rank` from a thread
+    // until this object dies (TCPStore serialises its operations; a master that is gone ends the
+    // beating quietly: the gang's collectives report it).
+    void keep_beating(std::uint32_t global_rank);
+    // Declared last: stopped and joined before the store it uses is released.
+    std::unique_ptr<std::jthread> beating;
 };
 
 // Throws hsring::Error: unreachable master, ranks missing after the timeout, identities that

@@ -67,6 +67,14 @@ void Supervisor::start() {
         console_.warn("[transport] kind = \"{}\" is experimental (README: Transports): bit-exact on one H200 "
                       "(target and drafter on one GPU), not yet run between two GPUs over NVLink; kind = \"host\" "
                       "for real runs", to_string(cfg_.transport.kind));
+    // A completed run started again finds its ledger rebuilt from the checkpoint with every plan
+    // slot in the weights, but without the done mark the drafters set at the end. On one machine
+    // the drafter would find nothing to train; on machine 1 of several it would wait for a master
+    // that is not coming (it waited timeout_s, then "cannot reach the master").
+    if (!mem_->ledger.done() && previous_ && previous_->end && previous_->end->complete && previous_->max_steps == 0) {
+        const LedgerCounts c = mem_->ledger.counts();
+        if (c.pending == 0 && c.in_slot == 0 && c.consumed == 0) mem_->ledger.set_done();
+    }
     if (mem_->ledger.done()) {
         // --fresh alone would not train again: the new ledger takes what the checkpoint holds,
         // which is every epoch. A new run dir has no checkpoint; --fresh frees the ring's name.

@@ -376,6 +376,43 @@ def test_two_machines_with_one_node_rank_one_is_refused():
             r.cleanup()
 
 
+def test_a_completed_run_restarted_on_one_machine_says_so_and_a_late_twin_is_refused():
+    # Machine 1 of a completed 2-machine run, started again alone: "already complete" at once (it
+    # waited 70 s for the master, then "cannot reach the master"). A second machine 1 that comes
+    # while the gang trains is told it duplicates a node rank (it was told "cannot reach the master").
+    port = free_port()
+    runs = machines("gc", port, samples=600, epochs=1, step_ms=30, timeout_s=20)
+    twin = Run("gc1b", targets='["cpu"]', drafters='["cpu"]', samples=600, epochs=1, step_ms=30,
+               tail=distributed(port, 2, 1, 20))
+    try:
+        for r in runs:
+            r.start()
+        runs[0].wait_running(timeout=60)
+        runs[0].wait_for(lambda s: (s["drafter"]["step"] or 0) >= 2, "step 2")
+        t0 = time.time()
+        twin.start()
+        twin.expect_exit(3, timeout=60)
+        took = time.time() - t0
+        line = stop_line(twin.output()) or ""
+        check("two machines have the same node rank 1" in line, twin.output())
+        check(took < 15, f"the twin was refused after {took:.1f} s, before timeout_s (20 s)")
+        check(runs[0].proc.poll() is None, "the gang trains on")
+        for r in runs:
+            r.expect_exit(0, timeout=120)
+        verify(runs[0].run_dir, runs[1].run_dir)
+        t0 = time.time()
+        runs[1].start()
+        runs[1].expect_exit(0, timeout=60)
+        took = time.time() - t0
+        out = runs[1].output()
+        check("already trained" in out and "cannot reach" not in out, out)
+        check(took < 15, f"machine 1 alone took {took:.1f} s to say the run is complete")
+        verify(runs[0].run_dir, runs[1].run_dir)
+    finally:
+        for r in runs + [twin]:
+            r.cleanup()
+
+
 if __name__ == "__main__":
     main([test_two_drafter_ranks_on_one_machine_train_every_sample_once,
           test_sigkill_of_one_rank_restarts_the_gang_and_loses_nothing,
@@ -384,4 +421,5 @@ if __name__ == "__main__":
           test_held_out_evaluation_spans_every_machine_and_trains_nothing,
           test_stop_and_restart_on_one_machine_act_on_the_whole_run,
           test_bad_gang_input_is_one_clear_message,
-          test_two_machines_with_one_node_rank_one_is_refused])
+          test_two_machines_with_one_node_rank_one_is_refused,
+          test_a_completed_run_restarted_on_one_machine_says_so_and_a_late_twin_is_refused])
