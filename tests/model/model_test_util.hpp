@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/cuda.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -58,21 +59,77 @@ inline std::string env_or(const char* name, const std::string& fallback) {
     return v && *v ? v : fallback;
 }
 
-// Runs tests/model/SCRIPT ARGS with $HSRING_PYTHON (the build's .venv) where it exists, else
-// python3 from PATH; exits the test program with 77 (skipped) when the script reports that its
-// reference cannot be imported, and fails the test for any other error.
+// One Python process per test program runs the reference scripts (tests/model/py_server.py):
+// importing torch and transformers once instead of once per script saves ~4.5 s each. Started at
+// the first script; ends when the test program closes its stdin (at exit).
+class PythonServer {
+public:
+    static PythonServer& get() {
+        static PythonServer s;
+        return s;
+    }
+    // The script's exit code; -1 when the server died (it is started again for the next one).
+    int run(const std::string& script, const std::string& args, const std::string& py) {
+        if (pid_ <= 0 && !start(py)) return -1;
+        const std::string line = nlohmann::json{{"script", script}, {"args", args}}.dump() + "\n";
+        if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return died();
+        char buf[32] = {};
+        if (!std::fgets(buf, sizeof buf, from_)) return died();
+        return std::atoi(buf);
+    }
+    ~PythonServer() {
+        if (to_ >= 0) ::close(to_);
+        if (from_) std::fclose(from_);
+        if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+    }
+
+private:
+    bool start(const std::string& py) {
+        int req[2], resp[2];
+        if (::pipe(req) != 0 || ::pipe(resp) != 0) return false;
+        const std::string server = env_or("HSRING_SOURCE_ROOT", ".") + "/tests/model/py_server.py";
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::dup2(req[0], 0);
+            ::dup2(resp[1], 3);
+            for (int fd : {req[0], req[1], resp[0], resp[1]})
+                if (fd > 3) ::close(fd);
+            ::execlp(py.c_str(), py.c_str(), server.c_str(), "3", static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+        ::close(req[0]);
+        ::close(resp[1]);
+        to_ = req[1];
+        from_ = ::fdopen(resp[0], "r");
+        return pid_ > 0 && from_;
+    }
+    int died() {
+        ::close(to_);
+        std::fclose(from_);
+        ::waitpid(pid_, nullptr, 0);
+        to_ = -1, from_ = nullptr, pid_ = 0;
+        return -1;
+    }
+    pid_t pid_ = 0;
+    int to_ = -1;
+    std::FILE* from_ = nullptr;
+};
+
+// Runs tests/model/SCRIPT ARGS (shell-quoted) with $HSRING_PYTHON (the build's .venv) where it
+// exists, else python3 from PATH, in the test program's Python server; exits the test program
+// with 77 (skipped) when the script reports that its reference cannot be imported, and fails the
+// test for any other error.
 inline void run_python_script(const std::string& script, const std::string& args) {
     std::string py = env_or("HSRING_PYTHON", "python3");
     if (py.find('/') != std::string::npos && ::access(py.c_str(), X_OK) != 0) py = "python3";
     const std::string src = env_or("HSRING_SOURCE_ROOT", ".");
-    const std::string cmd = "'" + py + "' '" + src + "/tests/model/" + script + "' " + args;
-    const int rc = std::system(cmd.c_str());
-    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    const std::string path = src + "/tests/model/" + script;
+    const int code = PythonServer::get().run(path, args, py);
     if (code == 77) {
         std::fprintf(stderr, "skipped: %s cannot import its reference with %s\n", script.c_str(), py.c_str());
         std::exit(77);
     }
-    REQUIRE_MESSAGE(code == 0, "reference script failed: " << cmd);
+    REQUIRE_MESSAGE(code == 0, "reference script failed (exit " << code << "): " << py << " " << path << " " << args);
 }
 
 // GPU-only tests: exit 77 (meson's "skipped") without a CUDA device, unless
