@@ -266,12 +266,13 @@ std::string Supervisor::summary() {
 std::string Supervisor::verify_completion() {
     // The drafters say every epoch is trained; the run dir must say so too (DESIGN.md invariant 8):
     // this machine's train logs replayed against its latest checkpoint, every position of its
-    // share exactly once (with [train] max_steps: none more than once).
+    // share exactly once (with [train] max_steps: none more than once). Every rank's log in the run
+    // dir: also those of an earlier run with more drafter ranks on this machine.
     try {
         const auto step = read_latest_checkpoint(files_);
         if (!step) return fmt::format("{} holds no checkpoint", files_.latest_checkpoint().string());
         std::vector<std::filesystem::path> logs;
-        for (std::uint32_t r = 0; r < cfg_.topology.drafters.size(); ++r) logs.push_back(files_.train_log(r));
+        for (const auto& [rank, log] : train_logs_in(files_.dir)) logs.push_back(log);
         const LedgerInfo& info = mem_->ledger.info();
         const LineageReport rep = verify_positions(logs, *step, info.samples, info.epochs);
         const bool ok = cfg_.train.max_steps ? rep.doubled() == 0 : rep.ok();
