@@ -13,7 +13,7 @@ namespace hsring {
 
 struct ConfigSetting {
     std::string table, key;
-    std::variant<std::string, std::int64_t, double, bool> value;
+    std::variant<std::string, std::int64_t, double, bool, std::vector<std::string>> value;  // a list: of strings
 };
 
 // Throws hsring::Error naming the file (unreadable, not valid TOML).

@@ -27,6 +27,7 @@ int drill(Args args) {
     constexpr const char* kUsage =
         "usage: hsring drill CONFIG.toml [--faults N] [--seed S] [--mode synthetic|train] [--samples N]\n"
         "                    [--work-dir DIR] [--keep] [--step-ms MS] [--gap-ms MS] [--timeout S] [--stall-s S]\n"
+        "                    [--resize]\n"
         "  runs CONFIG's pipeline (synthetic mode: no models) as real `hsring run` processes while it SIGKILLs and\n"
         "  SIGSTOPs random workers and the supervisor, restarts workers and injects faults (HSRING_FAULT), run\n"
         "  after run until N faults (default 200) were dealt; then verifies every run dir as `hsring ledger\n"
@@ -35,13 +36,14 @@ int drill(Args args) {
         "  --mode train    the config's real models (a GPU machine)     --samples N  first N samples (1000; 0 all)\n"
         "  --work-dir DIR  default $TMPDIR/hsring-drill-PID             --keep       keep the work dir\n"
         "  --step-ms MS    synthetic compute per drafter batch (5)      --gap-ms MS  mean time between faults (250)\n"
-        "  --timeout S     one run at most (900)                         --stall-s S  no progress = a hang (120)\n";
+        "  --timeout S     one run at most (900)                         --stall-s S  no progress = a hang (120)\n"
+        "  --resize        each supervisor start draws 1..3 drafter ranks (a step of 6 slots; synthetic mode)\n";
     ParsedArgs p;
     try {
         p = parse_args(args.subspan(1),
                        {"--faults", "--seed", "--mode", "--samples", "--work-dir", "--step-ms", "--gap-ms", "--timeout",
                         "--stall-s"},
-                       {"--keep", "--help"});
+                       {"--keep", "--resize", "--help"});
     } catch (const UsageError& e) {
         fmt::print(stderr, "hsring drill: {}\n{}", e.message, kUsage);
         return 2;
@@ -69,6 +71,7 @@ int drill(Args args) {
     if (auto v = p.value("--timeout")) o.timeout_s = number("--timeout", *v, 1);
     if (auto v = p.value("--stall-s")) o.stall_s = number("--stall-s", *v, 1);
     o.keep = p.flag("--keep");
+    o.resize = p.flag("--resize");
     return drill::run_drill(o);
 }
 

@@ -5,6 +5,7 @@
 #include "config/toml_section.hpp"
 
 #include <sstream>
+#include <type_traits>
 
 namespace hsring {
 
@@ -31,7 +32,17 @@ std::string rewrite_config(const std::filesystem::path& file, const std::vector<
         if (!root.contains(s.table)) root.insert(s.table, toml::table{});
         toml::table* t = root[s.table].as_table();
         if (!t) fail("{}: [{}] is not a table", file.string(), s.table);
-        std::visit([&](const auto& v) { t->insert_or_assign(s.key, v); }, s.value);
+        std::visit(
+            [&](const auto& v) {
+                if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<std::string>>) {
+                    toml::array a;
+                    for (const auto& x : v) a.push_back(x);
+                    t->insert_or_assign(s.key, std::move(a));
+                } else {
+                    t->insert_or_assign(s.key, v);
+                }
+            },
+            s.value);
     }
     std::ostringstream out;
     out << "# written by hsring from " << std::filesystem::absolute(file).string() << "\n" << root << "\n";

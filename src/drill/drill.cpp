@@ -20,8 +20,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -66,6 +68,7 @@ std::uint64_t copy_samples(const fs::path& from, const fs::path& to, std::uint64
 struct Tally {
     std::uint64_t kill_worker = 0, stop_worker = 0, restart_worker = 0, kill_supervisor = 0, stop_supervisor = 0;
     std::map<std::string, std::uint64_t> injected;  // by point
+    std::vector<std::uint32_t> drafter_counts;       // --resize: the drafter ranks of each supervisor start
     std::uint64_t injected_total() const {
         std::uint64_t n = 0;
         for (const auto& [p, k] : injected) n += k;
@@ -80,6 +83,7 @@ struct Tally {
         restart_worker += o.restart_worker;
         kill_supervisor += o.kill_supervisor;
         stop_supervisor += o.stop_supervisor;
+        drafter_counts.insert(drafter_counts.end(), o.drafter_counts.begin(), o.drafter_counts.end());
         for (const auto& [p, k] : o.injected) injected[p] += k;
     }
     std::string str() const {
@@ -88,7 +92,9 @@ struct Tally {
         return fmt::format("{} SIGKILL of a worker, {} SIGSTOP of a worker, {} graceful worker restarts, {} SIGKILL of "
                            "the supervisor, {} SIGSTOP of the supervisor, {} injected{}", kill_worker, stop_worker,
                            restart_worker, kill_supervisor, stop_supervisor, injected_total(),
-                           inj.empty() ? "" : " (" + inj + ")");
+                           inj.empty() ? "" : " (" + inj + ")") +
+               (drafter_counts.empty() ? std::string()
+                                       : fmt::format("; drafter ranks per supervisor start {}", fmt::join(drafter_counts, " ")));
     }
 };
 
@@ -116,6 +122,8 @@ public:
 private:
     void prepare();
     void write_config(std::uint32_t index);
+    // --resize: a new drafter count for the next supervisor start, written into the config.
+    void resize(std::uint32_t index, Tally& t);
     RunResult run_one(std::uint32_t index, std::uint64_t budget);
     fs::path export_dir(std::uint32_t index) const { return work_ / fmt::format("run-{}", index) / "drafter"; }
     // Run 0: the same config without a single fault, whose export every drilled run must equal
@@ -152,7 +160,15 @@ void Drill::write_config(std::uint32_t index) {
     if (user_ring_name_) set.push_back({"ring", "name", "hsring-" + name});
     set.push_back({"distributed", "master_port", std::int64_t{free_loopback_port()}});
     set.push_back({"drafter", "export_dir", export_dir(index).string()});
+    if (o_.resize) set.push_back({"topology", "drafters", std::vector<std::string>(drafters_, "cpu")});
     safe::write_atomic(work_, config_file_.filename().string(), rewrite_config(o_.config, set), false);
+}
+
+void Drill::resize(std::uint32_t index, Tally& t) {
+    if (!o_.resize) return;
+    drafters_ = 1 + (drafters_ + static_cast<std::uint32_t>(pick(2))) % 3;  // another of 1..3 than now
+    t.drafter_counts.push_back(drafters_);
+    write_config(index);
 }
 
 void Drill::prepare() {
@@ -163,6 +179,10 @@ void Drill::prepare() {
     targets_ = static_cast<std::uint32_t>(user.topology.targets.size());
     drafters_ = static_cast<std::uint32_t>(user.topology.drafters.size());
     for (const auto& p : user.topology.drafters) gpu_ = gpu_ || (o_.train && !p.is_cpu());
+    if (o_.resize && o_.train)
+        fail("--resize runs synthetic drafter ranks on the CPU (1 to 3 of them); it cannot be combined with --mode train");
+    // --resize: the reference run has the config's count (at most 3), drilled runs 1..3 at random.
+    if (o_.resize) drafters_ = std::clamp<std::uint32_t>(drafters_, 1, 3);
     if (o_.work_dir) {
         work_ = fs::absolute(*o_.work_dir);
     } else {
@@ -190,6 +210,10 @@ void Drill::prepare() {
     };
     // Checkpoints often enough for faults to meet them (they are cheap without models).
     if (!o_.train && user.train.checkpoint_every > 5) set.push_back({"train", "checkpoint_every", std::int64_t{5}});
+    // --resize: one global step of 6 slots, which 1, 2 and 3 ranks share evenly: the same steps
+    // train the same slots at any count, so every run must still end with run 0's export.
+    if (o_.resize)
+        set.push_back({"train", "tokens_per_step", static_cast<std::int64_t>(6 * user.ring.slot_tokens)});
     settings_ = std::move(set);
     user_ring_name_ = !user.ring.name.empty();
     write_config(0);
@@ -286,10 +310,12 @@ bool Drill::act(const fs::path& run_dir, pid_t supervisor, std::uint64_t supervi
     std::uint64_t dice = pick(100);
     // A new supervisor first waits for its predecessor's workers and starts a gang: give it a few
     // seconds before it is killed again, or the drill would mostly kill supervisors.
-    if (dice >= 95 && seconds_since(last_supervisor_kill_) < 5) dice = pick(90);
-    if (dice >= 90) {  // the supervisor: SIGKILL (it is started again) or SIGSTOP for a moment
+    // --resize: a supervisor SIGKILL is where the drafter count changes; three times as often.
+    const std::uint64_t kill_from = o_.resize ? 85 : 95;
+    if (dice >= kill_from && seconds_since(last_supervisor_kill_) < 5) dice = pick(kill_from - 5);
+    if (dice >= kill_from - 5) {  // the supervisor: SIGKILL (it is started again) or SIGSTOP for a moment
         resume_due(true);  // its workers must be able to finish when it dies
-        if (dice >= 95) {
+        if (dice >= kill_from) {
             ::kill(supervisor, SIGKILL);
             ++t.kill_supervisor;
             killed_supervisor = true;
@@ -357,6 +383,7 @@ RunResult Drill::run_one(std::uint32_t index, std::uint64_t budget) {
     const fs::path run_dir = work_ / fmt::format("run-{}", index);
     const fs::path log = work_ / fmt::format("run-{}.log", index);
     write_config(index);
+    resize(index, res.tally);
     const auto t0 = Clock::now();
     std::uint64_t log_offset = 0;
     pid_t sup = start_supervisor(run_dir, log, plan_faults());
@@ -392,6 +419,7 @@ RunResult Drill::run_one(std::uint32_t index, std::uint64_t budget) {
         count_injected(log, log_offset, res.tally);
         if (r == sup) {
             if (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL) {  // ours: the next supervisor takes over
+                resize(index, res.tally);  // --resize: with another number of drafter ranks
                 sup = start_supervisor(run_dir, log, plan_faults());
                 sup_ticks = 0;
                 next_fault = Clock::now() + 1s;

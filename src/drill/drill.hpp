@@ -35,6 +35,10 @@ struct DrillOptions {
     double timeout_s = 900;                         // one run at most
     double stall_s = 120;                           // no progress this long is a hang
     bool keep = false;                              // keep WORK even when everything passed
+    // --resize: every supervisor start of a drilled run (the first, and each after a SIGKILL) draws
+    // 1..3 drafter ranks ([topology] drafters, resume rules: re-planned), with a global step of 6
+    // slots that each count shares evenly; synthetic mode only.
+    bool resize = false;
 };
 
 // Prints progress and the summary on stdout. Returns 0 when every fault was survived and every

@@ -50,5 +50,29 @@ def test_drill_two_drafter_ranks():
         r.cleanup()
 
 
+def test_drill_resize_changes_the_drafter_count_between_supervisors():
+    # Issue 53: each supervisor start of a drilled run draws another count of drafter ranks (1..3,
+    # a step of 6 slots); still 0 lost, 0 doubled, and the unkilled run's weights.
+    r = Run("drz", samples=300, drafters='["cpu", "cpu"]')
+    try:
+        res = subprocess.run([HSRING, "drill", r.config, "--faults", "30", "--seed", "2", "--step-ms", "30",
+                              "--gap-ms", "150", "--work-dir", os.path.join(r.tmp, "drill"), "--timeout", "240",
+                              "--stall-s", "90", "--resize"], capture_output=True, text=True, timeout=400, cwd=r.tmp)
+        out = res.stdout + res.stderr
+        check(res.returncode == 0, f"hsring drill --resize exited {res.returncode}:\n{out}")
+        check(re.search(r"samples: [1-9]\d* passes verified, 0 lost, 0 doubled; exports equal to the unkilled run's: "
+                        r"(\d+) of \1", out), out)
+        # Some run changed its drafter count under a supervisor SIGKILL.
+        per_run = [list(map(int, m.split())) for m in
+                   re.findall(r"^run \d+: .*drafter ranks per supervisor start ([\d ]+)\)", out, re.M)]
+        check(any(len(set(c)) > 1 for c in per_run), "a run resized mid-run:\n" + out)
+        res = subprocess.run([HSRING, "drill", r.config, "--resize", "--mode", "train"], capture_output=True,
+                             text=True, timeout=60, cwd=r.tmp)
+        check(res.returncode == 2 and "cannot be combined with --mode train" in res.stderr, res.stdout + res.stderr)
+    finally:
+        r.cleanup()
+
+
 if __name__ == "__main__":
-    main([test_drill_one_drafter, test_drill_two_drafter_ranks])
+    main([test_drill_one_drafter, test_drill_two_drafter_ranks,
+          test_drill_resize_changes_the_drafter_count_between_supervisors])
