@@ -49,6 +49,8 @@ std::optional<MetricRow> metric_row(const json& row) {
         flatten("spec", *sp, r.scalars);
         return r;
     }
+    // The gang's size over the steps: a re-formation at another world size shows as a step.
+    if (const auto w = row.find("world"); w != row.end() && w->is_number()) r.scalars.push_back({"gang/world_size", w->get<double>()});
     for (const auto& [k, v] : row.items()) {
         bool skip = false;
         for (std::string_view n : kNotScalars) skip = skip || k == n;

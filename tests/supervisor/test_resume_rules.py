@@ -3,6 +3,7 @@ directory (src/supervisor/resume_rules.hpp): a step size, an epoch count or the 
 ranks is re-planned from the checkpoint and the run completes exactly once; a learning rate is applied with a line saying so;
 a drafter's block size, its mask token and the ring's slot_tokens are refused before anything
 starts, naming the key, both values and the way on; set back, the run resumes and completes."""
+import json
 import os
 import re
 import signal
@@ -144,6 +145,35 @@ def test_drafter_count_2_1_3_across_a_sigkill_and_a_stop_is_replanned_exactly_on
         check("600 of 600 sample passes trained" in out, out)
         v = r.verify().stdout
         check("ok: every sample is in the weights exactly once per epoch" in v, v)
+        # metrics.jsonl: each re-formation's resume row (world size before and after, seconds since
+        # the checkpoint), and the world size of every step row; the learning rate is a function of
+        # the trained tokens alone, so the same at the same count whatever the ranks.
+        rows = [json.loads(l) for l in open(os.path.join(r.run_dir, "metrics.jsonl"))]
+        resumes = [x["resume"] for x in rows if "resume" in x]
+        worlds = [(x.get("world_before"), x["world"]) for x in resumes]
+        check((2, 1) in worlds and (1, 3) in worlds, f"resume rows {resumes}")
+        check(all(x.get("since_checkpoint_s", -1) >= 0 for x in resumes if "world_before" in x), f"{resumes}")
+        steps = {}
+        for x in rows:
+            if "step" in x and "lr" in x:
+                steps[x["step"]] = x  # the last row of a step (rows rolled back by a resume are rewritten)
+        check({x["world"] for x in steps.values()} == {1, 2, 3}, "steps ran at 1, 2 and 3 ranks")
+        # An unresized run of the same config (2 ranks throughout): the same tokens and learning
+        # rate at every step.
+        u = Run("dcount2", drafters=two, step_ms=5, samples=300, train_extra="tokens_per_step = 768")
+        try:
+            complete_and_verify(u, "2 ranks throughout")
+            ref = {}
+            for x in (json.loads(l) for l in open(os.path.join(u.run_dir, "metrics.jsonl"))):
+                if "step" in x and "lr" in x:
+                    ref[x["step"]] = x
+        finally:
+            u.cleanup()
+        check(sorted(ref) == sorted(steps), f"the same steps: {sorted(ref)} vs {sorted(steps)}")
+        for k in ref:
+            check(ref[k]["tokens_total"] == steps[k]["tokens_total"] and ref[k]["lr"] == steps[k]["lr"],
+                  f"step {k}: unresized {ref[k]['tokens_total']} tokens lr {ref[k]['lr']}, resized "
+                  f"{steps[k]['tokens_total']} tokens lr {steps[k]['lr']}")
     finally:
         r.cleanup()
 

@@ -39,7 +39,8 @@ TEST_CASE("metrics rows as scalars") {
     CHECK_FALSE(r->restart_at);
     std::map<std::string, double> m;
     for (const auto& s : r->scalars) m[s.tag] = s.value;
-    CHECK(m.size() == 5);
+    CHECK(m.size() == 6);
+    CHECK(m["gang/world_size"] == 1);  // the gang's size over the steps (resized runs)
     CHECK(m["train/loss"] == 2.5);
     CHECK(std::isnan(m["train/grad_norm"]));
     CHECK(m["train/acc/1"] == 0.5);

@@ -30,6 +30,8 @@ bool Drafter::restore() {
     // tokens_done, warmup_end_tokens, samples_done (from the master), held-out samples (each machine's)
     double state[4] = {0, 0, 0, 0};
     double load_s = 0;
+    // The master's view of the gang the checkpoint was written by (metrics.jsonl's resume row).
+    json before = json::object();
     if (gang_.place().is_master()) {
         if (s) {
             const auto dir = store.dir_of(s);
@@ -44,6 +46,9 @@ bool Drafter::restore() {
                 state[0] = st.value("tokens_total", 0.0);
                 state[1] = st.value("warmup_end_tokens", 0.0);
                 state[2] = st.value("samples_total", 0.0);
+                if (st.contains("world")) before["world_before"] = st["world"];
+                if (st.contains("unix_time"))
+                    before["since_checkpoint_s"] = unix_now() - st.value("unix_time", 0.0);
             }
             log::info("resumed from checkpoint step {} ({}; loaded in {:.1f} s)", s, dir.string(), load_s);
         } else {
@@ -72,8 +77,11 @@ bool Drafter::restore() {
     if (metrics_) {
         // Rows of steps after s written by an earlier incarnation were rolled back (their weights
         // died with it): readers (bin/plot-run) keep the ones after this line instead.
-        metrics_->append(json{{"resume", {{"step", s}, {"incarnation", ctx_.env.incarnation}}},
-                              {"time", seconds_since_start()}});
+        // A re-formation: the world size now and the checkpoint's, and how long ago the checkpoint
+        // was written (what the gang trains again plus the time it was down).
+        json resume = {{"step", s}, {"incarnation", ctx_.env.incarnation}, {"world", gang_.world()}};
+        resume.update(before);
+        metrics_->append(json{{"resume", resume}, {"time", seconds_since_start()}});
     }
     // Plan slots consumed into weights that are not the ones resumed from are produced again,
     // whole, and trained in the same steps as before.
