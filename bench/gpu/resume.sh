@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/gpu/resume.sh BUILD_DIR OUT_DIR — issue 20 on one GPU: the kill schedule that once trained
-# NaN after a resume, against unkilled runs of the same config (DESIGN.md invariant 10).
+# NaN after a resume, against unkilled runs of the same config (invariant 10, docs/architecture.md).
 #
 # Config: config/qwen3-8b-1t1d.toml with target and drafter sharing GPU 0 (allow_shared_gpus),
 # checkpoint_every = 6, SAMPLES (300) x 3,072-token samples (bench/gpu/make_long_data.py).

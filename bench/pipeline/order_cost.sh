@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/pipeline/order_cost.sh [BUILD_DIR] [OLD_BUILD_DIR] — what the fixed order of training
-# (DESIGN.md invariant 10: the drafter trains plan slots in plan order, a slot written early waits
+# (invariant 10, docs/architecture.md: the drafter trains plan slots in plan order, a slot written early waits
 # in the ring) costs in throughput when the targets are unbalanced, as a ratio to the drafter's
 # own limit measured in the same run: synthetic-mode pipelines (no models) where the drafter
 # spends STEP_MS per slot and the two targets TARGET_MS (one fast, one slow) per slot.

@@ -124,7 +124,7 @@ private:
 std::vector<std::uint32_t> epoch_order(std::size_t n, std::uint64_t seed, std::uint32_t epoch,
                                        bool shuffle);
 
-// The data set partitioned between machines (DESIGN.md invariant 9): machine `node` of `nnodes`
+// The data set partitioned between machines (invariant 9, docs/architecture.md): machine `node` of `nnodes`
 // takes entries node, node + nnodes, node + 2 nnodes, ... of each epoch's order, so every machine
 // gets a share of every epoch and the shares differ by at most one sample.
 constexpr std::uint64_t shard_size(std::uint64_t n, std::uint32_t nnodes, std::uint32_t node) {

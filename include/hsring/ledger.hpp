@@ -1,5 +1,5 @@
 #pragma once
-// The sample ledger (DESIGN.md invariants 4 and 10): the packer's plan of the run and one 64-bit
+// The sample ledger (invariants 4 and 10, docs/architecture.md): the packer's plan of the run and one 64-bit
 // entry per plan slot and per sample per epoch, in a named shared-memory region beside the ring,
 // so it survives workers and the supervisor like the ring.
 //

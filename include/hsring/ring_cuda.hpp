@@ -1,6 +1,6 @@
 #pragma once
 // Registering a ring's payload area with CUDA, so device<->slot copies are DMA straight from
-// and to shared memory (no staging copy; DESIGN.md invariant 2). Writers and readers both
+// and to shared memory (no staging copy; invariant 2, docs/architecture.md). Writers and readers both
 // register. Only in builds with the CUDA runtime (HSRING_HAVE_CUDA).
 #include "hsring/ring.hpp"
 #include "hsring/slot_rows.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// Whose a shared-memory object is (DESIGN.md invariant 8). The ring, the ledger and the status
+// Whose a shared-memory object is (invariant 8, docs/architecture.md). The ring, the ledger and the status
 // board carry the tag of the run that created them in their headers; every attach compares it
 // with the attaching run's and refuses another run's object with a message that says whose it
 // is and what to do. Left-over state of another run dir, another user, other data or another

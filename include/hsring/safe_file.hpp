@@ -1,5 +1,5 @@
 #pragma once
-// Files of a run directory, opened without following symbolic links (DESIGN.md invariant 8).
+// Files of a run directory, opened without following symbolic links (invariant 8, docs/architecture.md).
 //
 // The run directory itself is the path the user gave (it may be a link to a bigger disk); every
 // name beneath it is resolved one component at a time with O_NOFOLLOW, so a link planted at

@@ -1,5 +1,5 @@
 #pragma once
-// The packer's plan (DESIGN.md invariant 10): which samples form each slot and which slots form
+// The packer's plan (invariant 10, docs/architecture.md): which samples form each slot and which slots form
 // each optimizer step, fixed per epoch before the run from the config, the data and the seed —
 // never by timing or by what died.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The transport: every copy of hidden states on the data path (DESIGN.md invariants 1 and 2).
+// The transport: every copy of hidden states on the data path (invariants 1 and 2, docs/architecture.md).
 // The compute classes only hand buffers over: a SlotWriter gets a batch's captured layer rows
 // into a claimed slot, a SlotReader stages an acquired slot into one of the drafter's in-flight
 // buffers and releases the slot as soon as that copy completed.

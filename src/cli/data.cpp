@@ -1,5 +1,5 @@
 // hsring data generate CONFIG --out FILE.jsonl: the config's target answers the data set's prompts
-// (hsring-model data-generate, which links LibTorch; `hsring` itself never does: DESIGN.md
+// (hsring-model data-generate, which links LibTorch; `hsring` itself never does: docs/architecture.md
 // invariant 5).
 #include "cli/commands.hpp"
 #include "hsring/error.hpp"

@@ -1,4 +1,4 @@
-// The `hsring` command. It links neither torch nor CUDA (DESIGN.md invariant 5): commands that
+// The `hsring` command. It links neither torch nor CUDA (invariant 5, docs/architecture.md): commands that
 // need a model exec the matching worker program instead.
 #include "cli/commands.hpp"
 #include "hsring/error.hpp"

@@ -1,5 +1,5 @@
 // hsring model ...: runs hsring-model, which links LibTorch; `hsring` itself never does
-// (DESIGN.md invariant 5).
+// (invariant 5, docs/architecture.md).
 #include "cli/commands.hpp"
 #include "hsring/programs.hpp"
 

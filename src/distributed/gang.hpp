@@ -1,5 +1,5 @@
 #pragma once
-// The drafter ranks that train one model together (data parallel, DESIGN.md invariant 9). The
+// The drafter ranks that train one model together (data parallel, invariant 9, docs/architecture.md). The
 // drafter loop talks to its peers only through this interface, in lockstep: every rank makes the
 // same calls in the same order (one round of collectives per optimizer step). SoloGang is the
 // one-rank case and does nothing; src/distributed implements the interface over c10d (Gloo on the

@@ -127,7 +127,7 @@ private:
     RunResult run_one(std::uint32_t index, std::uint64_t budget);
     fs::path export_dir(std::uint32_t index) const { return work_ / fmt::format("run-{}", index) / "drafter"; }
     // Run 0: the same config without a single fault, whose export every drilled run must equal
-    // (DESIGN.md invariant 10: training is a function of config, data and seed).
+    // (invariant 10, docs/architecture.md: training is a function of config, data and seed).
     void run_reference();
     std::string compare_with_reference(std::uint32_t index) const;
     std::string plan_faults();

@@ -5,7 +5,7 @@
 // into them (HSRING_FAULT, src/worker/CONTRACT.md), run after run until it has dealt the faults
 // asked for; then it checks every run dir as `hsring ledger verify` does and prints the faults
 // survived and the samples lost and doubled. First it runs the config once without any fault:
-// every drilled run must end with that run's export, byte for byte (DESIGN.md invariant 10; with
+// every drilled run must end with that run's export, byte for byte (invariant 10, docs/architecture.md; with
 // GPU drafters in --mode train a difference is reported, not failed: GPU kernels are not
 // bit-reproducible).
 //

@@ -1,6 +1,6 @@
 #pragma once
 // Running a helper program and collecting its output: nvidia-smi, and the benchmark programs
-// `hsring plan --measure` runs (they link LibTorch and CUDA; `hsring` must not, DESIGN.md
+// `hsring plan --measure` runs (they link LibTorch and CUDA; `hsring` must not, docs/architecture.md
 // invariant 5, so they run as children).
 #include <string>
 #include <utility>

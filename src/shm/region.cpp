@@ -94,7 +94,7 @@ void* map_aligned(int fd, std::uint64_t bytes, int extra_flags) {
 }
 
 // Shared memory of another user, or memory other users may read or write, is never attached
-// (DESIGN.md invariant 8): they could read the run's data and corrupt its ring and ledger.
+// (invariant 8, docs/architecture.md): they could read the run's data and corrupt its ring and ledger.
 void check_owner(const std::string& path, const struct stat& st) {
     if (!S_ISREG(st.st_mode)) fail("{} is not a regular file: not an hsring ring; remove it", path);
     if (st.st_uid != ::geteuid()) {

@@ -16,7 +16,7 @@
 
 namespace hsring::supervisor {
 
-// A run dir whose checkpoint was trained on one data set is never resumed on another (DESIGN.md
+// A run dir whose checkpoint was trained on one data set is never resumed on another (docs/architecture.md
 // invariant 8): its ledger positions would name other samples. With a checkpoint in `files`,
 // fails unless the previous record (run.json) names the same data set (fingerprint, samples),
 // order (seed, shuffle) and machine (node_rank of nnodes) as `now`; the epochs may change.

@@ -74,7 +74,7 @@ struct RunRecord {
     std::uint32_t drafters = 1;               // drafter ranks on this machine (train-log.<rank>.txt)
     std::uint64_t max_steps = 0;              // [train] max_steps: > 0 ends the run before every epoch
     // Which run this machine belongs to, for `hsring ledger verify` over several machines' run dirs
-    // (DESIGN.md invariant 8). Empty / 0 / null in a run.json of an older hsring: unknown.
+    // (invariant 8, docs/architecture.md). Empty / 0 / null in a run.json of an older hsring: unknown.
     std::string name;               // [run] name (machines sharing a host need names of their own)
     std::string master_addr;        // the master as this machine reaches it
     std::uint32_t master_port = 0;  // the rendezvous port: the same on every machine of a run

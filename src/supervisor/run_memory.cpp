@@ -87,7 +87,7 @@ CheckpointContents read_checkpoint_contents(const RunMemoryPlan& plan) {
     return c;
 }
 
-// "" when the ledger's trained marks are what the checkpoint holds (DESIGN.md invariant 8), else
+// "" when the ledger's trained marks are what the checkpoint holds (invariant 8, docs/architecture.md), else
 // what differs. CONSUMED after the checkpoint's step is fine: the drafter's recover() re-issues it.
 std::string disagreement(const Ledger& l, const CheckpointContents& c) {
     constexpr std::uint64_t kNone = ~std::uint64_t{0}, kRejected = kNone - 1;

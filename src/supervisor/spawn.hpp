@@ -1,5 +1,5 @@
 #pragma once
-// fork + exec of one worker process (DESIGN.md invariant 5: the supervisor never initialises
+// fork + exec of one worker process (invariant 5, docs/architecture.md: the supervisor never initialises
 // CUDA; a worker is a fresh program, not a fork of a CUDA-initialised process).
 //
 // In the child, before exec (src/worker/CONTRACT.md):

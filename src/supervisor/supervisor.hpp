@@ -3,7 +3,7 @@
 // process per [topology] entry, restarts them per [supervisor], answers the control socket and
 // shows the run's status. Single-threaded: one poll() loop over a signalfd (SIGCHLD, SIGINT,
 // SIGTERM), the control socket, the workers' output pipes and its timers. It links neither
-// torch nor CUDA (DESIGN.md invariant 5).
+// torch nor CUDA (invariant 5, docs/architecture.md).
 //
 // Run phases:
 //   running     workers are started and restarted

@@ -264,7 +264,7 @@ std::string Supervisor::summary() {
 }
 
 std::string Supervisor::verify_completion() {
-    // The drafters say every epoch is trained; the run dir must say so too (DESIGN.md invariant 8):
+    // The drafters say every epoch is trained; the run dir must say so too (invariant 8, docs/architecture.md):
     // this machine's train logs replayed against its latest checkpoint, every position of its
     // share exactly once (with [train] max_steps: none more than once). Every rank's log in the run
     // dir: also those of an earlier run with more drafter ranks on this machine.

@@ -115,7 +115,7 @@ void Supervisor::load_config_and_data() {
     samples_ = ds.size();
     fingerprint_ = ds.fingerprint();
     tokens_per_epoch_ = ds.total_tokens();
-    // The packer's plan of this machine's share: fixed before anything runs (DESIGN.md invariant 10).
+    // The packer's plan of this machine's share: fixed before anything runs (invariant 10, docs/architecture.md).
     const DistributedConfig& dist = cfg_.distributed;
     plan_first_ = plan_slots(ds, cfg_.run.seed, cfg_.data.shuffle, dist.nnodes, dist.node_rank, cfg_.data.epochs,
                              cfg_.ring.slot_tokens, derived_.max_samples_per_slot);

@@ -1,7 +1,7 @@
 // Target side of the host ring: each captured layer goes straight into the claimed slot, on the
 // GPU by an async D2H copy into the registered ring on a copy stream that waits for that layer
 // only (so copies overlap the later layers' compute), on the CPU by memcpy. No staging buffer
-// (DESIGN.md invariant 2).
+// (invariant 2, docs/architecture.md).
 #include "transport/host.hpp"
 
 #include "hsring/cuda_util.hpp"

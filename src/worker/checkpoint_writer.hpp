@@ -3,7 +3,7 @@
 // so that training goes on while the state (tens of GB for a large drafter) reaches the disk.
 // Up to kMaxInFlight writes may be queued or running: a snapshot is staged into the host buffer
 // that no write holds (double buffering), so a write still running never blocks the next one.
-// The drafter loop owns the order that exactly-once relies on (DESIGN.md invariant 4): train
+// The drafter loop owns the order that exactly-once relies on (invariant 4, docs/architecture.md): train
 // logs synced before the snapshot; the commit (fsync + rename, here on the writer thread, in
 // step order); only then, back on the loop thread, the train log's K record and the ledger's
 // durable marks (CheckpointProtocol::finish).

@@ -41,7 +41,7 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
         want = LedgerInfo{data->fingerprint(), data::shard_size(data->size(), dist.nnodes, dist.node_rank),
                           cfg.data.epochs, cfg.run.seed, cfg.data.shuffle, data->size(), dist.nnodes, dist.node_rank};
     }
-    // Only this run's shared memory (DESIGN.md invariant 8): run dir, user, layout, machine, and
+    // Only this run's shared memory (invariant 8, docs/architecture.md): run dir, user, layout, machine, and
     // for targets the data set. The drafter does not read the data: 0 skips that comparison.
     const RunTag tag = RunTag::of(env.run_dir.string(), geometry.layout_hash(), data ? data->fingerprint() : 0,
                                   env.gang.node_rank, env.gang.nnodes);

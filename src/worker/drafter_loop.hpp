@@ -1,5 +1,5 @@
 #pragma once
-// The drafter worker's loop. Every drafter rank of the run (one or more per machine, DESIGN.md
+// The drafter worker's loop. Every drafter rank of the run (one or more per machine, docs/architecture.md
 // invariant 9) runs it in lockstep with the others; one round per optimizer step k:
 //
 //   1. gather + train: this rank's share of step k in the packer's plan (hsring/slot_plan.hpp:
@@ -17,7 +17,7 @@
 //      state and commits it, in the background by default (the commit is reported in a later
 //      round), then each rank makes its samples durable).
 //   The run ends when every rank's plan is trained (or at [train] max_steps, or when a rank
-//   stops). Training is a function of config, data and seed (DESIGN.md invariant 10): which
+//   stops). Training is a function of config, data and seed (invariant 10, docs/architecture.md): which
 //   samples form a slot, which slots a step and the order of steps never depend on timing or on
 //   what died.
 // At start the ranks agree on the step to resume from (the oldest latest checkpoint of any

@@ -10,7 +10,7 @@
 // answers), all samples of the batch at once. Sample i's turn k draws from the stream
 // answer_seed(seed, key_i, k), key_i = (data-set sample, epoch) (held-out: (sample, eval)), so
 // a plan slot produced again after a death gets the same answers (at temperature 0 every stream
-// is the argmax), and what is trained stays a function of config, data and seed (DESIGN.md
+// is the argmax), and what is trained stays a function of config, data and seed (docs/architecture.md
 // invariant 10). No torch here: the generator is handed in (TorchTarget: model::generate).
 #include "worker/packer.hpp"
 

@@ -17,7 +17,7 @@ static std::uint64_t ns_since(Clock::time_point t) {
 
 namespace {
 
-// Flags the samples whose hidden states were not finite (DESIGN.md invariant 10: nothing
+// Flags the samples whose hidden states were not finite (invariant 10, docs/architecture.md: nothing
 // non-finite is ever trained): REJECTED in the ledger, flagged in the slot's metadata, so no
 // drafter trains or evaluates them. Returns how many were newly rejected.
 std::uint64_t reject_nonfinite(Context& ctx, Packer& packer, PackedBatch& batch, const std::vector<std::uint8_t>& bad,

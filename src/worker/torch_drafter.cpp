@@ -39,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 std::uint64_t mix64(std::uint64_t x) { return data::detail::mix64(x + data::detail::kGolden); }
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Nothing non-finite is checkpointed or exported (DESIGN.md invariant 10): the first tensor of
+// Nothing non-finite is checkpointed or exported (invariant 10, docs/architecture.md): the first tensor of
 // `named` that holds a NaN or inf, checked on its device (one small read per tensor).
 void require_finite(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::string& what) {
     for (const auto& [name, t] : named) {

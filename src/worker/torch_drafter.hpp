@@ -1,7 +1,7 @@
 #pragma once
 // The real drafter compute: a DFlash drafter trained with AdamW on the captured hidden states.
 //
-// Staging (DESIGN.md invariant 1): at most [drafter] inflight_slots device buffers, each the
+// Staging (invariant 1, docs/architecture.md): at most [drafter] inflight_slots device buffers, each the
 // size of one slot's payload. The transport (hsring/transport.hpp) copies a slot into one of them
 // (host ring: DMA from the registered ring; peer: device to device from its target's GPU) and
 // releases the slot the moment its copy completes; the compute stream waits for the copy before

@@ -85,7 +85,7 @@ TEST_CASE("defaults and derived sizes are computed in one place") {
     CHECK(d.mask_token_id == 511);
 }
 
-TEST_CASE("Qwen3-8B DFlash layer spread and slot size match DESIGN.md") {
+TEST_CASE("Qwen3-8B DFlash layer spread and slot size match the recipe's") {
     CHECK(dflash_layer_ids(36, 5) == std::vector<int>{1, 9, 17, 25, 33});
     Config c = parse_config(R"(
 [topology]

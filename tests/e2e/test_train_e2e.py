@@ -6,7 +6,7 @@ One run undisturbed, one with a target SIGKILLed while it holds a WRITING slot a
 SIGKILLed mid-training. Both must complete; `hsring ledger verify` must find every sample in the
 final weights exactly once per epoch; the exported drafter must load back (hsring-model
 check-drafter); and the two runs, same seed, must end with the same weights, bit for bit: the
-killed run trains the re-issued samples in the same slots and steps as the clean one (DESIGN.md
+killed run trains the re-issued samples in the same slots and steps as the clean one (docs/architecture.md
 invariant 10), so every step's loss is the same too.
 
 Two more runs have MoE targets (presets tiny-moe: Qwen3-MoE, and tiny-gpt-oss) and must complete

@@ -7,7 +7,7 @@ under `hsring run`:
 - with [train] tokens_per_step at its default a step is one slot: the number of optimizer steps
   equals the number of slots the targets committed;
 - a run whose drafter is SIGKILLed and resumed has the lr of an unkilled run at every step, exactly
-  (the resumed steps train the same slots: DESIGN.md invariant 10);
+  (the resumed steps train the same slots: invariant 10, docs/architecture.md);
 - two data-parallel drafter ranks (one slot each per step) learn like one rank with the same global
   batch (two slots per step), also when one rank is SIGKILLed and the gang restarts: the mean loss
   of each fifth of the run within 0.1% (see the test for why not exactly);

@@ -1,6 +1,6 @@
 """What a user observes after kills, with the real workers on the CPU (a tiny Qwen3-shaped target,
 a 1-layer DFlash drafter, and an EAGLE-3 drafter): the exported weights of a run that was killed anywhere and resumed are
-the unkilled run's, bit for bit (DESIGN.md invariant 10: training is a function of config, data
+the unkilled run's, bit for bit (invariant 10, docs/architecture.md: training is a function of config, data
 and seed), and nothing non-finite is ever trained, checkpointed or exported.
 
 - one slot per step: drafter SIGKILL, then supervisor SIGKILL (the orphaned drafter checkpoints and

@@ -414,7 +414,7 @@ TEST_CASE("a ring larger than memory is a clear start-up error, and leaves nothi
         CHECK(entry.path().filename().string().find(name) == std::string::npos);
 }
 
-// --- whose ring it is (DESIGN.md invariant 8; issue 12) --------------------------------------
+// --- whose ring it is (invariant 8, docs/architecture.md; issue 12) --------------------------------------
 
 TEST_CASE("a ring of another run is refused with whose it is and what to do") {
     const std::string name = unique_ring_name("tag");

@@ -1,4 +1,4 @@
-"""Never trust left-over state (DESIGN.md invariant 8), with real `hsring run` processes in
+"""Never trust left-over state (invariant 8, docs/architecture.md), with real `hsring run` processes in
 synthetic mode: the ring and the ledger of another run dir, of another user, of other data; a
 ledger that disagrees with the checkpoint; `--fresh` against a live run; links planted in the run
 dir; a run dir of another user or open to others. Each case names its finding of issue 12."""

@@ -35,7 +35,7 @@ at::Tensor FusedAdamW::step(double divisor, double clip) {
     // The global norm of the raw gradients, then the divisor and the clip as one scale.
     const at::Tensor raw_norm = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
     const at::Tensor norm = raw_norm / divisor;
-    // Nothing non-finite is ever trained (DESIGN.md invariant 10): a gradient with a NaN or inf
+    // Nothing non-finite is ever trained (invariant 10, docs/architecture.md): a gradient with a NaN or inf
     // leaves weights, moments and step counts as they are. One read of the norm (the device has
     // finished the backward by now: the loop read the batch's sums).
     if (!std::isfinite(norm.item<double>())) return norm;

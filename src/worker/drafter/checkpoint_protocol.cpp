@@ -57,7 +57,7 @@ void CheckpointProtocol::take(std::uint64_t step, const json& state, bool wait) 
         delayed_ = true;
         return;
     }
-    // Exactly once (DESIGN.md invariant 4): every rank's train records of steps <= step are on
+    // Exactly once (invariant 4, docs/architecture.md): every rank's train records of steps <= step are on
     // disk before the checkpoint exists; samples turn durable only after it exists.
     log_.sync();
     // The barrier also tells every rank whether the master has a host buffer ready (its pinned

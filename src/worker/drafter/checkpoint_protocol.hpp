@@ -1,5 +1,5 @@
 #pragma once
-// The drafter gang's checkpoint protocol (DESIGN.md invariant 4: a sample turns durable only once
+// The drafter gang's checkpoint protocol (invariant 4, docs/architecture.md: a sample turns durable only once
 // the weights it went into are on disk). Every rank runs it at the same step:
 //
 //   take(step):  every train log synced (T records of steps <= step on disk) -> barrier ->
