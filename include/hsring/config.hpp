@@ -29,7 +29,7 @@ enum class Recompute { None, Layers };
 enum class Matmul { BF16, FP8 };
 // The frozen target's linear layers: in the compute dtype, or FP8 e4m3 with one scale per output
 // channel (computed once at load, or converted from a checkpoint's 128x128 block scales) and one
-// per token for the activations (src/model/fp8_weight.hpp). The GPU only; the CPU keeps bf16/fp32.
+// per token for the activations (src/model/ops/fp8_weights.hpp). The GPU only; the CPU keeps bf16/fp32.
 enum class TargetWeights { BF16, FP8 };
 // How hidden states travel from targets to drafters (hsring/transport.hpp): through the host ring,
 // device to device with CUDA IPC, or both.

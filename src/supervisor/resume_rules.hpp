@@ -2,7 +2,7 @@
 // What may change between a stop (or a kill, or a completed run) and the next `hsring run` of a
 // run directory that holds a checkpoint: one rule per key of the run's identity
 // (hsring/run_identity.hpp; run.json keeps the previous run's). The table is the one place that
-// says it; docs/operations.md prints it.
+// says it; docs/operations-and-reliability.md prints it.
 //
 //   Refuse   the checkpoint was trained under the old value and cannot go on under the new one
 //            (another drafter, data order, packing or target): the run stops before anything

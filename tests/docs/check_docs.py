@@ -22,6 +22,11 @@ Checks, each failure printed as FILE:LINE: what is wrong:
      they are documented keys without a default).
   3. every relative markdown link of README.md, docs/*.md and BENCHMARKS.md names a file or folder
      that exists; in README.md and docs/*.md a #anchor must name a heading of the linked file.
+  4. every repository path named in those files' prose and code spans, and in the comments of the
+     sources (src/, include/, tests/, bench/, bin/, config/: `//` and `#` comment lines), exists
+     (a path is a word starting src/ include/ tests/ bench/ bin/ docs/ config/; placeholders such
+     as <type>, X, * or {a,b} are not checked), and nothing cites DESIGN.md, a file that is not in
+     the repository (the invariants are in docs/architecture.md).
 Exit 0 when all hold, 1 when not, 2 on a usage error, 77 (skipped) on a Python without tomllib.
 """
 import argparse
@@ -117,7 +122,7 @@ class Checker:
         self.errors = []
         self._help = {}
         self._headings = {}
-        self.counted = {"commands": 0, "keys": 0, "links": 0}
+        self.counted = {"commands": 0, "keys": 0, "links": 0, "paths": 0}
 
     def fail(self, doc: Doc, line: int, msg: str):
         self.errors.append(f"{doc.rel}:{line}: {msg}")
@@ -345,6 +350,57 @@ class Checker:
                 self.fail(doc, n, f"link ({target}): {dest.relative_to(self.root)} has no heading "
                                   f"#{anchor}")
 
+    # -- 4. paths named in docs and comments -----------------------------------------------
+
+    PATH = re.compile(r"(?<![\w/.$-])((?:src|include|tests|bench|bin|docs|config)/[\w./+-]*[\w/])")
+    PLACEHOLDER = re.compile(r"[<>*{}]|(?:^|/)(?:[A-Z][A-Z0-9_]*|X|N)(?:/|\.|$)")
+    SOURCES = ("src", "include", "tests", "bench", "bin", "config")
+    C_COMMENT = re.compile(r"^\s*//(.*)$|\s//\s(.*)$")
+    HASH_COMMENT = re.compile(r"^\s*#(.*)$|\s#\s(.*)$")
+
+    def check_path_words(self, where: str, line: int, text: str):
+        if "DESIGN.md" in text:
+            self.errors.append(f"{where}:{line}: cites DESIGN.md, which is not in the repository: cite the "
+                               "invariant in docs/architecture.md (## Invariants)")
+        for m in self.PATH.finditer(text):
+            word = m.group(1).rstrip(".")
+            end = m.end(1)
+            if end < len(text) and text[end] in "<*{":
+                continue  # a placeholder follows (src/model/drafter/<type>/)
+            if self.PLACEHOLDER.search(word):
+                continue
+            self.counted["paths"] += 1
+            # A unit named without its suffix (src/kernels/gemv_rows: .cu and .hpp) counts.
+            here = self.root / word
+            if not here.exists() and not (here.parent.is_dir() and any(here.parent.glob(here.name + ".*"))):
+                self.errors.append(f"{where}:{line}: names {word}, which does not exist")
+
+    def check_doc_paths(self, doc: Doc):
+        for n, text in enumerate(doc.lines, 1):
+            if text.lstrip().startswith("$ ") or text.lstrip().startswith("hsring "):
+                continue
+            self.check_path_words(doc.rel, n, text)
+
+    def check_comment_paths(self):
+        for top in self.SOURCES:
+            base = self.root / top
+            if not base.is_dir():
+                continue
+            for f in sorted(base.rglob("*")):
+                if not f.is_file() or f.suffix not in (".cpp", ".hpp", ".h", ".cu", ".cuh", ".py", ".sh", ".build",
+                                                        ".toml", "") or "__pycache__" in f.parts:
+                    continue
+                try:
+                    lines = f.read_text(encoding="utf-8").split("\n")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                rel = str(f.relative_to(self.root))
+                comment = self.C_COMMENT if f.suffix in (".cpp", ".hpp", ".h", ".cu", ".cuh") else self.HASH_COMMENT
+                for n, line in enumerate(lines, 1):
+                    m = comment.search(line)
+                    if m:
+                        self.check_path_words(rel, n, m.group(1) if m.group(1) is not None else m.group(2))
+
     # -- all --------------------------------------------------------------------------------
 
     def run(self):
@@ -362,9 +418,12 @@ class Checker:
                 self.check_command(doc, n, cmd)
             self.check_keys(doc, keys)
             self.check_links(doc, path, anchors=True)
+            self.check_doc_paths(doc)
         bench = self.root / "BENCHMARKS.md"
         if bench.exists():
             self.check_links(Doc(bench, "BENCHMARKS.md"), bench, anchors=False)
+            self.check_doc_paths(Doc(bench, "BENCHMARKS.md"))
+        self.check_comment_paths()
         return docs
 
 
@@ -387,7 +446,7 @@ def main():
         return 1
     n = c.counted
     print(f"check_docs: ok: {len(docs)} files + BENCHMARKS.md's links; {n['commands']} hsring commands, "
-          f"{n['keys']} config keys, {n['links']} relative links checked")
+          f"{n['keys']} config keys, {n['links']} relative links, {n['paths']} named paths checked")
     return 0
 
 
