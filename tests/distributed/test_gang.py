@@ -68,6 +68,12 @@ def machines(tag, port, nnodes=2, drafters='["cpu"]', targets='["cpu"]', samples
     return runs
 
 
+def twin_of_machine_1(tag, port, nnodes, samples, timeout_s):
+    """A second `hsring run` that claims node rank 1 of the same run (another name and run dir)."""
+    return Run(tag, targets='["cpu"]', drafters='["cpu"]', samples=samples, epochs=1, step_ms=30,
+               tail=distributed(port, nnodes, 1, timeout_s))
+
+
 def write_heldout(path, samples):
     from harness import write_data
     write_data(path, samples, seed=99)
@@ -351,8 +357,7 @@ def test_two_machines_with_one_node_rank_one_is_refused():
     # the gang of the first machine 1 trains the run to the end.
     port = free_port()
     runs = machines("gn", port, nnodes=3, samples=60, epochs=1, timeout_s=30)
-    twin = Run("gn1b", targets='["cpu"]', drafters='["cpu"]', samples=60, epochs=1, step_ms=30,
-               tail=distributed(port, 3, 1, 30))
+    twin = twin_of_machine_1("gn1b", port, 3, 60, 30)
     try:
         for r in runs[:2] + [twin]:
             r.start()
@@ -382,8 +387,7 @@ def test_a_completed_run_restarted_on_one_machine_says_so_and_a_late_twin_is_ref
     # while the gang trains is told it duplicates a node rank (it was told "cannot reach the master").
     port = free_port()
     runs = machines("gc", port, samples=600, epochs=1, step_ms=30, timeout_s=20)
-    twin = Run("gc1b", targets='["cpu"]', drafters='["cpu"]', samples=600, epochs=1, step_ms=30,
-               tail=distributed(port, 2, 1, 20))
+    twin = twin_of_machine_1("gc1b", port, 2, 600, 20)
     try:
         for r in runs:
             r.start()

@@ -132,6 +132,33 @@ const char* dtype_name(at::ScalarType t) {
     return t == at::kFloat ? "fp32" : t == at::kBFloat16 ? "bf16" : c10::toString(t);
 }
 
+// --data, loaded for `shape`'s vocabulary; a path that is not a file is named.
+data::Dataset load_data(const CheckDrafterArgs& o, const ModelShape& shape) {
+    std::error_code ec;
+    if (!fs::is_regular_file(o.data, ec))
+        fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "
+             "per line)",
+             o.data.string(), fs::exists(o.data, ec) ? "not a regular file" : "no such file");
+    return data::Dataset::load(o.data, {OnBadLine::Fail, 0, shape.vocab_size});
+}
+
+// Sample i of the data set alone as a batch: its tokens and loss mask on `device`, and the target's
+// layers `ids` over it, stacked [L, T, H] in that order.
+DrafterBatch sample_batch(const data::Dataset& ds, std::size_t i, TargetModel& target, const std::vector<int>& ids,
+                          at::Device device) {
+    auto toks = ds.tokens(i);
+    auto mask = ds.loss_mask(i);
+    const auto len = static_cast<std::int64_t>(toks.size());
+    DrafterBatch batch;
+    batch.tokens = at::tensor(std::vector<std::int64_t>(toks.begin(), toks.end()), at::kLong).to(device);
+    batch.loss_mask = at::tensor(std::vector<float>(mask.begin(), mask.end()), at::kFloat).to(device);
+    batch.cu_seqlens = {0, len};
+    std::vector<at::Tensor> layers(ids.size());
+    target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
+    batch.hidden = at::stack(layers);
+    return batch;
+}
+
 std::string header(const fs::path& dir, const DFlashConfig& c, DFlashDrafter& d) {
     std::int64_t params = 0;
     for (const auto& p : d->parameters()) params += p.numel();
@@ -184,12 +211,7 @@ int evaluate(const CheckDrafterArgs& o) {
     auto [drafter, cfg] = import_dflash(o.dir, device);
     ModelShape shape = resolve_model_shape(o.target);
     check_drafter_fits(o.dir, cfg, o.target, shape);
-    std::error_code ec;
-    if (!fs::is_regular_file(o.data, ec))
-        fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "
-             "per line)",
-             o.data.string(), fs::exists(o.data, ec) ? "not a regular file" : "no such file");
-    const data::Dataset ds = data::Dataset::load(o.data, {OnBadLine::Fail, 0, shape.vocab_size});
+    const data::Dataset ds = load_data(o, shape);
     const std::size_t n = o.samples ? std::min<std::size_t>(o.samples, ds.size()) : ds.size();
 
     const at::ScalarType compute = default_compute_dtype(device);
@@ -205,16 +227,8 @@ int evaluate(const CheckDrafterArgs& o) {
     Dump dump;
     const std::vector<int>& ids = cfg.target_layer_ids;
     for (std::size_t i = 0; i < n; ++i) {
-        auto toks = ds.tokens(i);
-        auto mask = ds.loss_mask(i);
-        const auto len = static_cast<std::int64_t>(toks.size());
-        DFlashBatch batch;
-        batch.tokens = at::tensor(std::vector<std::int64_t>(toks.begin(), toks.end()), at::kLong).to(device);
-        batch.loss_mask = at::tensor(std::vector<float>(mask.begin(), mask.end()), at::kFloat).to(device);
-        batch.cu_seqlens = {0, len};
-        std::vector<at::Tensor> layers(ids.size());
-        target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
-        batch.hidden = at::stack(layers);  // [L, T, H]
+        const DFlashBatch batch = sample_batch(ds, i, target, ids, device);
+        const std::int64_t len = batch.cu_seqlens.back();
         DFlashBlocks blocks = eval_dflash_blocks(batch.tokens, batch.loss_mask, batch.cu_seqlens, cfg.block_size,
                                                  cfg.mask_token_id, opts.num_anchors, opts.gamma, o.seed, {i});
         at::Tensor out;
@@ -325,12 +339,7 @@ int evaluate_any(const CheckDrafterArgs& o, const std::string& type) {
     const ModelShape shape = resolve_model_shape(o.target);
     if (const std::string why = drafter->misfit(shape); !why.empty())
         fail("{}: {}: pass the --target the drafter was trained for", (o.dir / "config.json").string(), why);
-    std::error_code ec;
-    if (!fs::is_regular_file(o.data, ec))
-        fail("{}: {} (--data must name a pre-tokenized JSONL file: {{\"input_ids\": [...], \"loss_mask\": [...]}} "
-             "per line)",
-             o.data.string(), fs::exists(o.data, ec) ? "not a regular file" : "no such file");
-    const data::Dataset ds = data::Dataset::load(o.data, {OnBadLine::Fail, 0, shape.vocab_size});
+    const data::Dataset ds = load_data(o, shape);
     const std::size_t n = o.samples ? std::min<std::size_t>(o.samples, ds.size()) : ds.size();
     const at::ScalarType compute = default_compute_dtype(device);
     TargetModel target = TargetModel::load(shape, device, compute, o.seed);
@@ -341,19 +350,7 @@ int evaluate_any(const CheckDrafterArgs& o, const std::string& type) {
     opts.ttt_decay = o.ttt_decay;
     drafter->module().eval();
     DrafterEvalSums sums;
-    for (std::size_t i = 0; i < n; ++i) {
-        auto toks = ds.tokens(i);
-        auto mask = ds.loss_mask(i);
-        const auto len = static_cast<std::int64_t>(toks.size());
-        DrafterBatch batch;
-        batch.tokens = at::tensor(std::vector<std::int64_t>(toks.begin(), toks.end()), at::kLong).to(device);
-        batch.loss_mask = at::tensor(std::vector<float>(mask.begin(), mask.end()), at::kFloat).to(device);
-        batch.cu_seqlens = {0, len};
-        std::vector<at::Tensor> layers(ids.size());
-        target.forward(batch.tokens, batch.cu_seqlens, ids, [&](std::size_t l, const at::Tensor& h) { layers[l] = h; });
-        batch.hidden = at::stack(layers);  // [L, T, H]
-        sums.add(drafter->evaluate(head, batch, {i}, o.seed, opts));
-    }
+    for (std::size_t i = 0; i < n; ++i) sums.add(drafter->evaluate(head, sample_batch(ds, i, target, ids, device), {i}, o.seed, opts));
     if (sums.weight_sum <= 0)
         fail("{}: none of the {} evaluated samples has a trained token (loss_mask 1) with a token after it: evaluate "
              "on data with trained spans",
