@@ -1,9 +1,10 @@
 #pragma once
 // The EAGLE-3 drafter worker's predicted memory ([drafter] type = "eagle3",
-// src/model/drafter/eagle3/): memory_model.cpp's drafter functions hand such a config here.
+// src/model/drafter/eagle3/): memory_model.cpp's table of drafter types hands such a config here.
 // Counted from what the code keeps alive (eagle3/drafter.cpp forward_steps, eagle3/loss.cpp);
 // the counts are written out in eagle3_memory.cpp and src/plan/README.md.
-#include "plan/memory_model.hpp"
+#include "plan/worker_memory.hpp"
+#include "plan/workload.hpp"
 
 #include <cstdint>
 #include <string>

@@ -5,6 +5,7 @@
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/units.hpp"
+#include "plan/dflash_memory.hpp"
 #include "plan/eagle3_memory.hpp"
 #include "plan/measure.hpp"
 #include "plan/plan.hpp"
@@ -75,7 +76,7 @@ TEST_CASE("Qwen3-8B parameter counts") {
     // + embedding and LM head 2 x 151,936 x 4096 = 1,244,659,712 + final norm 4096
     CHECK(target_params(s) == 8'190'735'360ull);
     // drafter: 5 x 192,946,432 = 964,732,160 + fc 4096 x 5 x 4096 = 83,886,080 + 2 norms 8192
-    CHECK(drafter_params(s, 5, 5) == 1'048'626'432ull);
+    CHECK(dflash_params(s, 5, 5) == 1'048'626'432ull);
 }
 
 TEST_CASE("Qwen3-30B-A3B parameter counts: every expert and the router of each sparse layer") {
