@@ -13,9 +13,6 @@ namespace {
 using u64 = std::uint64_t;
 using Dims = ShapeDims;
 
-std::string gib(u64 b) { return format_bytes(b); }
-std::string num(u64 n) { return format_count(n); }
-
 } // namespace
 
 std::uint64_t dflash_params(const ModelShape& s, std::uint64_t layers, std::uint64_t context_layers) {

@@ -18,9 +18,6 @@ namespace {
 
 using u64 = std::uint64_t;
 
-std::string gib(u64 b) { return format_bytes(b); }
-std::string num(u64 n) { return format_count(n); }
-
 struct Dims {
     u64 h, q, kv, i, v, vd, d, hq, hkv;
     Dims(const ModelShape& s, const Config& cfg)

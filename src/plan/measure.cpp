@@ -16,8 +16,6 @@
 namespace hsring::plan {
 namespace {
 
-std::string gib(std::uint64_t b) { return format_bytes(b); }
-
 std::string tail(const std::string& s, std::size_t n) {
     std::string t = s.size() > n ? "..." + s.substr(s.size() - n) : s;
     while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();

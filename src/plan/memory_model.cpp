@@ -20,11 +20,8 @@ namespace {
 using u64 = std::uint64_t;
 using Dims = ShapeDims;
 
-std::string gib(u64 b) { return format_bytes(b); }
-std::string num(u64 n) { return format_count(n); }
-
-// Each drafter type's memory model, by [drafter] type: the planner, the report and `hsring plan
-// --measure` look the type up here and know no type themselves.
+// Each drafter type's memory model, by [drafter] type: drafter_type_params, drafter_batch_peak and
+// drafter_memory look the type up here (one line a type).
 struct DrafterMemoryModel {
     const char* type;
     std::uint64_t (*params)(const Config&, const Derived&);

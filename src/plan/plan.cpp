@@ -126,8 +126,6 @@ Plan Planner::plan(const Config& cfg) const {
 
 namespace {
 
-std::string gib(std::uint64_t b) { return format_bytes(b); }
-
 // "12GiB" / "640MiB": a [ring] size as TOML.
 std::string size_value(std::uint64_t bytes) {
     if (bytes % GiB == 0) return fmt::format("\"{}GiB\"", bytes / GiB);

@@ -9,10 +9,6 @@
 namespace hsring::plan {
 namespace {
 
-std::string gib(std::uint64_t b) { return format_bytes(b); }
-
-std::string num(std::uint64_t n) { return format_count(n); }
-
 std::string join(const std::vector<std::string>& v, const char* sep) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : sep) + x;

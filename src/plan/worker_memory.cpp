@@ -10,8 +10,6 @@ namespace {
 
 using u64 = std::uint64_t;
 
-std::string num(u64 n) { return format_count(n); }
-
 u64 slack(u64 allocated) { return static_cast<u64>(std::llround(static_cast<double>(allocated) * kAllocatorSlack)); }
 
 } // namespace

@@ -44,6 +44,10 @@ struct WorkerMemory {
     const Part* part(const std::string& name) const;
 };
 
+// Sizes and counts as the parts' `how` texts write them.
+inline std::string gib(std::uint64_t bytes) { return format_bytes(bytes); }
+inline std::string num(std::uint64_t n) { return format_count(n); }
+
 // A model shape's dimensions as the counts use them.
 struct ShapeDims {
     std::uint64_t h, q, k, i, v, d, hq, hkv, layers;
