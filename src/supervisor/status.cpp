@@ -132,6 +132,7 @@ json status_json(const StatusInputs& in) {
         {"balance", balance(targets_wait, drafters_wait)},
         {"drafter", drafter},
         {"spec", in.spec},
+        {"gang", {{"world", in.world}, {"reformations", in.reformations}, {"reformations_total", in.reformations_total}}},
     };
 }
 
@@ -236,6 +237,23 @@ std::string status_text(const json& st) {
         s += fmt::format("balance: targets wait {} of their time (a full ring or no samples), drafters wait {} (for "
                          "data){}\n", pct(b["targets_wait"]), pct(b["drafters_wait"]),
                          b.value("advice", "").empty() ? "" : ": " + b.value("advice", ""));
+    }
+    if (st.contains("gang") && !st["gang"]["reformations"].empty()) {
+        // Each gang start (step 0: the first); a resize shows its world size before and after.
+        const json& g = st["gang"];
+        std::string list;
+        for (const auto& r : g["reformations"]) {
+            const auto world = r.value("world", 0u);
+            const std::string sized = r.contains("world_before") && r["world_before"] != r["world"]
+                                          ? fmt::format("{} -> {} ranks", r["world_before"].get<std::uint32_t>(), world)
+                                          : fmt::format("{} ranks", world);
+            list += fmt::format("{}at step {} ({}{})", list.empty() ? "" : ", ", r.value("step", std::uint64_t{0}), sized,
+                                r.contains("since_checkpoint_s")
+                                    ? fmt::format(", {} since its checkpoint", duration(r.value("since_checkpoint_s", 0.0)))
+                                    : std::string());
+        }
+        s += fmt::format("gang: {} drafter ranks; formed {} time(s) in this run dir: {}\n", g.value("world", 0u),
+                         g.value("reformations_total", std::uint64_t{0}), list);
     }
     if (st.contains("spec") && st["spec"].is_object()) {
         const json& sp = st["spec"];

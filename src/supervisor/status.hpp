@@ -84,6 +84,9 @@ struct StatusInputs {
     LedgerCounts counts;
     bool done = false;
     nlohmann::json spec;  // the last tau measurement (metrics.jsonl's last "spec" object); null: none
+    std::uint32_t world = 1;  // drafter ranks of the run: [distributed] nnodes x [topology] drafters
+    nlohmann::json reformations = nlohmann::json::array();  // the gang's last (Reformations::rows)
+    std::uint64_t reformations_total = 0;
 };
 
 nlohmann::json status_json(const StatusInputs& in);

@@ -20,6 +20,7 @@
 // "complete" is said only after this machine's train logs verify against its checkpoint.
 #include "hsring/config.hpp"
 #include "supervisor/console.hpp"
+#include "supervisor/reformations.hpp"
 #include "supervisor/control_server.hpp"
 #include "supervisor/restart_policy.hpp"
 #include "supervisor/run_files.hpp"
@@ -110,6 +111,7 @@ private:
     std::uint64_t eval_samples_ = 0, eval_fingerprint_ = 0;  // [data] eval_path (the whole set)
     std::optional<RunMemory> mem_;
     std::optional<RunRecord> previous_;
+    std::optional<Reformations> reformations_;  // metrics.jsonl's resume rows, for status
     RunRecord record_;
     std::vector<std::unique_ptr<Worker>> workers_;
     std::unique_ptr<SignalEvents> signals_;

@@ -114,6 +114,10 @@ json Supervisor::collect_status(bool update_rates) {
     in.counts = mem_->ledger.counts();
     in.done = mem_->ledger.done();
     in.spec = last_tau(files_.dir / "metrics.jsonl");
+    in.world = cfg_.distributed.nnodes * static_cast<std::uint32_t>(cfg_.topology.drafters.size());
+    if (!reformations_) reformations_.emplace(files_.dir / "metrics.jsonl");
+    in.reformations = reformations_->rows();
+    in.reformations_total = reformations_->total();
     return status_json(in);
 }
 

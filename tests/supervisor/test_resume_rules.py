@@ -125,7 +125,13 @@ def test_drafter_count_2_1_3_across_a_sigkill_and_a_stop_is_replanned_exactly_on
         sigkill_all(r)
         r.write_config(drafters=one)
         r.start()
-        r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 13, "step 13 with one drafter")
+        st = r.wait_for(lambda s: (s["drafter"]["step"] or 0) >= 13, "step 13 with one drafter")
+        # hsring status: the gang's size and its re-formation from 2 ranks to 1.
+        check(st["gang"]["world"] == 1 and any(x.get("world_before") == 2 and x["world"] == 1
+                                               for x in st["gang"]["reformations"]), f"{st['gang']}")
+        text = r.cli("status").stdout
+        check(re.search(r"gang: 1 drafter ranks; formed \d+ time\(s\) in this run dir: .*at step \d+ \(2 -> 1 ranks, ", text),
+              text)
         r.cli("stop")
         r.expect_exit(0)
         out = r.output()
