@@ -1,6 +1,8 @@
 // TensorBoard event files (see event_writer.hpp); the messages are protobuf's (event.proto).
 #include "tensorboard/event_writer.hpp"
 
+#include "hsring/wall_clock.hpp"
+
 #include "event.pb.h"  // protoc's, in this folder of the build dir
 
 #include <fmt/format.h>
@@ -12,10 +14,6 @@
 
 namespace hsring::tensorboard {
 namespace {
-
-double wall_time() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string hostname() {
     char buf[256] = {};
@@ -38,7 +36,7 @@ std::string event_file_name() {
 EventWriter::EventWriter(const std::filesystem::path& dir)
     : records_((std::filesystem::create_directories(dir), dir / event_file_name())) {
     Event e;
-    e.set_wall_time(wall_time());
+    e.set_wall_time(unix_seconds());
     e.set_file_version("brain.Event:2");
     records_.write(e.SerializeAsString());
 }
@@ -46,7 +44,7 @@ EventWriter::EventWriter(const std::filesystem::path& dir)
 void EventWriter::scalars(std::int64_t step, const std::vector<Scalar>& scalars) {
     if (scalars.empty()) return;
     Event e;
-    e.set_wall_time(wall_time());
+    e.set_wall_time(unix_seconds());
     e.set_step(step);
     Summary* s = e.mutable_summary();
     for (const Scalar& x : scalars) {
@@ -59,7 +57,7 @@ void EventWriter::scalars(std::int64_t step, const std::vector<Scalar>& scalars)
 
 void EventWriter::restart(std::int64_t first_step) {
     Event e;
-    e.set_wall_time(wall_time());
+    e.set_wall_time(unix_seconds());
     e.set_step(first_step);
     e.mutable_session_log()->set_status(SessionLog::START);
     records_.write(e.SerializeAsString());

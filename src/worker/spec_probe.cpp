@@ -10,6 +10,7 @@
 #include "model/decode/spec_decode.hpp"
 #include "worker/checkpoint_store.hpp"
 #include "hsring/metrics_file.hpp"
+#include "hsring/wall_clock.hpp"
 
 #include <fmt/format.h>
 
@@ -116,10 +117,7 @@ struct SpecProbe::Impl {
     // Every prompt as a row of one batched spec-decode: one measurement costs about one prompt's
     // decoding time (each row's own acceptance lengths, as decoded alone).
     void step() {
-        auto unix_now = [] {
-            return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-        };
-        const double begin = unix_now();
+        const double begin = unix_seconds();
         const auto t0 = std::chrono::steady_clock::now();
         const auto res = model::spec_decode(target, *run->drafter, prompts, options);
         const auto t1 = std::chrono::steady_clock::now();
@@ -129,7 +127,7 @@ struct SpecProbe::Impl {
         for (const auto& out : res.outputs)
             lengths.insert(lengths.end(), out.acceptance_lengths.begin(), out.acceptance_lengths.end());
         const auto row = spec_row(run->step, lengths, static_cast<std::uint32_t>(res.block), prompts.size(),
-                                  res.stats.new_tokens, seconds, {{begin, unix_now()}});
+                                  res.stats.new_tokens, seconds, {{begin, unix_seconds()}});
         metrics.append(row);
         log::info("tau {:.3f} at step {} ({} prompts in one batch, {} verify steps, {:.1f} s of decoding)",
                   row["spec"]["tau"].get<double>(), run->step, prompts.size(), lengths.size(), seconds);

@@ -84,7 +84,6 @@ private:
     void retime_schedule();
     nlohmann::json checkpoint_state(bool finished) const;
     double seconds_since_start() const;
-    static double unix_now();  // seconds since the epoch (the system clock): comparable across processes
     // step_metrics.cpp
     void write_metrics(const RoundStats& g, const RoundStats& local, const StepResult& s, double lr, double stats_ms,
                        const char* skipped);

@@ -4,6 +4,7 @@
 #include "hsring/fault.hpp"
 #include "hsring/liveness.hpp"
 #include "hsring/log.hpp"
+#include "hsring/wall_clock.hpp"
 
 #include <time.h>
 #include <unistd.h>
@@ -66,16 +67,12 @@ void Drafter::barrier() {
     gang_.allreduce_sum({&one, 1});
 }
 
-double Drafter::unix_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 double Drafter::seconds_since_start() const { return std::chrono::duration<double>(Clock::now() - run_start_).count(); }
 
 json Drafter::checkpoint_state(bool finished) const {
     return {{"step", step_}, {"incarnation", ctx_.env.incarnation}, {"tokens_total", tokens_done_},
             {"warmup_end_tokens", warmup_end_tokens_}, {"samples_total", samples_done_}, {"world", gang_.world()},
-            {"unix_time", unix_now()},
+            {"unix_time", unix_seconds()},
             {"finished", finished}};
 }
 

@@ -5,6 +5,7 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
+#include "hsring/wall_clock.hpp"
 
 namespace hsring::worker {
 
@@ -48,7 +49,7 @@ bool Drafter::restore() {
                 state[2] = st.value("samples_total", 0.0);
                 if (st.contains("world")) before["world_before"] = st["world"];
                 if (st.contains("unix_time"))
-                    before["since_checkpoint_s"] = unix_now() - st.value("unix_time", 0.0);
+                    before["since_checkpoint_s"] = unix_seconds() - st.value("unix_time", 0.0);
             }
             log::info("resumed from checkpoint step {} ({}; loaded in {:.1f} s)", s, dir.string(), load_s);
         } else {

@@ -2,6 +2,7 @@
 #include "worker/drafter/drafter.hpp"
 
 #include "hsring/acceptance.hpp"
+#include "hsring/wall_clock.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -26,7 +27,7 @@ void Drafter::write_metrics(const RoundStats& g, const RoundStats& local, const 
         {"time", seconds_since_start()},
         // Wall clock at the step's end: lines it up with other processes' rows (the tau probe's
         // decode windows) on a shared GPU.
-        {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+        {"unix_time", unix_seconds()},
         {"loss", g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0},
         {"acc", acc},
         {"accept_len", accept},
