@@ -25,8 +25,18 @@ struct StepGraphs::Graph {
 #endif
 };
 
+// The longs go to the device through one pinned buffer; `copied` marks the end of the last copy
+// out of it, so the host overwrites it only once that copy ran (usually long before).
+struct StepGraphs::Staging {
+    at::Tensor host;
+#ifdef HSRING_TORCH_CUDA
+    at::cuda::CUDAEvent copied;
+#endif
+};
+
 StepGraphs::StepGraphs(at::Device device, bool capture, std::string what)
-    : device_(device), capture_(capture && device.is_cuda()), what_(std::move(what)) {
+    : device_(device), capture_(capture && device.is_cuda()), what_(std::move(what)),
+      staging_(std::make_unique<Staging>()) {
 #ifndef HSRING_TORCH_CUDA
     capture_ = false;
 #endif
@@ -66,12 +76,16 @@ std::vector<at::Tensor> StepGraphs::run(const Key& key, const std::vector<std::i
     }
     Graph& g = *slot;
     if (!longs.empty()) {
-        if (!host_.defined() || host_.numel() < static_cast<std::int64_t>(longs.size()))
-            host_ = at::empty({std::max<std::int64_t>(static_cast<std::int64_t>(longs.size()), 64)},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-        std::memcpy(host_.data_ptr<std::int64_t>(), longs.data(), longs.size() * sizeof(std::int64_t));
-        // A blocking copy: the pinned buffer is free for the next run once it returns.
-        g.longs.copy_(host_.narrow(0, 0, static_cast<std::int64_t>(longs.size())));
+        Staging& s = *staging_;
+        s.copied.synchronize();  // the previous run's copy out of the buffer (no-op before the first)
+        if (!s.host.defined() || s.host.numel() < static_cast<std::int64_t>(longs.size()))
+            s.host = at::empty({std::max<std::int64_t>(static_cast<std::int64_t>(longs.size()), 64)},
+                               at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+        std::memcpy(s.host.data_ptr<std::int64_t>(), longs.data(), longs.size() * sizeof(std::int64_t));
+        // Not blocking: the copy queues on the current stream behind whatever runs there, and the
+        // replay behind it; the event guards the buffer until then.
+        g.longs.copy_(s.host.narrow(0, 0, static_cast<std::int64_t>(longs.size())), /*non_blocking=*/true);
+        s.copied.record(c10::cuda::getCurrentCUDAStream(device_.index()));
     }
     for (std::size_t i = 0; i < tensors.size(); ++i) g.tensors[i].copy_(tensors[i]);
     g.graph->replay();  // on the current stream

@@ -9,7 +9,9 @@
 //       buffer, each of `tensors` -> a device tensor of its shape), body(copies) once to warm up
 //       (cuBLAS and attention workspaces are made outside the graph), then captured on a side
 //       stream; its outputs are the graph's own tensors
-//     later: the inputs copied into the copies, the graph replayed on the current stream
+//     later: the inputs copied into the copies, the graph replayed on the current stream; the
+//       longs' copy does not wait for the stream (a step launched right after another one's
+//       replay queues behind it instead of leaving the GPU idle while the host launches)
 //   The outputs stay valid until the next run of the same key.
 //
 // A body must be idempotent: run twice on the same inputs it leaves what one run leaves (the
@@ -72,7 +74,8 @@ private:
     std::string what_;
     const void* storage_ = nullptr;
     std::map<Key, std::unique_ptr<Graph>> graphs_;
-    at::Tensor host_;  // pinned staging of the longs
+    struct Staging;
+    std::unique_ptr<Staging> staging_;  // pinned staging of the longs
 };
 
 } // namespace hsring::model
