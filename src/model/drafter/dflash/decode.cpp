@@ -222,12 +222,17 @@ std::vector<std::int64_t> DFlashDecodeDrafter::draft(const std::vector<std::int6
             longs[static_cast<std::size_t>(2 * b + j)] = len + b - 1;
         }
         graphs_.bind(state_.storage());
-        // Idempotent: writes the block's keys/values to the cache's scratch and its outputs.
-        const at::Tensor logits = graphs_.run({b, window}, longs, {}, [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
+        // Idempotent: writes the block's keys/values to the cache's scratch and its outputs. Greedy,
+        // the drafts are the logits' argmax (the loop's rule) in the graph: one copy to the host.
+        const bool greedy = pick.greedy;
+        const at::Tensor out = graphs_.run({b, window, greedy}, longs, {}, [&](const at::Tensor& in, const std::vector<at::Tensor>&) {
             const at::Tensor hidden = state_.draft_fixed(in, b, window);  // [1, b, H]
-            return std::vector<at::Tensor>{dense_rows(hidden[0].narrow(0, 1, b - 1), lm_head_)};
+            const at::Tensor logits = dense_rows(hidden[0].narrow(0, 1, b - 1), lm_head_);
+            return std::vector<at::Tensor>{greedy ? logits.argmax(-1) : logits};
         })[0];
-        return pick(logits, 0, b - 1);
+        if (!greedy) return pick(out, 0, b - 1);
+        const at::Tensor drafts = out.to(at::kCPU);
+        return {drafts.data_ptr<std::int64_t>(), drafts.data_ptr<std::int64_t>() + drafts.numel()};
     }
     const at::Tensor hidden = state_.draft(lasts, ks);  // [rows, bmax, H]
     const std::int64_t bmax = hidden.size(1);
