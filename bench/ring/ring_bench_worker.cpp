@@ -8,7 +8,7 @@
 #include "hsring/units.hpp"
 
 #ifdef HSRING_HAVE_CUDA
-#include "hsring/ring_cuda.hpp"
+#include "transport/ring_cuda.hpp"
 
 #include <cuda_runtime_api.h>
 #endif

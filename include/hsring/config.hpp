@@ -5,7 +5,10 @@
 //
 // Derived sizes (bytes per token, slot bytes, slot count, ring bytes) are computed in one place,
 // derive(), from the config and the target model's shape.
+#include "hsring/huge_pages.hpp"
 #include "hsring/model_shape.hpp"
+#include "hsring/on_bad_line.hpp"
+#include "hsring/ring_geometry.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -15,10 +18,8 @@
 
 namespace hsring {
 
-enum class HugePages { Auto, Require, Off };
 enum class Restart { OnFailure, Always, Never };
 enum class DType { BF16, F16, F32 };
-enum class OnBadLine { Skip, Fail };
 enum class Responses { Dataset, Target };  // [data] responses
 enum class RunMode { Train, Synthetic };
 // Activation checkpointing of the drafter: none, or per decoder layer (recompute in backward).
@@ -234,7 +235,7 @@ struct Derived {
     std::int64_t mask_token_id = -1;
     std::uint64_t bytes_per_token = 0;   // layers x hidden x dtype
     std::uint64_t slot_payload_bytes = 0;// slot_tokens x bytes_per_token
-    std::uint64_t slot_stride = 0;       // payload rounded up to 2 MiB
+    std::uint64_t slot_stride = 0;       // payload rounded up to 2 MiB (RingGeometry::payload_stride)
     std::uint32_t slots = 0;
     std::uint32_t max_samples_per_slot = 0;
     std::uint64_t ring_payload_bytes = 0;// slots x slot_stride
@@ -248,6 +249,7 @@ struct Derived {
     std::uint32_t world = 1;             // drafter ranks on all machines
     std::uint32_t slots_per_rank = 1;
     std::uint32_t slots_per_step = 1;
+    RingGeometry ring;                   // the ring these sizes make (what src/ring lays out)
     std::string ring_name;
     std::filesystem::path run_dir;
     std::filesystem::path export_dir;

@@ -16,7 +16,7 @@
 //
 // Thread safety: load() is a pure function; a loaded Dataset is read-only and safe to share
 // between threads.
-#include "hsring/config.hpp"
+#include "hsring/on_bad_line.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -38,14 +38,6 @@ struct DatasetOptions {
     // drafts; a sample holding it is a bad line (not part of the fingerprint: it only refuses).
     std::int64_t reserved_token = -1;
 };
-
-// The options a run uses: [data] on_bad_line, the derived max_seq_len, the target's vocabulary,
-// the DFlash mask token.
-inline DatasetOptions dataset_options(const Config& cfg, const Derived& d) {
-    return {cfg.data.on_bad_line, d.max_seq_len, d.target.vocab_size,
-            cfg.data.responses == Responses::Target ? cfg.generate.max_new_tokens : 0,
-            cfg.run.mode == RunMode::Train && cfg.drafter.type == "dflash" ? d.mask_token_id : -1};
-}
 
 // Response templates ([data] responses = "target"). The target writes the answers, so a sample
 // keeps its context (loss_mask 0: system, user turns) and each of its answers (a run of

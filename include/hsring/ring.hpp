@@ -23,9 +23,10 @@
 // Thread-safety: a Ring may be shared by the threads of one process; WriteSlot/ReadSlot handles
 // belong to one thread at a time. The hot path (claim, commit, acquire, release) never throws:
 // it returns an optional or a bool.
-#include "hsring/config.hpp"
+#include "hsring/huge_pages.hpp"
 #include "hsring/liveness.hpp"
 #include "hsring/region_info.hpp"
+#include "hsring/ring_geometry.hpp"
 #include "hsring/run_tag.hpp"
 
 #include <sys/types.h>
@@ -52,23 +53,6 @@ struct OwnerEntry;
 namespace shm {
 class Region;
 }
-
-// Everything that fixes the shared layout. Two processes agree on the layout iff their
-// geometries hash equal (the hash also covers the layout version).
-struct RingGeometry {
-    std::uint32_t slot_count = 0;
-    std::uint64_t slot_bytes = 0;    // payload capacity per slot (rounded up to 2 MiB in the layout)
-    std::uint64_t slot_tokens = 0;   // token capacity per slot (metadata arrays)
-    std::uint32_t max_samples = 0;   // samples per slot (metadata arrays)
-    std::uint32_t n_layers = 0;      // payload = [n_layers][slot_tokens][hidden] of dtype_bytes
-    std::uint32_t hidden = 0;
-    std::uint32_t dtype_bytes = 0;
-
-    std::uint64_t layout_hash() const;
-    std::string str() const;
-    // The geometry a run's config asks for.
-    static RingGeometry from(const Config& cfg, const Derived& d);
-};
 
 enum class SlotState : std::uint8_t { Free = 0, Writing = 1, Ready = 2, Reading = 3 };
 const char* to_string(SlotState s);

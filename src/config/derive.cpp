@@ -76,7 +76,7 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
 
     d.bytes_per_token = d.layer_ids.size() * static_cast<std::uint64_t>(shape.hidden_size) * dtype_bytes(cfg.ring.dtype);
     d.slot_payload_bytes = cfg.ring.slot_tokens * d.bytes_per_token;
-    d.slot_stride = align_up(d.slot_payload_bytes, kHugePage);
+    d.slot_stride = RingGeometry::payload_stride(d.slot_payload_bytes);
     d.max_samples_per_slot = cfg.ring.max_samples_per_slot
                                  ? cfg.ring.max_samples_per_slot
                                  : static_cast<std::uint32_t>(std::max<std::uint64_t>(16, cfg.ring.slot_tokens / 16));
@@ -103,6 +103,9 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
         d.slots = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, 1u << 16));
     }
     d.ring_payload_bytes = static_cast<std::uint64_t>(d.slots) * d.slot_stride;
+    d.ring = {d.slots, d.slot_payload_bytes, cfg.ring.slot_tokens, d.max_samples_per_slot,
+              static_cast<std::uint32_t>(d.layer_ids.size()), static_cast<std::uint32_t>(shape.hidden_size),
+              static_cast<std::uint32_t>(dtype_bytes(cfg.ring.dtype))};
     if (cfg.drafter.inflight_slots > d.slots)
         fail("{}: [drafter] inflight_slots {} exceeds the ring's {} slots", file, cfg.drafter.inflight_slots, d.slots);
 

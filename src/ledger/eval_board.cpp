@@ -1,7 +1,7 @@
 // The held-out evaluation board (see hsring/eval_board.hpp).
 #include "hsring/eval_board.hpp"
 
-#include "hsring/config.hpp"
+#include "hsring/huge_pages.hpp"
 #include "hsring/error.hpp"
 #include "shm/region.hpp"
 

@@ -1,7 +1,7 @@
 // The worker status board (see hsring/status_board.hpp).
 #include "hsring/status_board.hpp"
 
-#include "hsring/config.hpp"
+#include "hsring/huge_pages.hpp"
 #include "hsring/error.hpp"
 #include "shm/region.hpp"
 #include "shm/run_tag_block.hpp"

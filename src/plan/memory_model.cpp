@@ -186,7 +186,7 @@ WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::stri
 HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& source,
                        const std::vector<WorkerMemory>& cpu_workers) {
     HostMemory h;
-    const RingGeometry g = RingGeometry::from(cfg, d);
+    const RingGeometry& g = d.ring;
     const u64 ring = ring_detail::Offsets::of(g).total;
     h.parts.push_back({"ring", ring,
                        fmt::format("{} slots x {} + header and slot metadata", d.slots, gib(d.slot_stride))});

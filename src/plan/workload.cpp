@@ -2,6 +2,7 @@
 #include "plan/workload.hpp"
 
 #include "hsring/attention_keys.hpp"
+#include "hsring/dataset_options.hpp"
 #include "hsring/error.hpp"
 #include "hsring/units.hpp"
 

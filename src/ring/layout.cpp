@@ -63,18 +63,6 @@ std::string RingGeometry::str() const {
                        format_bytes(slot_bytes), slot_tokens, max_samples, n_layers, hidden, dtype_bytes);
 }
 
-RingGeometry RingGeometry::from(const Config& cfg, const Derived& d) {
-    RingGeometry g;
-    g.slot_count = d.slots;
-    g.slot_bytes = d.slot_payload_bytes;
-    g.slot_tokens = cfg.ring.slot_tokens;
-    g.max_samples = d.max_samples_per_slot;
-    g.n_layers = static_cast<std::uint32_t>(d.layer_ids.size());
-    g.hidden = static_cast<std::uint32_t>(d.target.hidden_size);
-    g.dtype_bytes = static_cast<std::uint32_t>(hsring::dtype_bytes(cfg.ring.dtype));
-    return g;
-}
-
 namespace ring_detail {
 
 MetaLayout MetaLayout::of(const RingGeometry& g) {
@@ -95,7 +83,7 @@ Offsets Offsets::of(const RingGeometry& g) {
     o.metas = align_up(o.controls + std::uint64_t{g.slot_count} * sizeof(SlotControl), kMetaAlign);
     o.meta_stride = MetaLayout::of(g).stride;
     o.payloads = align_up(o.metas + g.slot_count * o.meta_stride, kHugePage);
-    o.slot_stride = align_up(g.slot_bytes, kHugePage);
+    o.slot_stride = g.payload_stride();
     o.total = o.payloads + g.slot_count * o.slot_stride;
     return o;
 }

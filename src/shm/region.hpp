@@ -7,7 +7,7 @@
 //
 // Creation is all-or-nothing: the file is built under a temporary name, sized, reserved,
 // initialised by the caller, and only then renamed to its final name.
-#include "hsring/config.hpp"
+#include "hsring/huge_pages.hpp"
 #include "hsring/region_info.hpp"
 
 #include <cstddef>

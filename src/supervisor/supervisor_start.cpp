@@ -2,7 +2,7 @@
 // and ledger, control socket, run.json (see supervisor.hpp).
 #include "supervisor/supervisor.hpp"
 
-#include "hsring/dataset.hpp"
+#include "hsring/dataset_options.hpp"
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/programs.hpp"
@@ -201,7 +201,7 @@ void Supervisor::check_resume_rules() {
 void Supervisor::open_memory() {
     RunMemoryPlan plan;
     plan.ring_name = derived_.ring_name;
-    plan.geometry = RingGeometry::from(cfg_, derived_);
+    plan.geometry = derived_.ring;
     plan.huge_pages = cfg_.ring.huge_pages;
     const DistributedConfig& dist = cfg_.distributed;
     plan.info = LedgerInfo{fingerprint_, data::shard_size(samples_, dist.nnodes, dist.node_rank), cfg_.data.epochs,

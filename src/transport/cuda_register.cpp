@@ -1,4 +1,4 @@
-#include "hsring/ring_cuda.hpp"
+#include "transport/ring_cuda.hpp"
 
 #include "hsring/error.hpp"
 #include "hsring/log.hpp"

@@ -5,7 +5,7 @@
 #include "hsring/transport.hpp"
 
 #ifdef HSRING_HAVE_CUDA
-#include "hsring/ring_cuda.hpp"
+#include "transport/ring_cuda.hpp"
 
 #include <cuda_runtime_api.h>
 #endif

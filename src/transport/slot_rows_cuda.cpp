@@ -1,5 +1,5 @@
 #include "hsring/error.hpp"
-#include "hsring/ring_cuda.hpp"
+#include "transport/ring_cuda.hpp"
 
 namespace hsring {
 

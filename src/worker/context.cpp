@@ -1,5 +1,6 @@
 #include "worker/context.hpp"
 
+#include "hsring/dataset_options.hpp"
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
@@ -31,7 +32,7 @@ std::unique_ptr<Context> Context::open(int argc, char** argv) {
     // `hsring run --run-dir DIR` overrides [run] run_dir: the default export dir follows it.
     derived.run_dir = env.run_dir;
     if (cfg.drafter.export_dir.empty()) derived.export_dir = env.run_dir / "drafter";
-    const RingGeometry geometry = RingGeometry::from(cfg, derived);
+    const RingGeometry geometry = derived.ring;
     // Targets read the data set and check the ledger belongs to it; the drafter needs neither.
     std::optional<data::Dataset> data;
     std::optional<LedgerInfo> want;

@@ -5,7 +5,7 @@
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
 #include "hsring/transport.hpp"
-#include "hsring/dataset.hpp"
+#include "hsring/dataset_options.hpp"
 #include "model/drafter/interface/modules.hpp"
 #include "model/drafter/registry/registry.hpp"
 #include "model/ops/fused_adamw.hpp"

@@ -4,7 +4,7 @@
 #include "hsring/cuda_util.hpp"
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"
-#include "hsring/ring_cuda.hpp"
+#include "transport/ring_cuda.hpp"
 #include "hsring/units.hpp"
 
 #define DOCTEST_CONFIG_IMPLEMENT

@@ -311,7 +311,7 @@ TEST_CASE("host memory: ring, ledger, huge pages, pinned bytes") {
     const Config c = qwen();
     const Derived d = derive(c, preset_shape("qwen3-8b"));
     const HostMemory h = host_memory(c, d, SampleSource::synthetic(3072), {});
-    const std::uint64_t ring = ring_detail::Offsets::of(RingGeometry::from(c, d)).total;
+    const std::uint64_t ring = ring_detail::Offsets::of(d.ring).total;
     // 16 GiB / 640 MiB slots = 25 slots of payload, plus header and metadata
     CHECK(d.slots == 25);
     CHECK(ring > 25ull * 640 * MiB);

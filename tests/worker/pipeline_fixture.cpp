@@ -1,5 +1,6 @@
 #include "pipeline_fixture.hpp"
 
+#include "hsring/dataset_options.hpp"
 #include "hsring/programs.hpp"
 #include "hsring/slot_plan.hpp"
 
@@ -68,7 +69,7 @@ checkpoint_every = 4
     }
     cfg_ = load_config(config_file_);
     Derived d = derive(cfg_);
-    const RingGeometry g = RingGeometry::from(cfg_, d);
+    const RingGeometry g = d.ring;
     auto ds = data::Dataset::load(cfg_.resolve(cfg_.data.path), data::dataset_options(cfg_, d));
     // Made for this run (its run tag), as `hsring run` makes them: the workers check it.
     const RunTag tag = RunTag::of(run_dir_.string(), g.layout_hash(), ds.fingerprint(), 0, 1);
