@@ -1,9 +1,21 @@
 #!/usr/bin/env python3
-"""src/model's rooms and their one-way dependencies (src/model/meson.build draws the picture).
+"""src/'s libraries and src/model's rooms, and their one-way dependencies.
+
+The libraries of src/ (src/meson.build builds them bottom up), each with the ones it may include:
+
+    common <- data, shm, kernels, tensorboard <- metrics
+    shm <- ring;  shm + data <- ledger          (the floor: none of them includes the config)
+    config (over the floor's types) <- transport, distributed, model, plan, supervisor <- drill, cli
+    worker: model + ledger + transport + distributed
+
+The public headers in include/hsring/ belong to the library that owns them (HEADER_OWNER below).
+src/model's rooms (src/model/meson.build draws the picture):
 
     io <- ops <- target <- drafter/dflash <- decode <- tools
 
 Fails, naming file:line and the fix, when
+  - a file of a library (or a public header it owns) includes a library it may not use: one above
+    it, or a sibling (LAYERS), or a public header no library owns,
   - a file of a room includes a room that it may not use (one above it, or a sibling),
   - shape/ (compiled into hsring_config, no torch) includes torch or any torch room,
   - a source file sits in src/model itself rather than in a room, or in a folder that is no room,
@@ -16,6 +28,44 @@ Usage: check_rooms.py SOURCE_ROOT
 import pathlib
 import re
 import sys
+
+# src/ library -> the libraries its files may include (besides its own). src/model/shape is compiled
+# into hsring_config and counts as config.
+LAYERS = {
+    "common": set(),
+    "tensorboard": {"common"},
+    "metrics": {"common", "tensorboard"},
+    "data": {"common"},
+    "shm": {"common"},
+    "ring": {"common", "shm"},
+    "ledger": {"common", "shm", "data"},
+    "config": {"common", "data", "shm", "ring"},  # the floor's types (derive fills the ring geometry)
+    "transport": {"common", "shm", "ring", "config"},
+    "kernels": {"common"},
+    "model": {"common", "config", "data", "kernels"},
+    "distributed": {"common", "config"},
+    "plan": {"common", "config", "data", "shm", "ring", "ledger"},
+    "supervisor": {"common", "config", "data", "shm", "ring", "ledger", "metrics"},
+    "drill": {"common", "config", "data", "shm", "ring", "ledger", "metrics", "supervisor"},
+    "worker": {"common", "config", "data", "shm", "ring", "ledger", "metrics", "transport", "kernels", "model",
+               "distributed"},
+    "cli": {"common", "config", "data", "shm", "ring", "ledger", "metrics", "plan", "supervisor", "drill"},
+}
+# include/hsring/<header> -> the library that owns it (its code, or the layer of what it declares).
+HEADER_OWNER = {
+    "acceptance.hpp": "common", "attention_keys.hpp": "common", "error.hpp": "common", "fault.hpp": "common",
+    "free_port.hpp": "common", "log.hpp": "common", "programs.hpp": "common", "safe_file.hpp": "common",
+    "units.hpp": "common", "wall_clock.hpp": "common", "worker_contract.hpp": "common",
+    "dataset.hpp": "data", "on_bad_line.hpp": "data", "slot_plan.hpp": "data",
+    "huge_pages.hpp": "shm", "liveness.hpp": "shm", "region_info.hpp": "shm", "run_tag.hpp": "shm",
+    "ring.hpp": "ring", "ring_geometry.hpp": "ring",
+    "ledger.hpp": "ledger", "train_log.hpp": "ledger", "status_board.hpp": "ledger", "eval_board.hpp": "ledger",
+    "config.hpp": "config", "config_rewrite.hpp": "config", "dataset_options.hpp": "config",
+    "model_shape.hpp": "config", "rope_scaling_json.hpp": "config", "run_identity.hpp": "config",
+    "stop_tokens.hpp": "config",
+    "metrics_file.hpp": "metrics",
+    "cuda_util.hpp": "transport", "slot_rows.hpp": "transport", "transport.hpp": "transport",
+}
 
 # room -> the rooms its files may include (besides their own)
 ALLOWED = {
@@ -55,10 +105,62 @@ def included_room(header: str):
     return room_of(pathlib.PurePosixPath(header[len("model/"):])) or "?"
 
 
+def library_of(path: pathlib.Path, root: pathlib.Path):
+    """The src/ library of a source file or public header (None: a public header no one owns)."""
+    rel = path.relative_to(root).as_posix()
+    if rel.startswith("include/hsring/"):
+        return HEADER_OWNER.get(rel[len("include/hsring/"):])
+    parts = rel.split("/")
+    if parts[1] == "model" and len(parts) > 2 and parts[2] == "shape":
+        return "config"
+    return parts[1]
+
+
+def included_library(header: str, here: str):
+    """The library an #include "..." names: hsring/X -> its owner, lib/... -> lib, a bare name -> here."""
+    if header.startswith("hsring/"):
+        return HEADER_OWNER.get(header[len("hsring/"):], "?")
+    if header.startswith("model/shape/"):
+        return "config"
+    head = header.split("/")[0]
+    return head if "/" in header and head in LAYERS else here
+
+
+def check_layers(root: pathlib.Path, errors: list):
+    files = [p for p in sorted((root / "src").rglob("*")) if p.is_file() and p.suffix in (".cpp", ".hpp", ".h", ".cu", ".cuh")]
+    files += sorted((root / "include" / "hsring").glob("*.hpp"))
+    for path in files:
+        where = path.relative_to(root).as_posix()
+        lib = library_of(path, root)
+        if lib is None:
+            errors.append(f"{where}: a public header that no library owns: add it to HEADER_OWNER in "
+                          f"tests/model/check_rooms.py (the lowest library whose code it declares)")
+            continue
+        if lib not in LAYERS:
+            errors.append(f"{where}: src/{lib}/ is no library of LAYERS in tests/model/check_rooms.py: add it with "
+                          f"the libraries it may use")
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m or not line.lstrip().startswith("#") or '"' not in line:
+                continue
+            inc = m.group(1)
+            target = included_library(inc, lib)
+            if target == lib:
+                continue
+            if target == "?":
+                errors.append(f"{where}:{n}: {inc}: a public header that no library owns (HEADER_OWNER)")
+            elif target not in LAYERS[lib]:
+                may = ", ".join(sorted(LAYERS[lib])) or "nothing below it"
+                errors.append(f"{where}:{n}: {lib} may not include {inc} ({target}: above it or beside it): {lib} "
+                              f"uses {may}; move what it needs down into a header of a library it may use")
+
+
 def main() -> int:
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     model = root / "src" / "model"
     errors = []
+    check_layers(root, errors)
     built = (model / "meson.build").read_text() + (root / "src" / "config" / "meson.build").read_text()
     for path in sorted(model.rglob("*")):
         if not path.is_file() or path.suffix not in (".cpp", ".hpp", ".h", ".cu"):
@@ -107,10 +209,10 @@ def main() -> int:
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
-        print(f"check_rooms: {len(errors)} problem(s); the rooms and what each may use: "
-              f"tests/model/check_rooms.py ALLOWED, src/model/meson.build", file=sys.stderr)
+        print(f"check_rooms: {len(errors)} problem(s); the libraries and rooms and what each may use: "
+              f"tests/model/check_rooms.py LAYERS and ALLOWED, src/model/meson.build", file=sys.stderr)
         return 1
-    print("check_rooms: src/model rooms and their dependencies are one-way")
+    print("check_rooms: src/'s libraries and src/model's rooms depend one way")
     return 0
 
 
