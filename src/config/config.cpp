@@ -2,6 +2,7 @@
 // key by key in config/reference.toml; ranges live here.
 #include "config/toml_section.hpp"
 #include "hsring/config.hpp"
+#include "hsring/drafter_kind.hpp"
 #include "hsring/worker_contract.hpp"
 
 #include <fmt/format.h>
@@ -229,7 +230,10 @@ void read_target(Config& c, const toml::table& root, const std::string& file) {
 
 void read_drafter(Config& c, const toml::table& root, const std::string& file) {
     Section s = section(root, "drafter", file);
-    s.choice("type", c.drafter.type, {{"dflash", std::string("dflash")}, {"eagle3", std::string("eagle3")}});
+    // The types of the drafter kinds' table (hsring/drafter_kind.hpp).
+    std::vector<std::pair<const char*, std::string>> types;
+    for (const DrafterKind* k : drafter_kinds()) types.emplace_back(k->type.data(), std::string(k->type));
+    s.choice("type", c.drafter.type, types);
     s.integer("num_layers", c.drafter.num_layers, 1, 64);
     s.integer("block_size", c.drafter.block_size, 2, 256);
     s.integer("mask_token_id", c.drafter.mask_token_id, -1, std::numeric_limits<std::int32_t>::max());

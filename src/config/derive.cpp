@@ -1,5 +1,6 @@
 // Sizes that follow from the config and the target model's shape: computed here and nowhere else.
 #include "hsring/config.hpp"
+#include "hsring/drafter_kind.hpp"
 #include "hsring/error.hpp"
 #include "hsring/stop_tokens.hpp"
 #include "hsring/units.hpp"
@@ -21,38 +22,9 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
     Derived d;
     d.target = shape;
 
-    // Captured layers, by drafter type. DFlash: explicit, or its spread for the drafter's depth.
-    // EAGLE-3: the 3 fused layers (explicit, or low/middle/high) and the target's last layer.
-    const bool eagle3 = cfg.drafter.type == "eagle3";
-    if (eagle3) {
-        if (cfg.drafter.num_layers != 1)
-            fail("{}: [drafter] num_layers = {}: an EAGLE-3 drafter has one decoder layer: set num_layers = 1", file,
-                 cfg.drafter.num_layers);
-        if (!cfg.target.layer_ids.empty() && cfg.target.layer_ids.size() != 3)
-            fail("{}: [target] layer_ids: an EAGLE-3 drafter fuses 3 target layers (low, middle, high), got {}; the "
-                 "target's last layer is captured as well, by itself", file, cfg.target.layer_ids.size());
-        if (shape.num_layers < 4)
-            fail("{}: {} has {} layers: an EAGLE-3 drafter fuses 3 distinct layers below the target's last one, so "
-                 "the target needs at least 4 (train a DFlash drafter for it: [drafter] type = \"dflash\")", file,
-                 shape.source, shape.num_layers);
-        if (cfg.target.layer_ids.empty() && shape.num_layers < 5)
-            fail("{}: {} has {} layers: EAGLE-3's default layers (1, n/2 - 1, n - 4) need at least 5; give [target] "
-                 "layer_ids = [a, b, c], 3 distinct layers of 0..{} (the last, {}, is captured by itself)", file,
-                 shape.source, shape.num_layers, shape.num_layers - 2, shape.num_layers - 1);
-        for (int id : cfg.target.layer_ids)
-            if (id == shape.num_layers - 1)
-                fail("{}: [target] layer_ids: layer {} is {}'s last layer, which an EAGLE-3 drafter captures by "
-                     "itself besides the 3 it fuses: pick 3 distinct layers of 0..{}", file, id, shape.source,
-                     shape.num_layers - 2);
-        d.layer_ids = eagle3_layer_ids(static_cast<int>(shape.num_layers), cfg.target.layer_ids);
-        if (cfg.train.matmul == Matmul::FP8 || cfg.train.lm_head == Matmul::FP8 || cfg.train.recompute == Recompute::Layers)
-            fail("{}: [train] matmul / lm_head = \"fp8\" and recompute = \"layers\" are DFlash's: an EAGLE-3 drafter "
-                 "trains in the compute dtype without recomputation (set them to \"bf16\" / \"none\")", file);
-    } else {
-        d.layer_ids = cfg.target.layer_ids.empty()
-                          ? dflash_layer_ids(static_cast<int>(shape.num_layers), static_cast<int>(cfg.drafter.num_layers))
-                          : cfg.target.layer_ids;
-    }
+    // Captured layers: the drafter type's (it checks the keys it constrains against the target).
+    const DrafterKind& kind = drafter_kind(cfg.drafter.type);
+    d.layer_ids = kind.captured_layers(cfg, shape);
     std::set<int> seen;
     for (int id : d.layer_ids) {
         if (id < 0 || id >= shape.num_layers)
@@ -61,13 +33,8 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
         if (!seen.insert(id).second) fail("{}: [target] layer_ids: layer {} is listed twice", file, id);
     }
 
-    if (eagle3 && cfg.drafter.draft_vocab > shape.vocab_size)
-        fail("{}: [drafter] draft_vocab {} exceeds the target's vocabulary ({})", file, cfg.drafter.draft_vocab,
-             shape.vocab_size);
     d.mask_token_id = cfg.drafter.mask_token_id >= 0 ? cfg.drafter.mask_token_id : shape.mask_token_id.value_or(-1);
-    if (eagle3) {
-        // EAGLE-3 drafts without a mask token.
-    } else if (d.mask_token_id < 0)
+    if (kind.drafts_with_mask_token && d.mask_token_id < 0)
         fail("{}: [drafter] mask_token_id is required for {}: give an existing, otherwise unused "
              "token id (Qwen3: 151669)", file, shape.source);
     if (d.mask_token_id >= shape.vocab_size)
@@ -144,40 +111,17 @@ Derived derive(const Config& cfg, const ModelShape& shape) {
 }
 
 std::string describe(const Config& cfg, const Derived& d) {
-    std::string ids;
-    for (int id : d.layer_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
     std::string targets, drafters;
     for (const auto& p : cfg.topology.targets) targets += (targets.empty() ? "" : ", ") + p.str();
     for (const auto& p : cfg.topology.drafters) drafters += (drafters.empty() ? "" : ", ") + p.str();
-    // What the drafter type captures and trains: DFlash its layers and blocks, EAGLE-3 its fused
-    // layers (+ the target's last, the training target) and training-time-test steps.
-    const bool eagle3 = cfg.drafter.type == "eagle3";
     const std::string in_flight = fmt::format("{} in-flight slots -> <= {} of hidden states on its device",
                                               cfg.drafter.inflight_slots,
                                               format_bytes(cfg.drafter.inflight_slots * d.slot_payload_bytes));
     const std::string step = fmt::format("{} slot(s) per optimizer step ({} per drafter rank x {} ranks, <= {} tokens)",
                                          d.slots_per_step, d.slots_per_rank, d.world,
                                          d.slots_per_step * cfg.ring.slot_tokens);
-    std::string captured, drafter, train;
-    if (eagle3) {
-        std::string fused;
-        for (std::size_t i = 0; i + 1 < d.layer_ids.size(); ++i)
-            fused += (fused.empty() ? "" : ", ") + std::to_string(d.layer_ids[i]);
-        const std::int64_t vocab = cfg.drafter.draft_vocab > 0 ? cfg.drafter.draft_vocab : d.target.vocab_size;
-        captured = fmt::format("layers [{}] = 3 fused [{}] + the last ({})", ids, fused, d.layer_ids.back());
-        drafter = fmt::format("EAGLE-3 (type eagle3): 1 Llama layer over the 3 fused layers, {} training-time-test "
-                              "steps, draft vocabulary {} of {} tokens{}, {}",
-                              cfg.drafter.ttt_steps, vocab, d.target.vocab_size,
-                              vocab < d.target.vocab_size ? " (the most frequent in [data] path)" : "", in_flight);
-        train = fmt::format("{}, lr {}, step k's loss weighs ttt_decay^k = {}^k", step, cfg.train.lr, cfg.train.ttt_decay);
-    } else {
-        captured = fmt::format("layers [{}]", ids);
-        drafter = fmt::format("DFlash (type dflash): {} layers, block {}, mask token {}, {}", cfg.drafter.num_layers,
-                              cfg.drafter.block_size, d.mask_token_id, in_flight);
-        train = fmt::format("{}, {} anchors per sequence, lr {}, recompute {}, matmul {}, LM head {}", step,
-                            cfg.train.num_anchors, cfg.train.lr, to_string(cfg.train.recompute),
-                            to_string(cfg.train.matmul), to_string(cfg.train.lm_head));
-    }
+    // What the drafter type captures and trains: its own lines.
+    const auto [captured, drafter, train] = drafter_kind(cfg.drafter.type).describe(cfg, d, in_flight, step);
     std::string text = fmt::format(
         "config {} is valid\n"
         "  run           {} (seed {}), run dir {}\n"

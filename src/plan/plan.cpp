@@ -1,6 +1,7 @@
 // Planning a config against a machine, and the knobs that make it fit (see plan.hpp).
 #include "plan/plan.hpp"
 
+#include "hsring/drafter_kind.hpp"
 #include "hsring/error.hpp"
 #include "hsring/units.hpp"
 
@@ -223,8 +224,8 @@ std::vector<Suggestion> Planner::suggestions(const Plan& p) const {
             if (v < longest) break;
         }
         search("[train] micro_batch_tokens", std::to_string(c0.train.micro_batch_tokens), mbt);
-        // recompute and loss_chunk are DFlash's (an EAGLE-3 drafter has neither).
-        const bool dflash = c0.drafter.type != "eagle3";
+        // recompute and loss_chunk: only for a type that has them (an EAGLE-3 drafter has neither).
+        const bool dflash = drafter_kind(c0.drafter.type).has_recompute_and_loss_chunk;
         if (dflash && c0.train.recompute == Recompute::None) {
             const std::size_t before = out.size();
             search("[train] recompute", "\"none\"",

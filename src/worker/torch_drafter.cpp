@@ -1,6 +1,7 @@
 #include "worker/torch_drafter.hpp"
 
 #include "data/splitmix.hpp"
+#include "hsring/drafter_kind.hpp"
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
@@ -190,7 +191,7 @@ struct TorchDrafter::Impl {
     }
     // A fresh drafter of the run's type (EAGLE-3's draft vocabulary from the data's token counts).
     void make_fresh() {
-        if (spec.type == "eagle3" && spec.draft_vocab > 0 && spec.draft_vocab < spec.target.vocab_size &&
+        if (drafter_kind(spec.type).has_draft_vocab && spec.draft_vocab > 0 && spec.draft_vocab < spec.target.vocab_size &&
             spec.token_counts.empty())
             spec.token_counts = token_counts();
         drafter = model::make_drafter(spec, ctx.cfg.run.seed, device);

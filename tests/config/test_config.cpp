@@ -1,10 +1,13 @@
 // Config parsing: valid examples parse; every class of bad input names file, line, key and fix.
 #include "hsring/config.hpp"
+#include "hsring/dataset_options.hpp"
+#include "hsring/drafter_kind.hpp"
 #include "hsring/error.hpp"
 #include "hsring/run_identity.hpp"
 #include "hsring/units.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 
@@ -287,6 +290,46 @@ TEST_CASE("[train] recompute: none by default, \"layers\" checkpoints the drafte
     const std::string e = error_of(std::string(kMinimal) + "[train]\nrecompute = \"all\"\n");
     CHECK(e.find("t.toml:15") != std::string::npos);
     CHECK(e.find("[train] recompute: \"all\" is not allowed: use one of \"none\", \"layers\"") != std::string::npos);
+}
+
+TEST_CASE("drafter types come from the kinds' table: [drafter] type, the mask token, the keys each type checks") {
+    const std::string dflash_drafter = "[drafter]\nnum_layers = 1\n";
+    auto with_drafter = [&](const std::string& drafter) {
+        std::string text = kMinimal;
+        text.replace(text.find(dflash_drafter), dflash_drafter.size(), drafter);
+        return text;
+    };
+    auto error_of = [&](const std::string& text) {
+        try {
+            const Config c = parse_config(text, "t.toml");
+            derive(c, preset_shape("tiny"));
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    // Every kind of the table is a [drafter] type the reader takes; another one is refused naming them.
+    REQUIRE(drafter_kinds().size() >= 2);
+    for (const DrafterKind* k : drafter_kinds()) {
+        CAPTURE(k->type);
+        const Config c = parse_config(with_drafter(fmt::format("[drafter]\ntype = \"{}\"\nnum_layers = 1\n", k->type)), "t.toml");
+        CHECK(&drafter_kind(c.drafter.type) == k);
+        const Derived d = derive(c, preset_shape("tiny"));
+        // The data set may not hold the mask token of a type that drafts with one; of another it may.
+        CHECK(data::dataset_options(c, d).reserved_token == (k->drafts_with_mask_token ? d.mask_token_id : -1));
+    }
+    const std::string unknown = error_of(with_drafter("[drafter]\ntype = \"medusa\"\n"));
+    CHECK(unknown.find("\"dflash\"") != std::string::npos);
+    CHECK(unknown.find("\"eagle3\"") != std::string::npos);
+    // Each type checks its own keys (EAGLE-3: one layer, a draft vocabulary within the target's).
+    CHECK(error_of(with_drafter("[drafter]\ntype = \"eagle3\"\nnum_layers = 2\n"))
+              .find("[drafter] num_layers = 2: an EAGLE-3 drafter has one decoder layer") != std::string::npos);
+    CHECK(error_of(with_drafter("[drafter]\ntype = \"eagle3\"\nnum_layers = 1\ndraft_vocab = 100000\n"))
+              .find("[drafter] draft_vocab 100000 exceeds the target's vocabulary (512)") != std::string::npos);
+    CHECK(error_of(with_drafter("[drafter]\nnum_layers = 2\n")).empty());  // DFlash: any depth
+    CHECK(drafter_kind("dflash").has_recompute_and_loss_chunk);
+    CHECK_FALSE(drafter_kind("eagle3").has_recompute_and_loss_chunk);
+    CHECK(drafter_kind("eagle3").has_draft_vocab);
 }
 
 TEST_CASE("config check says what an EAGLE-3 drafter captures and trains, not DFlash's blocks") {

@@ -60,7 +60,7 @@ HEADER_OWNER = {
     "huge_pages.hpp": "shm", "liveness.hpp": "shm", "region_info.hpp": "shm", "run_tag.hpp": "shm",
     "ring.hpp": "ring", "ring_geometry.hpp": "ring",
     "ledger.hpp": "ledger", "train_log.hpp": "ledger", "status_board.hpp": "ledger", "eval_board.hpp": "ledger",
-    "config.hpp": "config", "config_rewrite.hpp": "config", "dataset_options.hpp": "config",
+    "config.hpp": "config", "config_rewrite.hpp": "config", "dataset_options.hpp": "config", "drafter_kind.hpp": "config",
     "model_shape.hpp": "config", "rope_scaling_json.hpp": "config", "run_identity.hpp": "config",
     "stop_tokens.hpp": "config",
     "metrics_file.hpp": "metrics",
@@ -105,13 +105,19 @@ def included_room(header: str):
     return room_of(pathlib.PurePosixPath(header[len("model/"):])) or "?"
 
 
+def is_kind(rel: str) -> bool:
+    """A drafter type's torch-free half (src/model/drafter/<type>/kind.cpp), compiled into hsring_config."""
+    parts = rel.split("/")
+    return len(parts) == 5 and parts[:3] == ["src", "model", "drafter"] and parts[4] == "kind.cpp"
+
+
 def library_of(path: pathlib.Path, root: pathlib.Path):
     """The src/ library of a source file or public header (None: a public header no one owns)."""
     rel = path.relative_to(root).as_posix()
     if rel.startswith("include/hsring/"):
         return HEADER_OWNER.get(rel[len("include/hsring/"):])
     parts = rel.split("/")
-    if parts[1] == "model" and len(parts) > 2 and parts[2] == "shape":
+    if parts[1] == "model" and len(parts) > 2 and (parts[2] == "shape" or is_kind(rel)):
         return "config"
     return parts[1]
 
@@ -172,19 +178,20 @@ def main() -> int:
             errors.append(f"{where}: not in a room: move it into one of "
                           f"{', '.join('src/model/' + r + '/' for r in ALLOWED if r != 'pch')}")
             continue
+        torch_free = room == "shape" or is_kind(where)
         if path.suffix == ".cpp" and room not in ("tools", "pch"):
-            name = rel.as_posix() if room != "shape" else "../model/" + rel.as_posix()
+            name = rel.as_posix() if not torch_free else "../model/" + rel.as_posix()
             if f"'{name}'" not in built:
                 errors.append(f"{where}: not built: name '{name}' in "
-                              f"{'src/config/meson.build' if room == 'shape' else 'src/model/meson.build'}")
+                              f"{'src/config/meson.build' if torch_free else 'src/model/meson.build'}")
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             m = INCLUDE.match(line)
             if not m:
                 continue
             inc = m.group(1)
-            if room == "shape" and (inc.startswith(("torch/", "ATen/", "c10/")) or inc.startswith("model/")):
-                errors.append(f"{where}:{n}: shape/ is compiled without torch into hsring_config: "
-                              f"it may not include {inc}")
+            if torch_free and (inc.startswith(("torch/", "ATen/", "c10/")) or inc.startswith("model/")):
+                errors.append(f"{where}:{n}: {'shape/' if room == 'shape' else 'a drafter kind'} is compiled without "
+                              f"torch into hsring_config: it may not include {inc}")
                 continue
             target = included_room(inc)
             if target is None or target == room:
