@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums the GPU kernels of a Kineto trace (`hsring-bench drafter --trace FILE`) by kind.
 
-Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--host] [--json] [--last-graph]
+Usage: trace_summary.py TRACE.json [--steps N] [--top K] [--host] [--json] [--last-graph | --graph I | --graphs]
 
 Prints, per step (the trace holds N steps, 2 by default), the milliseconds of GPU kernel time by
 kind (GEMM, attention forward/backward, elementwise, reductions, copies, optimizer, other) and the
@@ -12,6 +12,11 @@ most time of their own, so a host-bound loop (decoding: ~1,000 small ops per tok
 its wall time goes.
 --last-graph: only the kernels of the trace's last CUDA graph launch (the decode engine's last
 plain step in `spec-decode --trace`): their count, GPU span and sum, and per kernel name.
+--graph I: the same for graph launch I (0 the first, -1 the last).
+--graphs: every graph launch in order, one line each: its kernels, GPU span, the GPU idle time
+before it (since the previous launch's last kernel) and its host launch time; in a
+`spec-decode --trace` a verify step shows as draft, verify and extend launches, told apart by
+their kernel counts.
 """
 import argparse
 import collections
@@ -50,12 +55,16 @@ def main():
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--last-graph", action="store_true")
+    ap.add_argument("--graph", type=int)
+    ap.add_argument("--graphs", action="store_true")
     a = ap.parse_args()
     with open(a.trace) as f:
         t = json.load(f)
     events = t["traceEvents"] if isinstance(t, dict) else t
-    if a.last_graph:
-        return last_graph(events, a.top)
+    if a.graphs:
+        return graph_list(events)
+    if a.last_graph or a.graph is not None:
+        return one_graph(events, a.top, -1 if a.graph is None else a.graph)
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
     if not kernels:
         print(f"{a.trace}: no GPU kernels in the trace (a CPU run, or CUPTI unavailable)", file=sys.stderr)
@@ -92,23 +101,51 @@ def main():
     return 0
 
 
-def last_graph(events, top):
-    """The kernels one CUDA graph launch ran (matched by the launch's correlation id)."""
+def graph_launches(events):
+    """Every cudaGraphLaunch in time order, each with the kernels it ran (by correlation id)."""
     launches = sorted((e for e in events if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch"),
                       key=lambda e: e["ts"])
+    by_corr = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
+            by_corr[e.get("args", {}).get("correlation")].append(e)
+    return [(l, sorted(by_corr.get(l.get("args", {}).get("correlation"), []), key=lambda e: e["ts"]))
+            for l in launches]
+
+
+def graph_list(events):
+    launches = graph_launches(events)
     if not launches:
         print("no cudaGraphLaunch in the trace (run without graphs?)", file=sys.stderr)
         return 1
-    corr = launches[-1].get("args", {}).get("correlation")
-    ks = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e
-                 and e.get("args", {}).get("correlation") == corr), key=lambda e: e["ts"])
+    prev_end = None
+    print(" #  kernels  span ms  kernel sum ms  GPU idle before ms  host launch ms")
+    for i, (launch, ks) in enumerate(launches):
+        if not ks:
+            print(f"{i:3d}  (no kernels in the trace)")
+            continue
+        span = (ks[-1]["ts"] + ks[-1]["dur"] - ks[0]["ts"]) / 1e3
+        total = sum(e["dur"] for e in ks) / 1e3
+        idle = "" if prev_end is None else f"{(ks[0]['ts'] - prev_end) / 1e3:.3f}"
+        print(f"{i:3d} {len(ks):8d} {span:8.3f} {total:14.3f} {idle:>19s} {launch['dur'] / 1e3:15.3f}")
+        prev_end = ks[-1]["ts"] + ks[-1]["dur"]
+    return 0
+
+
+def one_graph(events, top, index):
+    """The kernels one CUDA graph launch ran (matched by the launch's correlation id)."""
+    launches = graph_launches(events)
+    if not launches:
+        print("no cudaGraphLaunch in the trace (run without graphs?)", file=sys.stderr)
+        return 1
+    launch, ks = launches[index]
     if not ks:
-        print("the last graph launch has no kernels in the trace", file=sys.stderr)
+        print(f"graph launch {index} has no kernels in the trace", file=sys.stderr)
         return 1
     span = (ks[-1]["ts"] + ks[-1]["dur"] - ks[0]["ts"]) / 1e3
     total = sum(e["dur"] for e in ks) / 1e3
-    print(f"last graph launch: {len(ks)} kernels, GPU span {span:.2f} ms, kernel sum {total:.2f} ms "
-          f"(gaps {span - total:.2f} ms); host cudaGraphLaunch {launches[-1]['dur'] / 1e3:.2f} ms")
+    print(f"graph launch {index} of {len(launches)}: {len(ks)} kernels, GPU span {span:.2f} ms, kernel sum "
+          f"{total:.2f} ms (gaps {span - total:.2f} ms); host cudaGraphLaunch {launch['dur'] / 1e3:.2f} ms")
     by_name = collections.defaultdict(lambda: [0.0, 0])
     for e in ks:
         by_name[e["name"]][0] += e["dur"] / 1e3

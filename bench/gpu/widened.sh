@@ -18,6 +18,8 @@
 #      = the small pair's fp32 ones; FP32_BATCH (16) rows a step), bf16 at batch 1, 4 and 16 (BATCHES),
 #      DRAFTERS ("dflash eagle3") picks the types, ONLY_WIDE=1 only the widened bf16 rows; the widened DFlash pair
 #      through the public DFlash loop (bench/gpu/spec_reference.py, fp32, transformers)
+#   t  a Kineto trace of the widened pairs' loop (DRAFTERS, default dflash): each graph launch's kernels,
+#      GPU span and the idle GPU before it (bench/gpu/trace_summary.py --graphs), OUT/<type>.graphs.txt
 #   r  `hsring run config/real-pycode-14m-as-8b.toml`: a DFlash drafter trained by the pipeline on the
 #      widened target's hidden states (the first ANSWERS (4,000) answers, 1 epoch), tau of its export
 # OUT_DIR: summary.txt and the spec-decode JSON of each measurement (at most 8 files come back: the
@@ -202,6 +204,25 @@ if [[ $sections == *s* ]]; then
       --max-new "$max_new" > "$work/reference.txt" 2>&1
     say "   exit $?: $(tail -n 1 "$work/reference.txt")"
   fi
+fi
+
+if [[ $sections == *t* ]]; then
+  # Where a verify step's time goes: a Kineto trace of 2 blocks of the widened pair's loop (4 held-out
+  # prompts, batch 1, bf16), every graph launch (draft, verify and extend steps, then plain steps)
+  # with its kernels, span and the GPU idle before it, and the kernels of the first few launches.
+  for type in ${DRAFTERS:-dflash}; do
+    say "== trace, $type: the graph launches of a verify step"
+    head -n 4 "$heldout" > "$work/trace-prompts.jsonl"
+    "$hs" model spec-decode "runs/widened-$type" --target "$wide" --device cuda --dtype bf16 \
+      --prompts "$work/trace-prompts.jsonl" --max-new-tokens 64 --trace "$work/$type.trace.json" --json \
+      > "$work/$type-trace-run.json" 2> "$work/$type-trace-run.err"
+    say "   spec-decode exit $?"
+    {
+      "$py" bench/gpu/trace_summary.py "$work/$type.trace.json" --graphs
+      for i in 0 1 2 3 4 5 -1; do "$py" bench/gpu/trace_summary.py "$work/$type.trace.json" --graph "$i" --top 14; done
+    } > "$out/$type.graphs.txt" 2>&1
+    head -n 30 "$out/$type.graphs.txt"
+  done
 fi
 
 if [[ $sections == *r* ]]; then
