@@ -2,6 +2,9 @@
 // code keeps alive; the comments name the code they count.
 #include "plan/dflash_memory.hpp"
 
+#include "plan/drafter_plan.hpp"
+#include "plan/plan.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -311,5 +314,33 @@ WorkerMemory dflash_drafter_memory(const Config& cfg, const Derived& d, const st
     add_overheads(w);
     return w;
 }
+
+namespace {
+
+std::string dflash_workload_line(const Plan& p) {
+    const Workload& w = p.workload;
+    return fmt::format(
+        "micro-batches of <= {} tokens ([train] micro_batch_tokens); the worst of epoch 0's {} slots: {} "
+        "samples, {} tokens, {} blocks of {} (slot {}); {} micro-batch(es) per optimizer step at most; [train] "
+        "recompute = \"{}\"",
+        num(w.micro_batch_tokens), w.slots.size(), p.worst.samples, num(p.worst.tokens), num(p.worst.blocks),
+        p.cfg.drafter.block_size, p.worst_slot, w.micro_batches_per_step, to_string(p.cfg.train.recompute));
+}
+
+void dflash_workload_json(const Plan& p, nlohmann::json& worst, nlohmann::json& workload) {
+    worst["blocks"] = p.worst.blocks;
+    worst["rows"] = p.worst.blocks * p.cfg.drafter.block_size;
+    workload["recompute"] = to_string(p.cfg.train.recompute);
+}
+
+std::uint64_t params_of(const Config& cfg, const Derived& d) {
+    return dflash_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
+}
+
+} // namespace
+
+extern const DrafterPlan kDFlashPlan;
+const DrafterPlan kDFlashPlan{"dflash", &params_of, &dflash_batch_peak, &dflash_drafter_memory, &dflash_workload_line,
+                              &dflash_workload_json};
 
 } // namespace hsring::plan

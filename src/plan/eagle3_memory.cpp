@@ -7,6 +7,9 @@
 // step's loss before the layer's steps (autograd's order: the loss nodes are the newest).
 #include "plan/eagle3_memory.hpp"
 
+#include "plan/drafter_plan.hpp"
+#include "plan/plan.hpp"
+
 #include "hsring/units.hpp"
 
 #include <fmt/format.h>
@@ -225,5 +228,37 @@ WorkerMemory eagle3_drafter_memory(const Config& cfg, const Derived& d, const st
     add_overheads(w);
     return w;
 }
+
+namespace {
+
+// [drafter] draft_vocab as trained: 0 = the target's vocabulary.
+std::uint64_t draft_vocab(const Plan& p) {
+    return p.cfg.drafter.draft_vocab > 0 ? static_cast<std::uint64_t>(p.cfg.drafter.draft_vocab)
+                                         : static_cast<std::uint64_t>(p.derived.target.vocab_size);
+}
+
+std::string eagle3_workload_line(const Plan& p) {
+    const Workload& w = p.workload;
+    return fmt::format(
+        "EAGLE-3: micro-batches of <= {} tokens ([train] micro_batch_tokens); the worst of epoch 0's {} "
+        "slots: {} samples, {} tokens = {} rows x {} training-time-test steps, draft vocabulary {} (slot {}); {} "
+        "micro-batch(es) per optimizer step at most",
+        num(w.micro_batch_tokens), w.slots.size(), p.worst.samples, num(p.worst.tokens), num(eagle3_rows(p.worst)),
+        p.cfg.drafter.ttt_steps, num(draft_vocab(p)), p.worst_slot, w.micro_batches_per_step);
+}
+
+void eagle3_workload_json(const Plan& p, nlohmann::json& worst, nlohmann::json& workload) {
+    worst["rows"] = eagle3_rows(p.worst);
+    workload["ttt_steps"] = p.cfg.drafter.ttt_steps;
+    workload["draft_vocab"] = draft_vocab(p);
+}
+
+std::uint64_t params_of(const Config&, const Derived& d) { return eagle3_params(d.target); }
+
+} // namespace
+
+extern const DrafterPlan kEagle3Plan;
+const DrafterPlan kEagle3Plan{"eagle3", &params_of, &eagle3_batch_peak, &eagle3_drafter_memory, &eagle3_workload_line,
+                              &eagle3_workload_json};
 
 } // namespace hsring::plan

@@ -4,8 +4,7 @@
 
 #include "hsring/error.hpp"
 #include "hsring/ledger.hpp"
-#include "plan/dflash_memory.hpp"
-#include "plan/eagle3_memory.hpp"
+#include "plan/drafter_plan.hpp"
 #include "hsring/ring.hpp"
 #include "ring/layout.hpp"
 
@@ -19,32 +18,6 @@ namespace {
 
 using u64 = std::uint64_t;
 using Dims = ShapeDims;
-
-// Each drafter type's memory model, by [drafter] type: drafter_type_params, drafter_batch_peak and
-// drafter_memory look the type up here (one line a type).
-struct DrafterMemoryModel {
-    const char* type;
-    std::uint64_t (*params)(const Config&, const Derived&);
-    std::uint64_t (*batch_peak)(const Config&, const Derived&, Place, const MicroBatch&, bool);
-    WorkerMemory (*memory)(const Config&, const Derived&, const std::string&, Place, const MicroBatch&, bool,
-                           std::uint64_t);
-};
-
-const DrafterMemoryModel kDrafterModels[] = {
-    {"dflash",
-     [](const Config& cfg, const Derived& d) {
-         return dflash_params(d.target, cfg.drafter.num_layers, d.layer_ids.size());
-     },
-     dflash_batch_peak, dflash_drafter_memory},
-    {"eagle3", [](const Config&, const Derived& d) { return eagle3_params(d.target); }, eagle3_batch_peak,
-     eagle3_drafter_memory},
-};
-
-const DrafterMemoryModel& model_of(const Config& cfg) {
-    for (const auto& m : kDrafterModels)
-        if (cfg.drafter.type == m.type) return m;
-    fail("hsring plan: no memory model for [drafter] type = \"{}\"", cfg.drafter.type);
-}
 
 } // namespace
 
@@ -72,7 +45,7 @@ std::uint64_t target_params(const ModelShape& s) {
     return m.v * m.h + m.layers * attention + mlps + m.h + (s.tie_word_embeddings ? 0 : m.v * m.h);
 }
 
-std::uint64_t drafter_type_params(const Config& cfg, const Derived& d) { return model_of(cfg).params(cfg, d); }
+std::uint64_t drafter_type_params(const Config& cfg, const Derived& d) { return drafter_plan(cfg.drafter.type).params(cfg, d); }
 
 WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                            std::uint64_t t) {
@@ -171,7 +144,7 @@ WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::strin
 
 std::uint64_t drafter_batch_peak(const Config& cfg, const Derived& d, Place place, const MicroBatch& mb,
                                  bool grads_in_forward) {
-    return model_of(cfg).batch_peak(cfg, d, place, mb, grads_in_forward);
+    return drafter_plan(cfg.drafter.type).batch_peak(cfg, d, place, mb, grads_in_forward);
 }
 
 std::uint64_t gang_world(const Config& cfg) {
@@ -180,7 +153,7 @@ std::uint64_t gang_world(const Config& cfg) {
 
 WorkerMemory drafter_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                             const MicroBatch& mb, bool grads_in_forward, std::uint64_t world) {
-    return model_of(cfg).memory(cfg, d, name, place, mb, grads_in_forward, world);
+    return drafter_plan(cfg.drafter.type).memory(cfg, d, name, place, mb, grads_in_forward, world);
 }
 
 HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& source,

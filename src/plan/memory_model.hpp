@@ -24,8 +24,8 @@ std::uint64_t drafter_type_params(const Config& cfg, const Derived& d);
 WorkerMemory target_memory(const Config& cfg, const Derived& d, const std::string& name, Place place,
                            std::uint64_t batch_tokens);
 
-// The drafter functions below model the config's drafter type through a table in memory_model.cpp
-// (one line a type): DFlash in dflash_memory.{hpp,cpp}, EAGLE-3 in eagle3_memory.{hpp,cpp}.
+// The drafter functions below model the config's drafter type through its DrafterPlan (drafter_plan.hpp,
+// one line a type in drafter_plans.cpp): DFlash in dflash_memory.{hpp,cpp}, EAGLE-3 in eagle3_memory.{hpp,cpp}.
 
 // The part of a drafter's peak that depends on the micro-batch (activations, loss chunk or
 // backward transients, gradients when they exist then): ranks micro-batches by memory.

@@ -2,7 +2,8 @@
 #include "plan/report.hpp"
 
 #include "hsring/units.hpp"
-#include "plan/eagle3_memory.hpp"
+#include "hsring/drafter_kind.hpp"
+#include "plan/drafter_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -21,33 +22,10 @@ std::string verdict(bool known, bool fits, std::uint64_t predicted, std::uint64_
     return fmt::format("DOES NOT FIT ({} over)", gib(predicted - capacity));
 }
 
-bool eagle3(const Plan& p) { return p.cfg.drafter.type == "eagle3"; }
-
-// [drafter] draft_vocab as trained: 0 = the target's vocabulary.
-std::uint64_t draft_vocab(const Plan& p) {
-    return p.cfg.drafter.draft_vocab > 0 ? static_cast<std::uint64_t>(p.cfg.drafter.draft_vocab)
-                                         : static_cast<std::uint64_t>(p.derived.target.vocab_size);
-}
-
 void workload_text(std::string& s, const Plan& p) {
-    const Workload& w = p.workload;
     s += fmt::format("samples  {}\n", p.samples);
     s += fmt::format("targets  one packed batch per slot: up to {} tokens ([ring] slot_tokens)\n", num(p.target_tokens));
-    if (eagle3(p)) {
-        s += fmt::format(
-            "drafter  EAGLE-3: micro-batches of <= {} tokens ([train] micro_batch_tokens); the worst of epoch 0's {} "
-            "slots: {} samples, {} tokens = {} rows x {} training-time-test steps, draft vocabulary {} (slot {}); {} "
-            "micro-batch(es) per optimizer step at most\n",
-            num(w.micro_batch_tokens), w.slots.size(), p.worst.samples, num(p.worst.tokens), num(eagle3_rows(p.worst)),
-            p.cfg.drafter.ttt_steps, num(draft_vocab(p)), p.worst_slot, w.micro_batches_per_step);
-        return;
-    }
-    s += fmt::format(
-        "drafter  micro-batches of <= {} tokens ([train] micro_batch_tokens); the worst of epoch 0's {} slots: {} "
-        "samples, {} tokens, {} blocks of {} (slot {}); {} micro-batch(es) per optimizer step at most; [train] "
-        "recompute = \"{}\"\n",
-        num(w.micro_batch_tokens), w.slots.size(), p.worst.samples, num(p.worst.tokens), num(p.worst.blocks),
-        p.cfg.drafter.block_size, p.worst_slot, w.micro_batches_per_step, to_string(p.cfg.train.recompute));
+    s += "drafter  " + drafter_plan(p.cfg.drafter.type).workload_line(p) + "\n";
 }
 
 void parts_text(std::string& s, const std::vector<Part>& parts) {
@@ -103,7 +81,7 @@ std::string format_plan(const Plan& p, const std::vector<Suggestion>& suggestion
         if (suggestions.empty())
             s += fmt::format("  no single knob makes it fit (tried [train] micro_batch_tokens, {}[drafter] "
                              "inflight_slots, [ring] slot_tokens, size): a larger machine, or a smaller model\n",
-                             eagle3(p) ? "" : "recompute, loss_chunk, ");
+                             drafter_kind(p.cfg.drafter.type).has_recompute_and_loss_chunk ? "recompute, loss_chunk, " : "");
         else
             s += "  to make it fit, change one of (each value checked by planning the changed config):\n";
         for (const auto& x : suggestions)
@@ -152,12 +130,6 @@ nlohmann::json plan_json(const Plan& p, const std::vector<Suggestion>& suggestio
                  {"cpu_workers", cpu}};
     const Workload& w = p.workload;
     json worst = {{"slot", p.worst_slot}, {"samples", p.worst.samples}, {"tokens", p.worst.tokens}};
-    if (eagle3(p)) {
-        worst["rows"] = eagle3_rows(p.worst);
-    } else {
-        worst["blocks"] = p.worst.blocks;
-        worst["rows"] = p.worst.blocks * p.cfg.drafter.block_size;
-    }
     json workload = {{"samples", p.samples},
                      {"target_batch_tokens", p.target_tokens},
                      {"slots", w.slots.size()},
@@ -165,14 +137,9 @@ nlohmann::json plan_json(const Plan& p, const std::vector<Suggestion>& suggestio
                      {"mean_sample_tokens", w.mean_sample_tokens},
                      {"micro_batch_tokens", w.micro_batch_tokens},
                      {"micro_batches_per_step", w.micro_batches_per_step},
-                     {"drafter_type", p.cfg.drafter.type},
-                     {"worst_micro_batch", worst}};
-    if (eagle3(p)) {
-        workload["ttt_steps"] = p.cfg.drafter.ttt_steps;
-        workload["draft_vocab"] = draft_vocab(p);
-    } else {
-        workload["recompute"] = to_string(p.cfg.train.recompute);
-    }
+                     {"drafter_type", p.cfg.drafter.type}};
+    drafter_plan(p.cfg.drafter.type).workload_json(p, worst, workload);
+    workload["worst_micro_batch"] = worst;
     json sug = json::array();
     for (const auto& x : suggestions)
         sug.push_back({{"knob", x.knob}, {"value", x.value}, {"current", x.current}, {"effect", x.effect},
