@@ -42,7 +42,7 @@ struct DatasetOptions {
 // Response templates ([data] responses = "target"). The target writes the answers, so a sample
 // keeps its context (loss_mask 0: system, user turns) and each of its answers (a run of
 // loss_mask 1) becomes a room of `response_tokens` tokens (id 0, loss_mask 1) that the target
-// fills with what it generates from everything before it (worker/responses.hpp), and the length
+// fills with what it generates from everything before it (worker/core/responses.hpp), and the length
 // the packer's plan counts (an answer never outgrows it). A line without loss_mask is one prompt
 // with one answer after it. Truncation to max_seq_len then cuts the template like any sample.
 //

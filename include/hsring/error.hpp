@@ -15,7 +15,7 @@ public:
 };
 
 // An error that restarting cannot fix whenever it happens (an unwritable checkpoint directory):
-// a worker exits 3 for it even after it started (see src/worker/worker_env.hpp run_guarded).
+// a worker exits 3 for it even after it started (see src/worker/core/worker_env.hpp run_guarded).
 class UserError : public Error {
 public:
     using Error::Error;

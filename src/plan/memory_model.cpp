@@ -183,7 +183,7 @@ HostMemory host_memory(const Config& cfg, const Derived& d, const SampleSource& 
     const u64 p = drafter_type_params(cfg, d);
     // The master drafter (global rank 0: on machine 0 only) copies fp32 weights + both AdamW
     // moments to host memory at each checkpoint; with checkpoint_background (default) into pinned
-    // buffers it keeps for the whole run (src/worker/torch_drafter.cpp snapshot()).
+    // buffers it keeps for the whole run (src/worker/torch/torch_drafter.cpp snapshot()).
     const bool master_here = cfg.distributed.node_rank == 0 && !cfg.topology.drafters.empty();
     const u64 staging = master_here ? 3 * p * 4 : 0;
     const bool drafter_on_gpu = master_here && !cfg.topology.drafters.front().is_cpu();

@@ -5,7 +5,7 @@
 // result is metrics.jsonl's last row, {"step": N, "spec": {"tau", "acceptance_per_position",
 // "step", "prompts", ..., "final": true}} (and TensorBoard's spec/ run), and goes into the run's
 // last line. During training target.0 measures the committed checkpoints the same way
-// (src/worker/spec_probe.hpp).
+// (src/worker/torch/spec_probe.hpp).
 #include "hsring/config.hpp"
 
 #include <nlohmann/json.hpp>

@@ -4,7 +4,7 @@
 // supervisor repeated ("drafter.0 stopped the run with a user error (exit code 3): )").
 #include "distributed/error_text.hpp"
 #include "hsring/error.hpp"
-#include "worker/worker_env.hpp"
+#include "worker/core/worker_env.hpp"
 
 #include <c10/util/Exception.h>
 #include <doctest/doctest.h>

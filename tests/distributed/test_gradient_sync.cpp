@@ -13,7 +13,7 @@
 #include "../model/dflash_fixture.hpp"
 #include "distributed/c10d_gang.hpp"
 #include "distributed/gradient_sync.hpp"
-#include "worker/worker_env.hpp"
+#include "worker/core/worker_env.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/cuda.h>

@@ -3,7 +3,7 @@ under `hsring run`:
 
 - the learning rate follows linear warmup, then a cosine over the trained tokens, and is exactly
   lr * min_lr_ratio on the last step; every row's lr is the schedule's value for that row's step
-  and tokens (the formula of src/worker/lr_schedule.hpp, recomputed here);
+  and tokens (the formula of src/worker/core/lr_schedule.hpp, recomputed here);
 - with [train] tokens_per_step at its default a step is one slot: the number of optimizer steps
   equals the number of slots the targets committed;
 - a run whose drafter is SIGKILLed and resumed has the lr of an unkilled run at every step, exactly
@@ -27,7 +27,7 @@ LR, MIN_RATIO, WARMUP = 1e-2, 0.1, 20
 
 
 def schedule(step, tokens_done, warmup_end, total):
-    """src/worker/lr_schedule.hpp, independently."""
+    """src/worker/core/lr_schedule.hpp, independently."""
     if step <= WARMUP:
         return LR * step / WARMUP
     p = min(1.0, max(0.0, (tokens_done - warmup_end) / (total - warmup_end)))

@@ -4,8 +4,8 @@
 // over all positions, after clean runs and after SIGKILLs of targets and the drafter.
 #include "hsring/train_log.hpp"
 #include "pipeline_fixture.hpp"
-#include "worker/checkpoint_store.hpp"
-#include "worker/synth_compute.hpp"
+#include "worker/core/checkpoint_store.hpp"
+#include "worker/synth/synth_compute.hpp"
 
 #include <doctest/doctest.h>
 

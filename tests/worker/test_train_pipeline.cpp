@@ -4,7 +4,7 @@
 // drafter with [train] matmul = "fp8" trains too (FP8 emulated by _scaled_mm on the CPU).
 #include "hsring/train_log.hpp"
 #include "pipeline_fixture.hpp"
-#include "worker/checkpoint_store.hpp"
+#include "worker/core/checkpoint_store.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

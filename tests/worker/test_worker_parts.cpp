@@ -1,13 +1,13 @@
 // Small worker parts: LR schedule, acceptance estimate, checkpoint store commits, pruning and
 // crashes at every instant of a commit.
 #include "hsring/error.hpp"
-#include "worker/checkpoint_store.hpp"
-#include "worker/checkpoint_writer.hpp"
-#include "worker/lr_schedule.hpp"
+#include "worker/core/checkpoint_store.hpp"
+#include "worker/core/checkpoint_writer.hpp"
+#include "worker/core/lr_schedule.hpp"
 #include "hsring/metrics_file.hpp"
-#include "worker/packer.hpp"
-#include "worker/plan_room.hpp"
-#include "worker/responses.hpp"
+#include "worker/core/packer.hpp"
+#include "worker/core/plan_room.hpp"
+#include "worker/core/responses.hpp"
 #include "hsring/ring.hpp"
 #include "hsring/acceptance.hpp"
 

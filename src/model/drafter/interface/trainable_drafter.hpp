@@ -1,5 +1,5 @@
 #pragma once
-// The drafter-type seam: what the drafter worker (src/worker/torch_drafter.cpp), its checkpoints
+// The drafter-type seam: what the drafter worker (src/worker/torch/torch_drafter.cpp), its checkpoints
 // and its export need from a drafter of any type (DFlash, EAGLE-3). A type lives in its own room
 // (src/model/drafter/<type>/) and is listed once in src/model/drafter/registry/registry.cpp.
 //
