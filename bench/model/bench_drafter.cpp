@@ -19,6 +19,7 @@
 #include "gpu_memory.hpp"
 #include "model/ops/kineto_trace.hpp"
 #include "markov_batches.hpp"
+#include "hsring/slot_plan.hpp"
 #include "hsring/model_shape.hpp"
 #include "model/drafter/dflash/config.hpp"
 #include "model/drafter/dflash/flops.hpp"
@@ -50,7 +51,7 @@ int config_mode(const hsring::bench::Options& o) {
 
     TargetHead head = load_target_head(d.target, dev, compute, cfg.run.seed);
     // The run's drafter of its [drafter] type, through the seam the worker trains it by
-    // (src/worker/torch_drafter.cpp: the same spec and [train] options).
+    // (src/worker/torch/torch_drafter.cpp: the same spec and [train] options).
     DrafterSpec spec;
     spec.type = cfg.drafter.type;
     spec.target = d.target;
@@ -128,7 +129,7 @@ int config_mode(const hsring::bench::Options& o) {
         at::Tensor hidden = buffers[0].narrow(1, 0, T);
         std::vector<std::int64_t> cu{0};
         for (auto l : data.lengths) cu.push_back(cu.back() + static_cast<std::int64_t>(l));
-        const auto split = plan::split_micro_batches(data.lengths, cfg.train.micro_batch_tokens);
+        const auto split = hsring::split_micro_batches(data.lengths, cfg.train.micro_batch_tokens);
         for (std::size_t k = 0; k < split.size(); ++k) {
             const auto [first, last] = split[k];
             const std::int64_t begin = cu[first], len = cu[last] - cu[first];

@@ -18,7 +18,9 @@
 #include "hsring/dataset.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -29,6 +31,13 @@ namespace hsring {
 std::vector<std::uint64_t> plan_slots(const data::Dataset& data, std::uint64_t seed, bool shuffle, std::uint32_t nnodes,
                                       std::uint32_t node_rank, std::uint32_t epochs, std::uint64_t slot_tokens,
                                       std::uint32_t max_samples);
+
+// How a drafter trains one slot: its sequences (`lengths` tokens each, in slot order) in
+// micro-batches of consecutive whole sequences while their tokens stay <= limit ([train]
+// micro_batch_tokens); a longer sequence forms a micro-batch alone. [first, last) index pairs.
+// The drafter worker trains and evaluates by it, the planner counts memory by it.
+std::vector<std::pair<std::size_t, std::size_t>> split_micro_batches(std::span<const std::uint64_t> lengths,
+                                                                     std::uint64_t limit);
 
 // Which plan slots a drafter rank trains in which optimizer step, on one machine. A drafter gang
 // that resumes from the checkpoint of step s rebases the plan there: steps after s train the

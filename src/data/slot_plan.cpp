@@ -3,6 +3,8 @@
 
 #include "hsring/error.hpp"
 
+#include <algorithm>
+
 namespace hsring {
 
 std::vector<std::uint64_t> plan_slots(const data::Dataset& data, std::uint64_t seed, bool shuffle, std::uint32_t nnodes,
@@ -30,6 +32,20 @@ std::vector<std::uint64_t> plan_slots(const data::Dataset& data, std::uint64_t s
     }
     first.push_back(share * epochs);
     return first;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> split_micro_batches(std::span<const std::uint64_t> lengths,
+                                                                     std::uint64_t limit) {
+    limit = std::max<std::uint64_t>(1, limit);
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (std::size_t first = 0; first < lengths.size();) {
+        std::size_t last = first + 1;
+        std::uint64_t tokens = lengths[first];
+        while (last < lengths.size() && tokens + lengths[last] <= limit) tokens += lengths[last++];
+        out.emplace_back(first, last);
+        first = last;
+    }
+    return out;
 }
 
 } // namespace hsring

@@ -1,6 +1,7 @@
 // A run's batches without torch (see workload.hpp).
 #include "plan/workload.hpp"
 
+#include "hsring/slot_plan.hpp"
 #include "hsring/attention_keys.hpp"
 #include "hsring/dataset_options.hpp"
 #include "hsring/error.hpp"
@@ -107,20 +108,6 @@ std::uint64_t SampleSource::loaded_bytes(const Derived& d) const {
     for (std::size_t i = 0; i < data_->size(); ++i) tokens += std::min<std::uint64_t>(data_->length(i), d.max_seq_len);
     // int32 tokens + uint8 loss mask per token, one uint64 offset per sample (dataset.hpp).
     return tokens * 5 + (data_->size() + 1) * 8;
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> split_micro_batches(std::span<const std::uint64_t> lengths,
-                                                                     std::uint64_t limit) {
-    limit = std::max<std::uint64_t>(1, limit);
-    std::vector<std::pair<std::size_t, std::size_t>> out;
-    for (std::size_t first = 0; first < lengths.size();) {
-        std::size_t last = first + 1;
-        std::uint64_t tokens = lengths[first];
-        while (last < lengths.size() && tokens + lengths[last] <= limit) tokens += lengths[last++];
-        out.emplace_back(first, last);
-        first = last;
-    }
-    return out;
 }
 
 std::vector<MicroBatch> Workload::micro_batches(std::size_t slot) const {

@@ -1,8 +1,8 @@
 #pragma once
 // What a run's batches look like, without torch: the samples as the drafter sees them (length,
 // anchors, attention groups), packed into slots the way a target packs them (epoch 0's order,
-// src/worker/packer.cpp) and split into micro-batches the way the drafter splits a slot
-// (TorchDrafter::train_one in src/worker/torch_drafter.cpp). The memory model sizes the drafter
+// src/worker/core/packer.cpp) and split into micro-batches the way the drafter splits a slot
+// (TorchDrafter::train_one in src/worker/torch/torch_drafter.cpp). The memory model sizes the drafter
 // by the worst of these micro-batches.
 //
 // Anchors are drawn at random during training; the planner uses their expected positions: the
@@ -84,10 +84,5 @@ inline Workload make_workload(const SampleSource& source, const Config& cfg, con
     return make_workload(source.shapes(cfg, d), source.is_synthetic(), cfg, d);
 }
 
-// TorchDrafter::train_one's split of a slot's sequences: consecutive whole sequences while their
-// tokens stay <= limit; a longer sequence forms a micro-batch alone. Returns [first, last) index
-// pairs. (src/worker/torch_drafter.cpp has the same rule inline; keep them equal.)
-std::vector<std::pair<std::size_t, std::size_t>> split_micro_batches(std::span<const std::uint64_t> lengths,
-                                                                     std::uint64_t limit);
 
 } // namespace hsring::plan

@@ -1,6 +1,7 @@
 // `hsring plan`'s arithmetic against hand computations (each written out above its checks),
 // the knobs it suggests (re-planned: the suggested value fits, the next larger one does not),
 // several workers per GPU and several drafters, the GPU split, and an EAGLE-3 drafter's memory.
+#include "hsring/slot_plan.hpp"
 #include "hsring/config.hpp"
 #include "hsring/error.hpp"
 #include "hsring/ring.hpp"

@@ -5,6 +5,7 @@
 #include "hsring/error.hpp"
 #include "hsring/fault.hpp"
 #include "hsring/log.hpp"
+#include "hsring/slot_plan.hpp"
 #include "hsring/transport.hpp"
 #include "hsring/dataset_options.hpp"
 #include "model/drafter/interface/modules.hpp"
@@ -183,6 +184,23 @@ struct TorchDrafter::Impl {
         fused_step = std::make_unique<model::FusedAdamW>(*optimizer);
         if (auto* c10d = dynamic_cast<distributed::C10dGang*>(&gang))
             sync = std::make_unique<distributed::GradientSync>(*c10d, drafter->module().parameters());
+    }
+    // A staged batch's sequences in micro-batches of at most micro_batch_tokens (slot_plan.hpp's
+    // rule, which the planner counts memory by): [first, last) sequence index pairs.
+    std::vector<std::pair<std::size_t, std::size_t>> micro_batches(const Staged& s) const {
+        const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
+        std::vector<std::uint64_t> lengths;
+        for (std::size_t i = 0; i + 1 < cu.size(); ++i) lengths.push_back(static_cast<std::uint64_t>(cu[i + 1] - cu[i]));
+        return split_micro_batches(lengths, ctx.cfg.train.micro_batch_tokens);
+    }
+    // Sequences [first, last) of a staged batch: views of its tensors, offsets from 0.
+    model::DrafterBatch micro_batch(const Staged& s, std::size_t first, std::size_t last) const {
+        const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
+        const std::int64_t begin = cu[first], len = cu[last] - cu[first];
+        std::vector<std::int64_t> sub;
+        for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
+        return {s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len), s.loss_mask.narrow(0, begin, len), sub,
+                s.loss_mask_host.narrow(0, begin, len)};
     }
     // A staged batch is used after its copy completed (and its slot was released).
     void wait_for_copy(Staged& s) {
@@ -383,21 +401,11 @@ BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_
     auto t0 = Clock::now();
     m.wait_for_copy(s);
     // Micro-batches as in training (no activations are kept, but the logits chunks are).
-    const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
-    const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
     model::DrafterEvalSums sums;
-    for (std::size_t first = 0; first + 1 < cu.size();) {
-        std::size_t last = first + 1;
-        while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
-        const std::int64_t begin = cu[first], len = cu[last] - cu[first];
-        std::vector<std::int64_t> sub;
-        for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-        model::DrafterBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                  s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
+    for (const auto& [first, last] : m.micro_batches(s)) {
         const std::vector<std::uint64_t> ids(sample_ids.begin() + static_cast<std::ptrdiff_t>(first),
                                              sample_ids.begin() + static_cast<std::ptrdiff_t>(last));
-        sums.add(m.drafter->evaluate(m.head, batch, ids, m.ctx.cfg.run.seed, m.loss_opts));
-        first = last;
+        sums.add(m.drafter->evaluate(m.head, m.micro_batch(s, first, last), ids, m.ctx.cfg.run.seed, m.loss_opts));
     }
     r.loss_sum = sums.loss_sum;
     r.weight_sum = sums.weight_sum;
@@ -420,22 +428,15 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
     // Whole sequences in micro-batches of at most micro_batch_tokens context tokens: activation
     // memory follows the micro-batch, not the slot. Anchors depend on the run seed and the
     // micro-batch's first sample, so a redelivered or re-produced batch draws the same blocks.
-    const std::vector<std::int64_t> cu = s.batch.cu_seqlens();
-    const auto limit = static_cast<std::int64_t>(std::max<std::uint64_t>(1, m.ctx.cfg.train.micro_batch_tokens));
+    const auto split = m.micro_batches(s);
     m.synced = false;
     // Every number that crossed the process boundary is checked (its targets checked them too):
     // read with the batch's sums, no extra wait.
     const at::Tensor finite_input = at::isfinite(s.hidden).all().to(at::kDouble).reshape({1});
     at::Tensor sums;
-    for (std::size_t first = 0; first + 1 < cu.size();) {
-        std::size_t last = first + 1;  // sequences [first, last)
-        while (last + 1 < cu.size() && cu[last + 1] - cu[first] <= limit) ++last;
-        const bool final_micro_batch = last + 1 == cu.size();
-        const std::int64_t begin = cu[first], len = cu[last] - cu[first];
-        std::vector<std::int64_t> sub;
-        for (std::size_t i = first; i <= last; ++i) sub.push_back(cu[i] - begin);
-        model::DrafterBatch batch{s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len),
-                                  s.loss_mask.narrow(0, begin, len), sub, s.loss_mask_host.narrow(0, begin, len)};
+    for (const auto& [first, last] : split) {  // sequences [first, last)
+        const bool final_micro_batch = last == split.back().second;
+        const model::DrafterBatch batch = m.micro_batch(s, first, last);
         at::Generator gen = at::detail::createCPUGenerator(mix64(m.ctx.cfg.run.seed ^ s.batch.positions[first]));
         model::DrafterLoss loss = m.drafter->loss(m.head, batch, m.loss_opts, gen);
         if (loss.units > 0) {
@@ -464,7 +465,6 @@ BatchResult TorchDrafter::train_one(bool sync_grads) {
         at::Tensor part = at::cat({loss.loss_sum.detach().reshape({1}), loss.weight_sum.reshape({1}), loss.correct,
                                    loss.counted}).to(at::kDouble);
         sums = sums.defined() ? sums.add_(part) : part;
-        first = last;
     }
     if (sums.defined()) {
         const at::Tensor h = at::cat({finite_input, sums}).to(at::kCPU);  // the batch's one sync
