@@ -16,6 +16,8 @@ src/model's rooms (src/model/meson.build draws the picture):
 Fails, naming file:line and the fix, when
   - a file of a library (or a public header it owns) includes a library it may not use: one above
     it, or a sibling (LAYERS), or a public header no library owns,
+  - code outside a drafter type's places tests the type's name ("dflash", "eagle3" in a string
+    literal, comments aside): ask its DrafterKind, DrafterPlan or the registry instead (TYPE_NAME_PLACES),
   - a file of a room includes a room that it may not use (one above it, or a sibling),
   - shape/ (compiled into hsring_config, no torch) includes torch or any torch room,
   - a source file sits in src/model itself rather than in a room, or in a folder that is no room,
@@ -105,6 +107,37 @@ def included_room(header: str):
     return room_of(pathlib.PurePosixPath(header[len("model/"):])) or "?"
 
 
+# Where a drafter type's name may stand in code, besides its own folder src/model/drafter/<type>/:
+# the tables that list the types, the planner's part of each type, and the defaults. Debt, each to
+# go: check_drafter.cpp picks DFlash's own checks by name.
+TYPE_NAME_PLACES = {
+    "src/model/drafter/registry/registry.cpp", "src/model/drafter/registry/registry.hpp",
+    "src/config/drafter_kinds.cpp", "src/plan/drafter_plans.cpp",
+    "src/plan/dflash_memory.cpp", "src/plan/eagle3_memory.cpp",
+    "include/hsring/config.hpp", "src/model/drafter/interface/trainable_drafter.hpp",
+    "src/model/tools/check_drafter.cpp",
+}
+
+
+def check_type_names(root: pathlib.Path, errors: list):
+    drafters = root / "src" / "model" / "drafter"
+    types = sorted(d.name for d in drafters.iterdir() if d.is_dir() and d.name not in ("interface", "registry")) \
+        if drafters.is_dir() else []
+    files = [p for p in sorted((root / "src").rglob("*")) if p.is_file() and p.suffix in (".cpp", ".hpp", ".h", ".cu")]
+    files += sorted((root / "include" / "hsring").glob("*.hpp"))
+    for path in files:
+        where = path.relative_to(root).as_posix()
+        if where in TYPE_NAME_PLACES or any(where.startswith(f"src/model/drafter/{t}/") for t in types):
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            code = line.split("//", 1)[0]
+            for t in types:
+                if f'"{t}"' in code:
+                    errors.append(f"{where}:{n}: tests the drafter type's name \"{t}\": ask its DrafterKind "
+                                  f"(hsring/drafter_kind.hpp), DrafterPlan (src/plan/drafter_plan.hpp) or the registry "
+                                  f"(src/model/drafter/registry) instead")
+
+
 def is_kind(rel: str) -> bool:
     """A drafter type's torch-free half (src/model/drafter/<type>/kind.cpp), compiled into hsring_config."""
     parts = rel.split("/")
@@ -167,6 +200,7 @@ def main() -> int:
     model = root / "src" / "model"
     errors = []
     check_layers(root, errors)
+    check_type_names(root, errors)
     built = (model / "meson.build").read_text() + (root / "src" / "config" / "meson.build").read_text()
     for path in sorted(model.rglob("*")):
         if not path.is_file() or path.suffix not in (".cpp", ".hpp", ".h", ".cu"):

@@ -1,8 +1,10 @@
 #pragma once
 // The drafter types hsring trains, one line each in registry.cpp: [drafter] type's name, the
 // architecture its export's config.json names, how to make a fresh one and how to load an export.
-// Adding a type: its room src/model/drafter/<type>/ (a TrainableDrafter), one line in registry.cpp,
-// and its captured layers in drafter_layer_ids (src/model/shape/shape.cpp: the ring is sized without torch).
+// Adding a type: its room src/model/drafter/<type>/ (a TrainableDrafter, and its torch-free half
+// kind.cpp: a DrafterKind with its captured layers, so the ring is sized without torch), one line
+// here in registry.cpp, one in src/config/drafter_kinds.cpp, and its planner part (a DrafterPlan,
+// src/plan/drafter_plan.hpp) with one line in src/plan/drafter_plans.cpp.
 #include "model/drafter/interface/trainable_drafter.hpp"
 
 #include <filesystem>
