@@ -47,11 +47,9 @@ std::size_t TorchDrafter::staged() const { return impl_->staged.size(); }
 
 BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_ids) {
     Impl& m = *impl_;
-    Impl::Staged s = std::move(m.staged.front());
-    m.staged.pop_front();
     BatchResult r;
     auto t0 = Clock::now();
-    m.wait_for_copy(s);
+    Impl::Staged s = m.take_staged();
     // Micro-batches as in training (no activations are kept, but the logits chunks are).
     model::DrafterEvalSums sums;
     for (const auto& [first, last] : m.micro_batches(s)) {
@@ -72,11 +70,9 @@ BatchResult TorchDrafter::evaluate_one(const std::vector<std::uint64_t>& sample_
 
 BatchResult TorchDrafter::train_one(bool sync_grads) {
     Impl& m = *impl_;
-    Impl::Staged s = std::move(m.staged.front());
-    m.staged.pop_front();
     BatchResult r;
     auto t0 = Clock::now();
-    m.wait_for_copy(s);
+    Impl::Staged s = m.take_staged();
     // Whole sequences in micro-batches of at most micro_batch_tokens context tokens: activation
     // memory follows the micro-batch, not the slot. Anchors depend on the run seed and the
     // micro-batch's first sample, so a redelivered or re-produced batch draws the same blocks.

@@ -154,10 +154,13 @@ struct TorchDrafter::Impl {
         return {s.hidden.narrow(1, begin, len), s.tokens.narrow(0, begin, len), s.loss_mask.narrow(0, begin, len), sub,
                 s.loss_mask_host.narrow(0, begin, len)};
     }
-    // A staged batch is used after its copy completed (and its slot was released).
-    void wait_for_copy(Staged& s) {
+    // The oldest staged batch, used once its copy completed (and its slot was released).
+    Staged take_staged() {
+        Staged s = std::move(staged.front());
+        staged.pop_front();
         s.copy->wait(current_stream(device));  // compute queued from now on runs after the copy
         s.copy_ms = s.copy->copy_ms();
+        return s;
     }
     // A fresh drafter of the run's type (EAGLE-3's draft vocabulary from the data's token counts).
     void make_fresh() {
