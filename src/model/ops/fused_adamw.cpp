@@ -10,6 +10,18 @@
 
 namespace hsring::model {
 
+torch::optim::AdamWParamState& adamw_state(torch::optim::AdamW& opt, const at::Tensor& p) {
+    auto& slot = opt.state()[p.unsafeGetTensorImpl()];
+    if (!slot) {  // as AdamW::step: zero moments at the first step
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(0);
+        st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+        st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        slot = std::move(st);
+    }
+    return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
 FusedAdamW::FusedAdamW(torch::optim::AdamW& opt) : opt_(opt) {
     HSRING_ASSERT(opt_.param_groups().size() == 1, "one param group, got {}", opt_.param_groups().size());
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(opt_.param_groups().front().options());
@@ -43,15 +55,7 @@ at::Tensor FusedAdamW::step(double divisor, double clip) {
     std::vector<at::Tensor> params, exp_avgs, exp_avg_sqs;
     std::vector<double> counts;
     for (auto& p : with_grad) {
-        auto& slot = opt_.state()[p.unsafeGetTensorImpl()];
-        if (!slot) {  // as AdamW::step: zero moments at the first step
-            auto st = std::make_unique<torch::optim::AdamWParamState>();
-            st->step(0);
-            st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-            st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-            slot = std::move(st);
-        }
-        auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+        torch::optim::AdamWParamState& st = adamw_state(opt_, p);
         st.step(st.step() + 1);
         params.push_back(p.detach());
         exp_avgs.push_back(st.exp_avg());

@@ -18,6 +18,11 @@
 
 namespace hsring::model {
 
+// `p`'s AdamW state in `opt`, made as AdamW::step makes it at a parameter's first step (step 0,
+// zero moments) if it has none yet: the one place that builds it (the fused step, the gang's
+// state broadcast).
+torch::optim::AdamWParamState& adamw_state(torch::optim::AdamW& opt, const at::Tensor& p);
+
 class FusedAdamW {
 public:
     // `opt`: one param group (the drafter's), amsgrad off. Outlives this.

@@ -141,15 +141,7 @@ void TorchDrafter::broadcast_state() {
     std::vector<at::Tensor> tensors = params;
     if (has_state > 0) {
         for (auto& p : params) {
-            auto& slot = m.optimizer->state()[p.unsafeGetTensorImpl()];
-            if (!slot) {
-                auto st = std::make_unique<torch::optim::AdamWParamState>();
-                st->step(0);
-                st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-                st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-                slot = std::move(st);
-            }
-            auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+            torch::optim::AdamWParamState& st = model::adamw_state(*m.optimizer, p);
             tensors.push_back(st.exp_avg());
             tensors.push_back(st.exp_avg_sq());
         }
